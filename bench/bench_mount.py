@@ -1,0 +1,217 @@
+#!/usr/bin/env python3
+"""Checkpoint benchmark: real torch checkpoints (model + AdamW, several
+training steps apart) saved through a ckptfs mount and directly to a plain
+directory on the same disk.
+
+Reports save / load / raw-read time (mount vs direct), stored bytes vs
+logical vs `zstd -3` of the same files, and the daemon's peak RSS (VmHWM).
+Markdown on stdout, JSON in bench/out/.
+
+  .venv-debian/bin/python bench/bench_mount.py --total-mb 400 --checkpoints 5
+"""
+import argparse
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _common as C  # noqa: E402
+
+
+def build_model(ckpt_mb, width):
+    # checkpoint bytes ~= 3 x params x 4 (weights + exp_avg + exp_avg_sq)
+    params = int(ckpt_mb * (1 << 20) / 12)
+    layers = max(1, round(params / (width * width)))
+    mods = []
+    for _ in range(layers):
+        mods += [torch.nn.Linear(width, width), torch.nn.GELU()]
+    return torch.nn.Sequential(*mods)
+
+
+def train(model, opt, steps, width):
+    for _ in range(steps):
+        x = torch.randn(32, width)
+        loss = (model(x) - x).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
+def timed_save(obj, path):
+    t0 = time.perf_counter()
+    with open(path, "wb") as f:
+        torch.save(obj, f)
+        f.flush()
+        os.fsync(f.fileno())
+    return time.perf_counter() - t0
+
+
+def timed_load(path):
+    t0 = time.perf_counter()
+    torch.load(path, map_location="cpu")
+    return time.perf_counter() - t0
+
+
+def timed_raw_read(path, block=8 << 20):
+    t0 = time.perf_counter()
+    h = hashlib.blake2b(digest_size=16)
+    with open(path, "rb", buffering=0) as f:
+        while True:
+            b = f.read(block)
+            if not b:
+                break
+            h.update(b)
+    return time.perf_counter() - t0, h.hexdigest()
+
+
+def zstd_size(path, level=3):
+    t0 = time.perf_counter()
+    p = subprocess.Popen(["zstd", f"-{level}", "-q", "-c", path], stdout=subprocess.PIPE)
+    n = 0
+    while True:
+        b = p.stdout.read(1 << 20)
+        if not b:
+            break
+        n += len(b)
+    if p.wait() != 0:
+        sys.exit(f"zstd failed on {path}")
+    return n, time.perf_counter() - t0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--total-mb", type=float, default=400, help="total checkpoint bytes")
+    ap.add_argument("--checkpoints", type=int, default=5)
+    ap.add_argument("--steps-between", type=int, default=10)
+    ap.add_argument("--width", type=int, default=1024)
+    ap.add_argument("--workdir", default=os.path.join(C.OUT_DIR, "work"),
+                    help="holds backing/, mnt/ and direct/ (same disk for both)")
+    ap.add_argument("-o", "--mount-options", default="", help="extra ckptfs -o options")
+    ap.add_argument("--keep", action="store_true", help="keep the mount and files")
+    args = ap.parse_args()
+    C.check_binary()
+
+    work = os.path.abspath(args.workdir)
+    backing, mnt, direct = (os.path.join(work, d) for d in ("backing", "mnt", "direct"))
+    if C.is_mounted(mnt):
+        C.umount(mnt, backing)
+    for d in (backing, direct):
+        shutil.rmtree(d, ignore_errors=True)
+    opts = [o for o in args.mount_options.split(",") if o]
+    C.mount(backing, mnt, opts)
+    pid = C.daemon_pid(backing)
+
+    torch.manual_seed(0)
+    os.makedirs(direct, exist_ok=True)
+    ckpt_mb = args.total_mb / args.checkpoints
+    model = build_model(ckpt_mb, args.width)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    n_params = sum(p.numel() for p in model.parameters())
+    print(f"# ckptfs checkpoint benchmark\n\nmodel: {n_params:,} params, "
+          f"{args.checkpoints} checkpoints x ~{ckpt_mb:.0f} MB, "
+          f"{args.steps_between} AdamW steps apart; workdir {work}\n", flush=True)
+
+    rows, results = [], []
+    can_drop = C.drop_caches()
+    try:
+        for k in range(1, args.checkpoints + 1):
+            train(model, opt, args.steps_between, args.width)
+            obj = {"model": model.state_dict(), "optim": opt.state_dict(),
+                   "step": k * args.steps_between}
+            name = f"ckpt-{k:03d}.pt"
+            fm, fd = os.path.join(mnt, name), os.path.join(direct, name)
+            # alternate the order so neither side always goes first
+            if k % 2:
+                t_mount, t_direct = timed_save(obj, fm), timed_save(obj, fd)
+            else:
+                t_direct, t_mount = timed_save(obj, fd), timed_save(obj, fm)
+            results.append({"file": name, "bytes": os.path.getsize(fd),
+                            "save_mount_s": t_mount, "save_direct_s": t_direct})
+            print(f"saved {name}: {C.human(os.path.getsize(fd))}  mount {t_mount:.2f}s  "
+                  f"direct {t_direct:.2f}s", flush=True)
+        st, seal_wait = C.wait_sealed(mnt)
+
+        for r in results:
+            fm, fd = os.path.join(mnt, r["file"]), os.path.join(direct, r["file"])
+            C.drop_caches()
+            r["load_mount_s"] = timed_load(fm)
+            C.drop_caches()
+            r["load_direct_s"] = timed_load(fd)
+            C.drop_caches()
+            r["read_mount_s"], hm = timed_raw_read(fm)
+            C.drop_caches()
+            r["read_direct_s"], hd = timed_raw_read(fd)
+            if hm != hd:
+                sys.exit(f"CONTENT MISMATCH: {r['file']} differs between mount and direct")
+            r["zstd3_bytes"], r["zstd3_s"] = zstd_size(fd)
+        hwm = C.status_kib(pid, "VmHWM") if pid else None
+        rss = C.status_kib(pid, "VmRSS") if pid else None
+    finally:
+        if not args.keep:
+            C.umount(mnt, backing)
+            shutil.rmtree(direct, ignore_errors=True)
+            shutil.rmtree(backing, ignore_errors=True)
+
+    by_path = {f["path"].lstrip("/"): f for f in st["files"]}
+    for r in results:
+        e = by_path.get(r["file"], {})
+        r["stored_bytes"] = e.get("stored")
+
+    def ratio(a, b):
+        return f"{a / b:.2f}x" if b else "-"
+
+    for r in results:
+        rows.append([r["file"], C.human(r["bytes"]),
+                     f"{r['save_mount_s']:.2f} / {r['save_direct_s']:.2f} "
+                     f"({ratio(r['save_mount_s'], r['save_direct_s'])})",
+                     f"{r['load_mount_s']:.2f} / {r['load_direct_s']:.2f} "
+                     f"({ratio(r['load_mount_s'], r['load_direct_s'])})",
+                     f"{r['read_mount_s']:.2f} / {r['read_direct_s']:.2f} "
+                     f"({ratio(r['read_mount_s'], r['read_direct_s'])})",
+                     C.human(r["stored_bytes"]) if r["stored_bytes"] is not None else "?",
+                     C.human(r["zstd3_bytes"])])
+    tot = {k: sum(r[k] for r in results) for k in
+           ("bytes", "save_mount_s", "save_direct_s", "load_mount_s", "load_direct_s",
+            "read_mount_s", "read_direct_s", "zstd3_bytes", "zstd3_s")}
+    tot["stored_bytes"] = st["total"]["stored"]
+    tot["logical_bytes"] = st["total"]["logical"]
+    rows.append(["**total**", C.human(tot["bytes"]),
+                 f"{tot['save_mount_s']:.2f} / {tot['save_direct_s']:.2f} "
+                 f"({ratio(tot['save_mount_s'], tot['save_direct_s'])})",
+                 f"{tot['load_mount_s']:.2f} / {tot['load_direct_s']:.2f} "
+                 f"({ratio(tot['load_mount_s'], tot['load_direct_s'])})",
+                 f"{tot['read_mount_s']:.2f} / {tot['read_direct_s']:.2f} "
+                 f"({ratio(tot['read_mount_s'], tot['read_direct_s'])})",
+                 C.human(tot["stored_bytes"]), C.human(tot["zstd3_bytes"])])
+    print()
+    print(C.md_table(["checkpoint", "logical", "save s mount/direct", "torch.load s mount/direct",
+                      "raw read s mount/direct", "ckptfs stored", "zstd -3"], rows))
+    print()
+    print(C.md_table(["metric", "value"], [
+        ["logical bytes (ckptfs stats)", C.human(tot["logical_bytes"])],
+        ["stored bytes (ckptfs stats)", f"{C.human(tot['stored_bytes'])} "
+                                        f"({ratio(tot['logical_bytes'], tot['stored_bytes'])})"],
+        ["zstd -3 of the same files", f"{C.human(tot['zstd3_bytes'])} "
+                                      f"({ratio(tot['bytes'], tot['zstd3_bytes'])}, "
+                                      f"{tot['zstd3_s']:.1f}s single-threaded CLI)"],
+        ["wait for sealing after the last save", f"{seal_wait:.2f}s"],
+        ["daemon peak RSS (VmHWM)", f"{hwm / 1024:.1f} MiB" if hwm else "?"],
+        ["daemon RSS at end (VmRSS)", f"{rss / 1024:.1f} MiB" if rss else "?"],
+        ["page cache dropped between reads", "yes" if can_drop else
+         "no (not permitted: read numbers include cache hits)"],
+        ["mount options", ",".join(opts) or "(defaults)"],
+    ]))
+    path = C.write_json("bench_mount", {
+        "args": vars(args), "params": n_params, "per_checkpoint": results, "total": tot,
+        "seal_wait_s": seal_wait, "daemon_vmhwm_kib": hwm, "daemon_vmrss_kib": rss,
+        "dropped_caches": can_drop, "stats": st})
+    print(f"\nJSON: {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,292 @@
+#include "fuse/file_content.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "base/log.h"
+
+namespace ckptfs {
+
+Result<std::shared_ptr<FileContent>> FileContent::Load(Store* store, ChunkCache* cache, UniqueFd stub_fd,
+                                                       std::string label) {
+  auto rec = ReadStub(store->env(), stub_fd.get());
+  if (!rec.ok()) return rec.status().WithContext("stub of " + label);
+  std::shared_ptr<FileContent> fc(new FileContent(store, cache, std::move(stub_fd), std::move(label)));
+  fc->rec_ = rec.value();
+  if (fc->rec_.state == StubState::kStaged) {
+    // Only recovery leaves a stub staged across mounts, and it seals them
+    // all; still, serve the staged bytes rather than refuse the file.
+    auto fd = store->OpenStaging(fc->rec_.object);
+    if (!fd.ok()) return fd.status().WithContext("staging file of " + fc->label_);
+    fc->staging_ = std::make_shared<Staging>(Staging{fc->rec_.object, std::move(fd).value()});
+  }
+  return fc;
+}
+
+Status FileContent::Fail(const Status& st, const char* what, uint64_t off) {
+  std::string where = label_;
+  char buf[4096];
+  ssize_t n = ::readlink(ProcFdPath(stub_fd_.get()).c_str(), buf, sizeof(buf) - 1);
+  if (n > 0) {
+    std::string path(buf, static_cast<size_t>(n));
+    const std::string ns = store_->path() + "/ns";
+    where = path.rfind(ns, 0) == 0 ? path.substr(ns.size()) : path;
+  }
+  spdlog::error("{} {} at offset {}: {}", what, where, off, st.message());
+  return st;
+}
+
+Result<std::shared_ptr<PackReader>> FileContent::PackLocked() {
+  if (pack_) return pack_;
+  auto p = store_->OpenPack(rec_.object);
+  if (!p.ok()) return p.status();
+  pack_ = p.value();
+  pack_stored_ = pack_->stored_size();
+  return pack_;
+}
+
+Status FileContent::FillStat(struct stat* st) {
+  std::lock_guard lk(mu_);
+  if (staging_) {
+    auto sst = store_->env()->Fstat(staging_->fd.get());
+    if (!sst.ok()) return sst.status();
+    st->st_size = sst->st_size;
+    st->st_blocks = sst->st_blocks;
+    st->st_mtim = sst->st_mtim;
+    if (sst->st_ctim.tv_sec > st->st_ctim.tv_sec) st->st_ctim = sst->st_ctim;
+    return Status::Ok();
+  }
+  st->st_size = static_cast<off_t>(rec_.size);
+  if (rec_.object != 0 && pack_stored_ == 0) {
+    auto sz = store_->PackFileSize(rec_.object);
+    if (sz.ok()) pack_stored_ = sz.value();
+  }
+  st->st_blocks = static_cast<blkcnt_t>((pack_stored_ + 511) / 512);
+  return Status::Ok();
+}
+
+Result<ChunkBytes> FileContent::LoadChunk(const std::shared_ptr<PackReader>& pack, ObjectId id, uint64_t index) {
+  const ChunkKey key{id, index};
+  if (ChunkBytes hit = cache_->Get(key)) return hit;
+  auto bytes = std::make_shared<std::vector<uint8_t>>();
+  RETURN_IF_ERROR(pack->ReadChunk(index, bytes.get()));
+  ChunkBytes out = std::move(bytes);
+  cache_->Put(key, out);
+  return out;
+}
+
+Result<size_t> FileContent::ReadSealed(const std::shared_ptr<PackReader>& pack, ObjectId id, uint64_t size,
+                                       uint64_t off, std::span<uint8_t> out) {
+  if (off >= size) return size_t{0};
+  const uint64_t end = std::min<uint64_t>(size, off + out.size());
+  const uint64_t cs = pack->header().chunk_size;
+  uint64_t pos = off;
+  while (pos < end) {
+    const uint64_t index = pos / cs;
+    const uint64_t within = pos - index * cs;
+    const ChunkEntry& e = pack->chunks().at(index);
+    const uint64_t n = std::min<uint64_t>(end - pos, e.raw_len - within);
+    uint8_t* dst = out.data() + (pos - off);
+    if (e.codec == ChunkCodec::kZero) {
+      std::memset(dst, 0, n);  // holes need no decode and no cache space
+    } else {
+      auto chunk = LoadChunk(pack, id, index);
+      if (!chunk.ok()) return Fail(chunk.status(), "read", index * cs);
+      std::memcpy(dst, chunk.value()->data() + within, n);
+    }
+    pos += n;
+  }
+  return static_cast<size_t>(end - off);
+}
+
+Result<size_t> FileContent::Read(uint64_t off, std::span<uint8_t> out) {
+  std::unique_lock lk(mu_);
+  if (std::shared_ptr<Staging> sp = staging_) {
+    lk.unlock();
+    return store_->env()->PRead(sp->fd.get(), out, off);
+  }
+  if (rec_.object == 0 || off >= rec_.size) return size_t{0};
+  auto pack = PackLocked();
+  if (!pack.ok()) return Fail(pack.status(), "open pack of", off);
+  std::shared_ptr<PackReader> p = pack.value();
+  const ObjectId id = rec_.object;
+  const uint64_t size = rec_.size;
+  lk.unlock();
+  return ReadSealed(p, id, size, off, out);
+}
+
+Status FileContent::MaterializeLocked(int dst_fd, uint64_t keep_bytes) {
+  ASSIGN_OR_RETURN(auto pack, PackLocked());
+  const uint64_t cs = pack->header().chunk_size;
+  for (uint64_t i = 0; i < pack->chunks().size() && i * cs < keep_bytes; ++i) {
+    if (pack->chunks()[i].codec == ChunkCodec::kZero) continue;  // stays a hole
+    ASSIGN_OR_RETURN(ChunkBytes chunk, LoadChunk(pack, rec_.object, i));
+    const uint64_t n = std::min<uint64_t>(chunk->size(), keep_bytes - i * cs);
+    RETURN_IF_ERROR(store_->env()->PWriteAll(dst_fd, std::span(chunk->data(), n), i * cs));
+  }
+  return Status::Ok();
+}
+
+Status FileContent::EnsureStagedLocked(uint64_t keep_bytes) {
+  if (staging_) return Status::Ok();
+  Env* env = store_->env();
+  const uint64_t keep = std::min(keep_bytes, rec_.size);
+  ObjectId id = 0;
+  ASSIGN_OR_RETURN(UniqueFd fd, store_->CreateStaging(&id));
+  Status st = Status::Ok();
+  if (keep > 0) {
+    st = MaterializeLocked(fd.get(), keep);
+    if (st.ok()) st = env->Ftruncate(fd.get(), keep);
+    // The staged copy replaces a durable pack below, so it must be durable first.
+    if (st.ok()) st = env->Fdatasync(fd.get());
+  }
+  StubRecord next{.gen = 0, .state = StubState::kStaged, .size = keep, .object = id};
+  Result<StubRecord> written = st.ok() ? WriteStub(env, stub_fd_.get(), rec_, next) : Result<StubRecord>(st);
+  if (!written.ok()) {
+    (void)store_->DeleteStaging(id);
+    return Fail(written.status(), "stage", 0);
+  }
+  const StubRecord old = rec_;
+  rec_ = written.value();
+  staging_ = std::make_shared<Staging>(Staging{id, std::move(fd)});
+  stub_synced_ = false;
+  if (old.object != 0) {
+    // Drop the old pack only once no durable record can point at it.
+    if (env->Fsync(stub_fd_.get()).ok()) {
+      stub_synced_ = true;
+      (void)store_->DeletePack(old.object);
+    }
+    cache_->ErasePack(old.object);
+  }
+  pack_.reset();
+  pack_stored_ = 0;
+  return Status::Ok();
+}
+
+Status FileContent::Write(uint64_t off, std::span<const uint8_t> data) {
+  std::shared_ptr<Staging> sp;
+  {
+    std::lock_guard lk(mu_);
+    RETURN_IF_ERROR(EnsureStagedLocked(UINT64_MAX));
+    ++change_gen_;
+    ++writes_in_flight_;
+    sp = staging_;
+  }
+  Status st = store_->env()->PWriteAll(sp->fd.get(), data, off);
+  std::lock_guard lk(mu_);
+  --writes_in_flight_;
+  return st;
+}
+
+Status FileContent::Truncate(uint64_t size) {
+  std::lock_guard lk(mu_);
+  if (!staging_ && size == rec_.size) return Status::Ok();
+  RETURN_IF_ERROR(EnsureStagedLocked(size));
+  ++change_gen_;
+  return store_->env()->Ftruncate(staging_->fd.get(), size);
+}
+
+Status FileContent::Sync() {
+  std::shared_ptr<Staging> sp;
+  bool sync_stub = false;
+  {
+    std::lock_guard lk(mu_);
+    if (!staging_) return Status::Ok();  // a sealed record is fsync'd when sealed
+    sp = staging_;
+    sync_stub = !stub_synced_;
+  }
+  Env* env = store_->env();
+  RETURN_IF_ERROR(env->Fdatasync(sp->fd.get()));
+  if (!sync_stub) return Status::Ok();
+  RETURN_IF_ERROR(env->Fsync(stub_fd_.get()));
+  RETURN_IF_ERROR(store_->SyncStagingDir());
+  std::lock_guard lk(mu_);
+  if (staging_ == sp) stub_synced_ = true;
+  return Status::Ok();
+}
+
+Status FileContent::SetTimes(const struct timespec times[2]) {
+  std::lock_guard lk(mu_);
+  Env* env = store_->env();
+  RETURN_IF_ERROR(env->Futimens(stub_fd_.get(), times));
+  if (staging_) RETURN_IF_ERROR(env->Futimens(staging_->fd.get(), times));
+  return Status::Ok();
+}
+
+void FileContent::OnOpen(bool writable) {
+  std::lock_guard lk(mu_);
+  ++open_handles_;
+  if (writable) ++open_writers_;
+}
+
+bool FileContent::OnRelease(bool writable) {
+  std::lock_guard lk(mu_);
+  --open_handles_;
+  if (writable) --open_writers_;
+  MaybeReleaseObjectsLocked();
+  return open_writers_ == 0 && staging_ && !unlinked_;
+}
+
+bool FileContent::NeedsSeal() {
+  std::lock_guard lk(mu_);
+  return open_writers_ == 0 && staging_ && !unlinked_;
+}
+
+Status FileContent::SealIfIdle() {
+  std::unique_lock lk(mu_);
+  if (!staging_ || open_writers_ > 0 || unlinked_) return Status::Ok();
+  const uint64_t gen = change_gen_;
+  const StubRecord staged = rec_;
+  const std::shared_ptr<Staging> sp = staging_;
+  lk.unlock();
+
+  // still_current takes the lock and keeps it when it answers yes, so no
+  // write can slip in between that check and the switch of the stub.
+  std::unique_lock commit(mu_, std::defer_lock);
+  auto still_current = [&] {
+    commit.lock();
+    if (change_gen_ == gen && writes_in_flight_ == 0 && open_writers_ == 0 && !unlinked_ && staging_ == sp)
+      return true;
+    commit.unlock();
+    return false;
+  };
+  auto sealed = store_->SealStub(stub_fd_.get(), staged, sp->fd.get(), still_current);
+  if (!commit.owns_lock()) {
+    if (sealed.ok() || sealed.status().code() == EAGAIN) return sealed.ok() ? Status::Ok() : sealed.status();
+    return Fail(sealed.status(), "seal", 0);
+  }
+  if (sealed.ok()) {
+    rec_ = sealed.value();
+  } else {
+    // Failed after the commit point: trust what the stub on disk says.
+    auto now = ReadStub(store_->env(), stub_fd_.get());
+    if (!now.ok() || now->state == StubState::kStaged) return Fail(sealed.status(), "seal", 0);
+    rec_ = now.value();
+  }
+  staging_.reset();
+  pack_.reset();
+  pack_stored_ = 0;
+  stub_synced_ = true;
+  return Status::Ok();
+}
+
+void FileContent::MarkUnlinked() {
+  std::lock_guard lk(mu_);
+  unlinked_ = true;
+  MaybeReleaseObjectsLocked();
+}
+
+void FileContent::MaybeReleaseObjectsLocked() {
+  if (!unlinked_ || open_handles_ > 0 || released_) return;
+  released_ = true;
+  Status st = store_->ReleaseStubObjects(rec_);
+  if (!st.ok()) spdlog::warn("freeing objects of deleted {}: {} (recovery will collect them)", label_, st.message());
+  if (rec_.state == StubState::kSealed && rec_.object != 0) cache_->ErasePack(rec_.object);
+  staging_.reset();
+  pack_.reset();
+}
+
+}  // namespace ckptfs

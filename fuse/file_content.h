@@ -1,0 +1,94 @@
+// FileContent: the bytes of one regular file, whichever state they are in.
+//   sealed: a pack, read through the decoded-chunk cache;
+//   staged: a plain staging file that writes go to and reads come from.
+// The first write (or size change) to a sealed file stages it; the seal
+// queue turns it back into a pack once no writer has it open.
+// One FileContent per backing inode, so hard links share it.
+#pragma once
+
+#include <sys/stat.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+
+#include "base/status.h"
+#include "base/unique_fd.h"
+#include "cache/chunk_cache.h"
+#include "store/pack.h"
+#include "store/store.h"
+#include "store/stub.h"
+
+namespace ckptfs {
+
+class FileContent {
+ public:
+  // stub_fd: the stub opened O_RDWR; label: how log lines name the file.
+  static Result<std::shared_ptr<FileContent>> Load(Store* store, ChunkCache* cache, UniqueFd stub_fd,
+                                                   std::string label);
+
+  // Fills size, blocks and (when staged) mtime/ctime into a stat of the stub.
+  Status FillStat(struct stat* st);
+  Result<size_t> Read(uint64_t off, std::span<uint8_t> out);
+  Status Write(uint64_t off, std::span<const uint8_t> data);
+  Status Truncate(uint64_t size);
+  // Makes everything written so far durable (fsync/fdatasync semantics).
+  Status Sync();
+  // Applies times to the stub and, while staged, to the staging file too,
+  // because a staged file reports the staging file's mtime.
+  Status SetTimes(const struct timespec times[2]);
+
+  // Handle bookkeeping; returns true when the caller should queue a seal.
+  void OnOpen(bool writable);
+  bool OnRelease(bool writable);
+  // Seals if staged and idle. Called from the seal queue. Returns EAGAIN
+  // when the file changed meanwhile (a later release will queue it again).
+  Status SealIfIdle();
+  bool NeedsSeal();
+  // The last link is gone: free the objects once no handle remains.
+  void MarkUnlinked();
+
+  const std::string& label() const { return label_; }
+  int stub_fd() const { return stub_fd_.get(); }
+
+ private:
+  struct Staging {
+    ObjectId id = 0;
+    UniqueFd fd;
+  };
+
+  FileContent(Store* store, ChunkCache* cache, UniqueFd stub_fd, std::string label)
+      : store_(store), cache_(cache), stub_fd_(std::move(stub_fd)), label_(std::move(label)) {}
+
+  Status EnsureStagedLocked(uint64_t keep_bytes);
+  Status MaterializeLocked(int dst_fd, uint64_t keep_bytes);
+  Result<std::shared_ptr<PackReader>> PackLocked();
+  Result<size_t> ReadSealed(const std::shared_ptr<PackReader>& pack, ObjectId id, uint64_t size, uint64_t off,
+                            std::span<uint8_t> out);
+  Result<ChunkBytes> LoadChunk(const std::shared_ptr<PackReader>& pack, ObjectId id, uint64_t index);
+  void MaybeReleaseObjectsLocked();
+  Status Fail(const Status& st, const char* what, uint64_t off);
+
+  Store* const store_;
+  ChunkCache* const cache_;
+  const UniqueFd stub_fd_;
+  const std::string label_;
+
+  std::mutex mu_;
+  StubRecord rec_;
+  std::shared_ptr<Staging> staging_;  // set iff rec_.state == kStaged
+  std::shared_ptr<PackReader> pack_;  // opened lazily when sealed
+  uint64_t pack_stored_ = 0;          // stored bytes of the pack, 0 if unknown
+  uint64_t change_gen_ = 0;           // bumped by every write/truncate
+  int writes_in_flight_ = 0;
+  int open_handles_ = 0;
+  int open_writers_ = 0;
+  bool stub_synced_ = false;  // stub record durable since last staging
+  bool unlinked_ = false;
+  bool released_ = false;
+};
+
+}  // namespace ckptfs

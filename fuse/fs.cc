@@ -1,0 +1,40 @@
+#include "fuse/fs.h"
+
+#include <fcntl.h>
+
+#include "base/log.h"
+
+namespace ckptfs {
+
+Filesystem::Filesystem(Store* store, const FsConfig& cfg, UniqueFd ns_root)
+    : store_(store), cfg_(cfg), cache_(cfg.cache_bytes), inodes_(std::move(ns_root)), seals_(cfg.seal_threads) {}
+
+Result<std::shared_ptr<FileContent>> Filesystem::ContentOf(Inode& inode) {
+  std::lock_guard lk(inode.content_mu);
+  if (inode.content) return inode.content;
+  ASSIGN_OR_RETURN(UniqueFd stub, store_->env()->OpenAt(AT_FDCWD, ProcFdPath(inode.fd.get()), O_RDWR | O_CLOEXEC));
+  ASSIGN_OR_RETURN(inode.content,
+                   FileContent::Load(store_, &cache_, std::move(stub), "inode " + std::to_string(inode.ino)));
+  return inode.content;
+}
+
+Status Filesystem::Stat(Inode& inode, struct stat* st) {
+  ASSIGN_OR_RETURN(*st, store_->env()->FstatAt(inode.fd.get(), "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW));
+  if (!S_ISREG(st->st_mode)) return Status::Ok();
+  ASSIGN_OR_RETURN(auto content, ContentOf(inode));
+  return content->FillStat(st);
+}
+
+void Filesystem::ForgetLinkIfGone(Inode* victim) {
+  if (victim == nullptr || victim->type != S_IFREG) return;
+  auto st = store_->env()->Fstat(victim->fd.get());
+  if (!st.ok() || st->st_nlink > 0) return;
+  auto content = ContentOf(*victim);
+  if (!content.ok()) {
+    spdlog::warn("deleted inode {}: {} (recovery will collect its objects)", victim->ino, content.status().message());
+    return;
+  }
+  content.value()->MarkUnlinked();
+}
+
+}  // namespace ckptfs

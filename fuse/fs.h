@@ -1,0 +1,53 @@
+// The mounted filesystem: the low-level libfuse operations over a Store.
+// See docs/ARCHITECTURE.md for the write, read and seal paths and
+// docs/SEMANTICS.md for what applications can rely on.
+#pragma once
+
+#include <fuse_lowlevel.h>
+
+#include <memory>
+
+#include "cache/chunk_cache.h"
+#include "fuse/inode.h"
+#include "fuse/seal_queue.h"
+#include "store/store.h"
+
+namespace ckptfs {
+
+struct FsConfig {
+  double attr_timeout = 1.0;
+  double entry_timeout = 1.0;
+  uint64_t cache_bytes = 128ull << 20;
+  int seal_threads = 1;
+  bool writeback_cache = false;
+  bool chown_new_files = true;  // daemon is root: hand new files to the caller
+};
+
+class Filesystem {
+ public:
+  Filesystem(Store* store, const FsConfig& cfg, UniqueFd ns_root);
+
+  static const fuse_lowlevel_ops& Ops();
+
+  Store* store() { return store_; }
+  ChunkCache& cache() { return cache_; }
+  InodeTable& inodes() { return inodes_; }
+  SealQueue& seals() { return seals_; }
+  const FsConfig& config() const { return cfg_; }
+
+  // The file's content, loading its stub on first use.
+  Result<std::shared_ptr<FileContent>> ContentOf(Inode& inode);
+  // stat of the backing entry, with size/blocks/mtime of the content.
+  Status Stat(Inode& inode, struct stat* st);
+  // After an unlink or a rename that may have dropped `victim`'s last link.
+  void ForgetLinkIfGone(Inode* victim);
+
+ private:
+  Store* store_;
+  FsConfig cfg_;
+  ChunkCache cache_;
+  InodeTable inodes_;
+  SealQueue seals_;
+};
+
+}  // namespace ckptfs

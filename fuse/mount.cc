@@ -1,0 +1,333 @@
+#include "fuse/mount.h"
+
+#include <fcntl.h>
+#include <fuse_lowlevel.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <sstream>
+
+#include "base/log.h"
+
+namespace ckptfs {
+namespace {
+
+const char* const kKernelOpts[] = {"allow_other", "allow_root", "default_permissions", "ro", "rw", "nosuid",
+                                   "suid", "nodev", "dev", "noexec", "exec", "noatime"};
+
+bool IsKernelOpt(const std::string& key) {
+  for (const char* k : kKernelOpts)
+    if (key == k) return true;
+  return false;
+}
+
+Result<long> ParseInt(const std::string& key, const std::string& v, long lo, long hi) {
+  char* end = nullptr;
+  errno = 0;
+  long n = std::strtol(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || errno != 0 || n < lo || n > hi)
+    return Status::InvalidArgument("option " + key + "=" + v + ": expected an integer in [" + std::to_string(lo) +
+                                   ", " + std::to_string(hi) + "]");
+  return n;
+}
+
+Result<double> ParseSeconds(const std::string& key, const std::string& v) {
+  char* end = nullptr;
+  double d = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end != '\0' || d < 0) return Status::InvalidArgument("option " + key + "=" + v + ": expected seconds >= 0");
+  return d;
+}
+
+// Applies one "key" or "key=value" option.
+Status ApplyOption(const std::string& opt, MountOptions* out) {
+  const size_t eq = opt.find('=');
+  const std::string key = opt.substr(0, eq);
+  const std::string val = eq == std::string::npos ? "" : opt.substr(eq + 1);
+  const bool has_val = eq != std::string::npos;
+  auto need_val = [&]() -> Status {
+    return has_val ? Status::Ok() : Status::InvalidArgument("option " + key + " needs a value (" + key + "=...)");
+  };
+  if (IsKernelOpt(key) && !has_val) {
+    out->kernel_opts.push_back(key);
+    return Status::Ok();
+  }
+  if (key == "cache_size") {
+    RETURN_IF_ERROR(need_val());
+    ASSIGN_OR_RETURN(out->fs.cache_bytes, ParseSize(val));
+  } else if (key == "chunk_size") {
+    RETURN_IF_ERROR(need_val());
+    ASSIGN_OR_RETURN(uint64_t cs, ParseSize(val));
+    if (cs < 4096 || cs > (256u << 20) || (cs & (cs - 1)) != 0)
+      return Status::InvalidArgument("option chunk_size=" + val + ": must be a power of two from 4K to 256M");
+    out->chunk_size = static_cast<uint32_t>(cs);
+  } else if (key == "zstd_level") {
+    RETURN_IF_ERROR(need_val());
+    ASSIGN_OR_RETURN(long n, ParseInt(key, val, -7, 22));
+    out->zstd_level = static_cast<int>(n);
+  } else if (key == "seal_threads") {
+    RETURN_IF_ERROR(need_val());
+    ASSIGN_OR_RETURN(long n, ParseInt(key, val, 1, 64));
+    out->fs.seal_threads = static_cast<int>(n);
+  } else if (key == "max_threads") {
+    RETURN_IF_ERROR(need_val());
+    ASSIGN_OR_RETURN(long n, ParseInt(key, val, 1, 256));
+    out->max_threads = static_cast<int>(n);
+  } else if (key == "attr_timeout") {
+    RETURN_IF_ERROR(need_val());
+    ASSIGN_OR_RETURN(out->fs.attr_timeout, ParseSeconds(key, val));
+  } else if (key == "entry_timeout") {
+    RETURN_IF_ERROR(need_val());
+    ASSIGN_OR_RETURN(out->fs.entry_timeout, ParseSeconds(key, val));
+  } else if (key == "log") {
+    RETURN_IF_ERROR(need_val());
+    out->log_path = val;
+  } else if (key == "log_level") {
+    RETURN_IF_ERROR(need_val());
+    if (spdlog::level::from_str(val) == spdlog::level::off && val != "off")
+      return Status::InvalidArgument("option log_level=" + val + ": use trace, debug, info, warn, error or off");
+    out->log_level = val;
+  } else if (key == "writeback" && !has_val) {
+    out->fs.writeback_cache = true;
+  } else if (key == "debug" && !has_val) {
+    out->debug_fuse = true;
+  } else {
+    return Status::InvalidArgument("unknown mount option '" + opt + "' (see ckptfs mount --help)");
+  }
+  return Status::Ok();
+}
+
+std::string Unescape(const std::string& s) {  // mountinfo escapes space, tab, \n, \ as \ooo
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '\\' && i + 3 < s.size()) {
+      out.push_back(static_cast<char>(std::stoi(s.substr(i + 1, 3), nullptr, 8)));
+      i += 3;
+    } else {
+      out.push_back(s[i]);
+    }
+  }
+  return out;
+}
+
+// Escapes a value for libfuse's -o parser (commas and backslashes).
+std::string EscapeOpt(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == ',' || c == '\\') out.push_back('\\');
+    out.push_back(c);
+  }
+  return out;
+}
+
+void RaiseFdLimit() {
+  struct rlimit rl {};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &rl);
+  }
+}
+
+void LogRecovery(const RecoveryReport& r, bool to_stderr) {
+  spdlog::info("recovery: scanned {} files, resealed {}, removed {} temporary, {} orphan packs, {} orphan staging; {} broken",
+               r.stubs_scanned, r.staged_resealed, r.tmp_files_removed, r.orphan_packs_removed,
+               r.orphan_staging_removed, r.broken_stubs);
+  if (to_stderr)
+    for (const auto& a : r.actions) std::cerr << "ckptfs: recovery: " << a << "\n";
+}
+
+int Fail(const std::string& msg) {
+  std::cerr << "ckptfs mount: " << msg << "\n";
+  return 1;
+}
+
+}  // namespace
+
+std::string MountOptionsHelp() {
+  return "Mount options (-o, comma-separated):\n"
+         "  cache_size=SIZE     decoded-chunk cache limit (default 128M)\n"
+         "  chunk_size=SIZE     chunk size for new packs, power of two (default 4M)\n"
+         "  zstd_level=N        zstd level for new packs (default 3)\n"
+         "  seal_threads=N      background sealing threads (default 1)\n"
+         "  max_threads=N       FUSE worker threads (default 16)\n"
+         "  attr_timeout=SEC    kernel attribute cache time (default 1)\n"
+         "  entry_timeout=SEC   kernel name cache time (default 1)\n"
+         "  log=PATH            daemon log (default BACKING/ckptfs.log)\n"
+         "  log_level=LEVEL     trace|debug|info|warn|error (default info)\n"
+         "  writeback           kernel writeback cache (faster small writes)\n"
+         "  debug               libfuse request tracing (implies -f)\n"
+         "  allow_other, allow_root, default_permissions, ro, rw, nosuid, nodev,\n"
+         "  noexec, suid, dev, exec, noatime: passed to the kernel mount.\n"
+         "  allow_other turns on default_permissions, so the kernel checks access.\n";
+}
+
+Result<uint64_t> ParseSize(const std::string& text) {
+  if (text.empty()) return Status::InvalidArgument("empty size");
+  char* end = nullptr;
+  errno = 0;
+  unsigned long long n = std::strtoull(text.c_str(), &end, 10);
+  if (end == text.c_str() || errno != 0) return Status::InvalidArgument("bad size '" + text + "'");
+  std::string suffix(end);
+  uint64_t mult = 1;
+  if (suffix == "" || suffix == "B") mult = 1;
+  else if (suffix == "K" || suffix == "k" || suffix == "KiB") mult = 1ull << 10;
+  else if (suffix == "M" || suffix == "m" || suffix == "MiB") mult = 1ull << 20;
+  else if (suffix == "G" || suffix == "g" || suffix == "GiB") mult = 1ull << 30;
+  else if (suffix == "T" || suffix == "t" || suffix == "TiB") mult = 1ull << 40;
+  else return Status::InvalidArgument("bad size '" + text + "': use a number with K, M, G or T");
+  return static_cast<uint64_t>(n) * mult;
+}
+
+Status ParseMountOptions(const std::string& list, MountOptions* out) {
+  std::string cur;
+  for (size_t i = 0; i <= list.size(); ++i) {
+    if (i == list.size() || list[i] == ',') {
+      if (!cur.empty()) RETURN_IF_ERROR(ApplyOption(cur, out));
+      cur.clear();
+    } else {
+      cur.push_back(list[i]);
+    }
+  }
+  return Status::Ok();
+}
+
+std::vector<MountEntry> ReadMounts() {
+  std::vector<MountEntry> out;
+  std::ifstream in("/proc/self/mountinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream ss(line);
+    std::vector<std::string> f;
+    for (std::string w; ss >> w;) f.push_back(w);
+    size_t dash = 0;
+    while (dash < f.size() && f[dash] != "-") ++dash;
+    if (f.size() < 5 || dash + 2 >= f.size()) continue;
+    out.push_back({Unescape(f[4]), Unescape(f[dash + 2]), f[dash + 1]});
+  }
+  return out;
+}
+
+Result<std::string> CheckMountpoint(const std::string& path) {
+  char* real = ::realpath(path.c_str(), nullptr);
+  if (real == nullptr) {
+    int err = errno;
+    if (err == ENOTCONN)
+      return Status::Error(ENOTCONN, "mount point " + path +
+                                         " is a stale FUSE mount (its daemon died); run `ckptfs umount " + path +
+                                         "` first");
+    if (err == ENOENT) return Status::Error(ENOENT, "mount point " + path + " does not exist; create it with mkdir");
+    return Status::FromErrno(err, "mount point " + path);
+  }
+  std::string abs(real);
+  std::free(real);
+  struct stat st {};
+  if (::stat(abs.c_str(), &st) != 0) {
+    if (errno == ENOTCONN)
+      return Status::Error(ENOTCONN, "mount point " + abs + " is a stale FUSE mount; run `ckptfs umount " + abs + "` first");
+    return Status::FromErrno("mount point " + abs);
+  }
+  if (!S_ISDIR(st.st_mode)) return Status::Error(ENOTDIR, "mount point " + abs + " is not a directory");
+  for (const MountEntry& m : ReadMounts()) {
+    if (m.mountpoint == abs && m.fstype.rfind("fuse", 0) == 0)
+      return Status::Error(EBUSY, "mount point " + abs + " is busy: " + m.fstype + " from " + m.source +
+                                      " is already mounted there; run `ckptfs umount " + abs + "` first");
+  }
+  return abs;
+}
+
+Result<std::string> CheckBacking(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT)
+      return Status::Error(ENOENT, "backing directory " + path + " does not exist; create it (mkdir -p " + path + ")");
+    return Status::FromErrno("backing directory " + path);
+  }
+  if (!S_ISDIR(st.st_mode)) return Status::Error(ENOTDIR, "backing path " + path + " is not a directory");
+  if (::access(path.c_str(), W_OK | X_OK) != 0)
+    return Status::FromErrno("backing directory " + path + " is not writable by this user");
+  char* real = ::realpath(path.c_str(), nullptr);
+  std::string abs(real ? real : path.c_str());
+  std::free(real);
+  return abs;
+}
+
+int RunMount(MountOptions opts) {
+  ::umask(0);  // the kernel already applied the caller's umask to every mode
+  InitLogging("", opts.log_level);
+  auto mp = CheckMountpoint(opts.mountpoint);
+  if (!mp.ok()) return Fail(mp.status().message());
+  auto bk = CheckBacking(opts.backing);
+  if (!bk.ok()) return Fail(bk.status().message());
+  const std::string mountpoint = mp.value();
+  const std::string backing = bk.value();
+  if ((mountpoint + "/").rfind(backing + "/", 0) == 0 || (backing + "/").rfind(mountpoint + "/", 0) == 0)
+    return Fail("backing directory " + backing + " and mount point " + mountpoint + " must not contain each other");
+
+  StoreOptions so;
+  so.chunk_size = opts.chunk_size;
+  so.encoder.zstd_level = opts.zstd_level;
+  auto store = Store::Open(Env::Default(), backing, so);
+  if (!store.ok()) return Fail(store.status().message());
+
+  const std::string log_path = opts.log_path.empty() ? backing + "/ckptfs.log" : opts.log_path;
+  spdlog::drop_all();
+  InitLogging(log_path, opts.log_level, opts.foreground);
+  spdlog::info("ckptfs {} mounting {} on {}", CKPTFS_VERSION, backing, mountpoint);
+
+  auto report = store.value()->Recover();
+  if (!report.ok()) return Fail("recovery of " + backing + " failed: " + report.status().message());
+  LogRecovery(report.value(), opts.foreground);
+
+  auto ns_root = Env::Default()->OpenAt(store.value()->ns_fd(), ".", O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (!ns_root.ok()) return Fail(ns_root.status().message());
+  if (std::find(opts.kernel_opts.begin(), opts.kernel_opts.end(), "allow_other") != opts.kernel_opts.end() &&
+      std::find(opts.kernel_opts.begin(), opts.kernel_opts.end(), "default_permissions") == opts.kernel_opts.end()) {
+    opts.kernel_opts.push_back("default_permissions");
+  }
+  RaiseFdLimit();
+  Filesystem fs(store.value().get(), opts.fs, std::move(ns_root).value());
+
+  std::string fuse_opts = "fsname=" + EscapeOpt(backing) + ",subtype=ckptfs";
+  for (const auto& k : opts.kernel_opts) fuse_opts += "," + k;
+  std::vector<std::string> argv_s = {"ckptfs", "-o", fuse_opts};
+  if (opts.debug_fuse) argv_s.push_back("-d");
+  std::vector<char*> argv;
+  for (auto& s : argv_s) argv.push_back(s.data());
+  fuse_args args = FUSE_ARGS_INIT(static_cast<int>(argv.size()), argv.data());
+
+  fuse_session* se = fuse_session_new(&args, &Filesystem::Ops(), sizeof(fuse_lowlevel_ops), &fs);
+  if (se == nullptr) return Fail("could not create the FUSE session (see messages above)");
+  if (fuse_set_signal_handlers(se) != 0) return Fail("could not install signal handlers");
+  if (fuse_session_mount(se, mountpoint.c_str()) != 0) {
+    fuse_remove_signal_handlers(se);
+    fuse_session_destroy(se);
+    return Fail("could not mount on " + mountpoint + " (is /dev/fuse available and are you root?)");
+  }
+  if (fuse_daemonize(opts.foreground ? 1 : 0) != 0) return Fail("could not daemonize");
+  Status pid = store.value()->RecordOwnerPid();
+  if (!pid.ok()) spdlog::warn("{}", pid.message());
+  fs.seals().Start();
+  spdlog::info("mounted {} on {}", backing, mountpoint);
+
+  fuse_loop_config* loop = fuse_loop_cfg_create();
+  fuse_loop_cfg_set_max_threads(loop, static_cast<unsigned>(opts.max_threads));
+  fuse_loop_cfg_set_clone_fd(loop, 0);
+  int rc = fuse_session_loop_mt(se, loop);
+  fuse_loop_cfg_destroy(loop);
+
+  fuse_session_unmount(se);
+  fs.seals().Drain();
+  fuse_remove_signal_handlers(se);
+  fuse_session_destroy(se);
+  spdlog::info("unmounted {} (loop exit {})", mountpoint, rc);
+  spdlog::shutdown();
+  return rc == 0 ? 0 : 1;
+}
+
+}  // namespace ckptfs

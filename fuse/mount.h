@@ -1,0 +1,51 @@
+// Mounting: option parsing, pre-flight checks with actionable errors, and
+// the daemon's life cycle (open store, recover, mount, serve, drain seals).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "fuse/fs.h"
+
+namespace ckptfs {
+
+struct MountOptions {
+  std::string backing;
+  std::string mountpoint;
+  bool foreground = false;
+  FsConfig fs;
+  uint32_t chunk_size = 4u << 20;
+  int zstd_level = 3;
+  int max_threads = 16;
+  std::string log_path;  // default: BACKING/ckptfs.log
+  std::string log_level = "info";
+  bool debug_fuse = false;
+  std::vector<std::string> kernel_opts;  // passed to the kernel mount (allow_other, ro, ...)
+};
+
+// The -o options, one line each, for --help.
+std::string MountOptionsHelp();
+// Parses a comma-separated -o list into `out`. Unknown options are an error.
+Status ParseMountOptions(const std::string& list, MountOptions* out);
+// Parses "64M", "1G", "4096". Suffixes K/M/G/T are powers of 1024.
+Result<uint64_t> ParseSize(const std::string& text);
+
+// Checks the mount point: exists, is a directory, is not stale, not busy.
+Result<std::string> CheckMountpoint(const std::string& path);
+Result<std::string> CheckBacking(const std::string& path);
+
+// Runs the daemon; returns the process exit code.
+int RunMount(MountOptions opts);
+
+// Where /proc/self/mountinfo says `mountpoint` is mounted from, if it is a
+// ckptfs mount ("" otherwise). The source is the backing directory.
+struct MountEntry {
+  std::string mountpoint;
+  std::string source;
+  std::string fstype;
+};
+std::vector<MountEntry> ReadMounts();
+
+}  // namespace ckptfs

@@ -1,0 +1,418 @@
+// libfuse low-level callbacks. Each one translates the request into calls
+// on the inode table, FileContent or Env, and replies exactly once.
+#include <dirent.h>
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/file.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <vector>
+
+#include "base/log.h"
+#include "fuse/fs.h"
+
+namespace ckptfs {
+namespace {
+
+Filesystem& Fs(fuse_req_t req) { return *static_cast<Filesystem*>(fuse_req_userdata(req)); }
+Env* E(fuse_req_t req) { return Fs(req).store()->env(); }
+Inode& In(fuse_req_t req, fuse_ino_t ino) { return Fs(req).inodes().Get(ino); }
+
+struct FileHandle {
+  Inode* inode;
+  std::shared_ptr<FileContent> content;
+  bool writable;
+};
+
+struct DirHandle {
+  UniqueFd fd;
+  std::vector<DirEntry> entries;
+};
+
+FileHandle* FH(fuse_file_info* fi) { return reinterpret_cast<FileHandle*>(static_cast<uintptr_t>(fi->fh)); }
+DirHandle* DH(fuse_file_info* fi) { return reinterpret_cast<DirHandle*>(static_cast<uintptr_t>(fi->fh)); }
+
+void ReplyErr(fuse_req_t req, const Status& st) {
+  if (st.code() != ENOENT && st.code() != EEXIST && st.code() != ENOTEMPTY && st.code() != ENODATA)
+    spdlog::debug("request failed: {}", st.message());
+  fuse_reply_err(req, st.code());
+}
+
+bool IsWritable(int flags) { return (flags & O_ACCMODE) != O_RDONLY; }
+
+// Replies with an entry for `name` in `parent` (counting one lookup).
+void ReplyEntry(fuse_req_t req, Inode& parent, const char* name) {
+  Filesystem& fs = Fs(req);
+  fuse_entry_param e{};
+  auto inode = fs.inodes().Lookup(parent, name, &e.attr);
+  if (!inode.ok()) return ReplyErr(req, inode.status());
+  Status st = fs.Stat(*inode.value(), &e.attr);
+  if (!st.ok()) {
+    fs.inodes().Forget(*inode.value(), 1);
+    return ReplyErr(req, st);
+  }
+  e.ino = fs.inodes().IdOf(*inode.value());
+  e.attr_timeout = fs.config().attr_timeout;
+  e.entry_timeout = fs.config().entry_timeout;
+  fuse_reply_entry(req, &e);
+}
+
+// The daemon runs as root; new entries belong to the process that made them.
+Status GiveToCaller(fuse_req_t req, Inode& parent, const char* name) {
+  if (!Fs(req).config().chown_new_files || ::geteuid() != 0) return Status::Ok();
+  const fuse_ctx* ctx = fuse_req_ctx(req);
+  auto pst = E(req)->FstatAt(parent.fd.get(), "", AT_EMPTY_PATH);
+  // A setgid directory hands its group down; the kernel already did that.
+  gid_t gid = (pst.ok() && (pst->st_mode & S_ISGID)) ? static_cast<gid_t>(-1) : ctx->gid;
+  return E(req)->FchownAt(parent.fd.get(), name, ctx->uid, gid, AT_SYMLINK_NOFOLLOW);
+}
+
+// Finds the inode currently named `name` in `parent`, if the kernel knows it.
+Inode* Victim(fuse_req_t req, Inode& parent, const char* name) {
+  auto st = E(req)->FstatAt(parent.fd.get(), name, AT_SYMLINK_NOFOLLOW);
+  if (!st.ok() || !S_ISREG(st->st_mode)) return nullptr;
+  return Fs(req).inodes().Find(st->st_dev, st->st_ino);
+}
+
+void OpInit(void* userdata, fuse_conn_info* conn) {
+  auto* fs = static_cast<Filesystem*>(userdata);
+  if (fs->config().writeback_cache && (conn->capable & FUSE_CAP_WRITEBACK_CACHE))
+    conn->want |= FUSE_CAP_WRITEBACK_CACHE;
+  else
+    conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
+  if (conn->capable & FUSE_CAP_PARALLEL_DIROPS) conn->want |= FUSE_CAP_PARALLEL_DIROPS;
+  conn->want &= ~FUSE_CAP_SPLICE_READ;  // replies come from memory, not fds
+  conn->max_background = 64;
+  conn->congestion_threshold = 48;
+}
+
+void OpDestroy(void* userdata) { static_cast<Filesystem*>(userdata)->seals().Drain(); }
+
+void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) { ReplyEntry(req, In(req, parent), name); }
+
+void OpForget(fuse_req_t req, fuse_ino_t ino, uint64_t n) {
+  Fs(req).inodes().Forget(In(req, ino), n);
+  fuse_reply_none(req);
+}
+
+void OpForgetMulti(fuse_req_t req, size_t count, fuse_forget_data* forgets) {
+  for (size_t i = 0; i < count; ++i) Fs(req).inodes().Forget(In(req, forgets[i].ino), forgets[i].nlookup);
+  fuse_reply_none(req);
+}
+
+void OpGetattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
+  struct stat st {};
+  Status s = Fs(req).Stat(In(req, ino), &st);
+  if (!s.ok()) return ReplyErr(req, s);
+  fuse_reply_attr(req, &st, Fs(req).config().attr_timeout);
+}
+
+Status SetTimes(fuse_req_t req, Inode& inode, const struct stat* attr, int valid) {
+  struct timespec tv[2];
+  tv[0].tv_nsec = tv[1].tv_nsec = UTIME_OMIT;
+  if (valid & FUSE_SET_ATTR_ATIME_NOW) tv[0].tv_nsec = UTIME_NOW;
+  else if (valid & FUSE_SET_ATTR_ATIME) tv[0] = attr->st_atim;
+  if (valid & FUSE_SET_ATTR_MTIME_NOW) tv[1].tv_nsec = UTIME_NOW;
+  else if (valid & FUSE_SET_ATTR_MTIME) tv[1] = attr->st_mtim;
+  if (inode.type == S_IFREG) {
+    ASSIGN_OR_RETURN(auto content, Fs(req).ContentOf(inode));
+    return content->SetTimes(tv);
+  }
+  if (inode.type == S_IFLNK) return Status::Ok();  // no portable way through O_PATH; times stay
+  return E(req)->UtimensAt(AT_FDCWD, ProcFdPath(inode.fd.get()), tv, 0);
+}
+
+Status ApplySetattr(fuse_req_t req, Inode& inode, const struct stat* attr, int valid) {
+  Env* env = E(req);
+  if ((valid & FUSE_SET_ATTR_MODE) && inode.type != S_IFLNK)
+    RETURN_IF_ERROR(env->FchmodAt(AT_FDCWD, ProcFdPath(inode.fd.get()), attr->st_mode & 07777, 0));
+  if (valid & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID)) {
+    uid_t uid = (valid & FUSE_SET_ATTR_UID) ? attr->st_uid : static_cast<uid_t>(-1);
+    gid_t gid = (valid & FUSE_SET_ATTR_GID) ? attr->st_gid : static_cast<gid_t>(-1);
+    RETURN_IF_ERROR(env->FchownAt(inode.fd.get(), "", uid, gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW));
+  }
+  if (valid & FUSE_SET_ATTR_SIZE) {
+    if (inode.type != S_IFREG) return Status::Error(EINVAL, "truncate of a non-regular file");
+    ASSIGN_OR_RETURN(auto content, Fs(req).ContentOf(inode));
+    RETURN_IF_ERROR(content->Truncate(static_cast<uint64_t>(attr->st_size)));
+    if (content->NeedsSeal()) Fs(req).seals().Push(content);
+  }
+  if (valid & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_ATIME_NOW | FUSE_SET_ATTR_MTIME_NOW))
+    RETURN_IF_ERROR(SetTimes(req, inode, attr, valid));
+  return Status::Ok();
+}
+
+void OpSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int valid, fuse_file_info*) {
+  Inode& inode = In(req, ino);
+  Status s = ApplySetattr(req, inode, attr, valid);
+  if (!s.ok()) return ReplyErr(req, s);
+  OpGetattr(req, ino, nullptr);
+}
+
+void OpReadlink(fuse_req_t req, fuse_ino_t ino) {
+  auto target = E(req)->ReadlinkAt(In(req, ino).fd.get(), "");
+  if (!target.ok()) return ReplyErr(req, target.status());
+  fuse_reply_readlink(req, target->c_str());
+}
+
+void OpMknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev) {
+  Inode& dir = In(req, parent);
+  Status s = S_ISREG(mode) ? E(req)->OpenAt(dir.fd.get(), name, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC,
+                                            mode & 07777).status()
+                           : E(req)->MknodAt(dir.fd.get(), name, mode, rdev);
+  if (s.ok()) s = GiveToCaller(req, dir, name);
+  if (!s.ok()) return ReplyErr(req, s);
+  ReplyEntry(req, dir, name);
+}
+
+void OpMkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
+  Inode& dir = In(req, parent);
+  Status s = E(req)->MkdirAt(dir.fd.get(), name, mode);
+  if (s.ok()) s = GiveToCaller(req, dir, name);
+  if (!s.ok()) return ReplyErr(req, s);
+  ReplyEntry(req, dir, name);
+}
+
+void OpSymlink(fuse_req_t req, const char* link, fuse_ino_t parent, const char* name) {
+  Inode& dir = In(req, parent);
+  Status s = E(req)->SymlinkAt(link, dir.fd.get(), name);
+  if (s.ok()) s = GiveToCaller(req, dir, name);
+  if (!s.ok()) return ReplyErr(req, s);
+  ReplyEntry(req, dir, name);
+}
+
+void OpLink(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname) {
+  Inode& dir = In(req, newparent);
+  Status s = E(req)->LinkAt(AT_FDCWD, ProcFdPath(In(req, ino).fd.get()), dir.fd.get(), newname, AT_SYMLINK_FOLLOW);
+  if (!s.ok()) return ReplyErr(req, s);
+  ReplyEntry(req, dir, newname);
+}
+
+void OpUnlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  Inode& dir = In(req, parent);
+  Inode* victim = Victim(req, dir, name);
+  Status s = E(req)->UnlinkAt(dir.fd.get(), name, 0);
+  if (!s.ok()) return ReplyErr(req, s);
+  Fs(req).ForgetLinkIfGone(victim);
+  fuse_reply_err(req, 0);
+}
+
+void OpRmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  Status s = E(req)->UnlinkAt(In(req, parent).fd.get(), name, AT_REMOVEDIR);
+  fuse_reply_err(req, s.code());
+}
+
+void OpRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent, const char* newname,
+              unsigned int flags) {
+  Inode& from = In(req, parent);
+  Inode& to = In(req, newparent);
+  Inode* victim = (flags & RENAME_EXCHANGE) ? nullptr : Victim(req, to, newname);
+  Status s = E(req)->RenameAt(from.fd.get(), name, to.fd.get(), newname, flags);
+  if (!s.ok()) return ReplyErr(req, s);
+  Fs(req).ForgetLinkIfGone(victim);
+  fuse_reply_err(req, 0);
+}
+
+// Opens a handle on an existing regular-file inode and replies.
+void OpenHandle(fuse_req_t req, Inode& inode, fuse_file_info* fi, const fuse_entry_param* created) {
+  Filesystem& fs = Fs(req);
+  auto content = fs.ContentOf(inode);
+  if (!content.ok()) return ReplyErr(req, content.status());
+  const bool writable = IsWritable(fi->flags);
+  if ((fi->flags & O_TRUNC) && writable) {
+    Status s = content.value()->Truncate(0);
+    if (!s.ok()) return ReplyErr(req, s);
+  }
+  content.value()->OnOpen(writable);
+  fi->fh = reinterpret_cast<uintptr_t>(new FileHandle{&inode, content.value(), writable});
+  // Every change passes through this kernel, so its page cache stays valid.
+  fi->keep_cache = 1;
+  int rc = created ? fuse_reply_create(req, created, fi) : fuse_reply_open(req, fi);
+  if (rc != 0) {  // the opener went away: undo the open
+    content.value()->OnRelease(writable);
+    delete FH(fi);
+  }
+}
+
+void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  Inode& inode = In(req, ino);
+  if (inode.type != S_IFREG) return (void)fuse_reply_err(req, inode.type == S_IFDIR ? EISDIR : EINVAL);
+  OpenHandle(req, inode, fi, nullptr);
+}
+
+void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fuse_file_info* fi) {
+  Filesystem& fs = Fs(req);
+  Inode& dir = In(req, parent);
+  const int excl = fi->flags & O_EXCL;
+  auto made = E(req)->OpenAt(dir.fd.get(), name, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, mode & 07777);
+  Status s = made.status();
+  if (s.ok()) s = GiveToCaller(req, dir, name);
+  else if (s.code() == EEXIST && !excl) s = Status::Ok();  // lost a race with another creator: open it
+  if (!s.ok()) return ReplyErr(req, s);
+  fuse_entry_param e{};
+  auto inode = fs.inodes().Lookup(dir, name, &e.attr);
+  if (!inode.ok()) return ReplyErr(req, inode.status());
+  s = fs.Stat(*inode.value(), &e.attr);
+  if (s.ok() && !S_ISREG(e.attr.st_mode)) s = Status::Error(EISDIR, "create over a non-regular file");
+  if (!s.ok()) {
+    fs.inodes().Forget(*inode.value(), 1);
+    return ReplyErr(req, s);
+  }
+  e.ino = fs.inodes().IdOf(*inode.value());
+  e.attr_timeout = fs.config().attr_timeout;
+  e.entry_timeout = fs.config().entry_timeout;
+  OpenHandle(req, *inode.value(), fi, &e);
+}
+
+void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi) {
+  std::vector<uint8_t> buf(size);
+  auto n = FH(fi)->content->Read(static_cast<uint64_t>(off), buf);
+  if (!n.ok()) return ReplyErr(req, n.status());
+  fuse_reply_buf(req, reinterpret_cast<const char*>(buf.data()), n.value());
+}
+
+void OpWrite(fuse_req_t req, fuse_ino_t, const char* data, size_t size, off_t off, fuse_file_info* fi) {
+  Status s = FH(fi)->content->Write(static_cast<uint64_t>(off),
+                                    std::span(reinterpret_cast<const uint8_t*>(data), size));
+  if (!s.ok()) return ReplyErr(req, s);
+  fuse_reply_write(req, size);
+}
+
+void OpFlush(fuse_req_t req, fuse_ino_t, fuse_file_info*) {
+  // Staged bytes are already in the backing file: a daemon crash cannot
+  // lose them, so close() need not wait for the seal.
+  fuse_reply_err(req, 0);
+}
+
+void OpRelease(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
+  FileHandle* h = FH(fi);
+  if (h->content->OnRelease(h->writable)) Fs(req).seals().Push(h->content);
+  delete h;
+  fuse_reply_err(req, 0);
+}
+
+void OpFsync(fuse_req_t req, fuse_ino_t, int, fuse_file_info* fi) {
+  FileHandle* h = FH(fi);
+  Status s = h->content->Sync();
+  if (s.ok() && h->content->NeedsSeal()) Fs(req).seals().Push(h->content);
+  fuse_reply_err(req, s.code());
+}
+
+void OpOpendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  auto fd = E(req)->OpenAt(AT_FDCWD, ProcFdPath(In(req, ino).fd.get()), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (!fd.ok()) return ReplyErr(req, fd.status());
+  auto* dh = new DirHandle{std::move(fd).value(), {}};
+  fi->fh = reinterpret_cast<uintptr_t>(dh);
+  fi->cache_readdir = 0;
+  if (fuse_reply_open(req, fi) != 0) delete dh;
+}
+
+void OpReaddir(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi) {
+  DirHandle* dh = DH(fi);
+  if (off == 0) {  // (re)start: take a fresh listing, as rewinddir expects
+    auto list = E(req)->ListDir(dh->fd.get());
+    if (!list.ok()) return ReplyErr(req, list.status());
+    dh->entries = std::move(list).value();
+  }
+  std::vector<char> buf(size);
+  size_t used = 0;
+  for (size_t i = static_cast<size_t>(off); i < dh->entries.size(); ++i) {
+    const DirEntry& d = dh->entries[i];
+    struct stat st {};
+    st.st_ino = d.ino;
+    st.st_mode = static_cast<mode_t>(DTTOIF(d.type));
+    size_t need = fuse_add_direntry(req, buf.data() + used, size - used, d.name.c_str(), &st,
+                                    static_cast<off_t>(i + 1));
+    if (need > size - used) break;
+    used += need;
+  }
+  fuse_reply_buf(req, buf.data(), used);
+}
+
+void OpReleasedir(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
+  delete DH(fi);
+  fuse_reply_err(req, 0);
+}
+
+void OpFsyncdir(fuse_req_t req, fuse_ino_t, int, fuse_file_info* fi) {
+  fuse_reply_err(req, E(req)->Fsync(DH(fi)->fd.get()).code());
+}
+
+void OpStatfs(fuse_req_t req, fuse_ino_t ino) {
+  auto st = E(req)->Fstatvfs(In(req, ino).fd.get());
+  if (!st.ok()) return ReplyErr(req, st.status());
+  fuse_reply_statfs(req, &st.value());
+}
+
+void OpSetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size, int flags) {
+  Status s = E(req)->SetXattr(ProcFdPath(In(req, ino).fd.get()), name,
+                              std::span(reinterpret_cast<const uint8_t*>(value), size), flags);
+  fuse_reply_err(req, s.code());
+}
+
+void OpGetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
+  std::vector<uint8_t> buf(size);
+  auto n = E(req)->GetXattr(ProcFdPath(In(req, ino).fd.get()), name, buf);
+  if (!n.ok()) return ReplyErr(req, n.status());
+  if (size == 0) return (void)fuse_reply_xattr(req, n.value());
+  fuse_reply_buf(req, reinterpret_cast<const char*>(buf.data()), n.value());
+}
+
+void OpListxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
+  std::vector<char> buf(size);
+  auto n = E(req)->ListXattr(ProcFdPath(In(req, ino).fd.get()), buf);
+  if (!n.ok()) return ReplyErr(req, n.status());
+  if (size == 0) return (void)fuse_reply_xattr(req, n.value());
+  fuse_reply_buf(req, buf.data(), n.value());
+}
+
+void OpRemovexattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
+  fuse_reply_err(req, E(req)->RemoveXattr(ProcFdPath(In(req, ino).fd.get()), name).code());
+}
+
+fuse_lowlevel_ops MakeOps() {
+  fuse_lowlevel_ops ops{};
+  ops.init = OpInit;
+  ops.destroy = OpDestroy;
+  ops.lookup = OpLookup;
+  ops.forget = OpForget;
+  ops.forget_multi = OpForgetMulti;
+  ops.getattr = OpGetattr;
+  ops.setattr = OpSetattr;
+  ops.readlink = OpReadlink;
+  ops.mknod = OpMknod;
+  ops.mkdir = OpMkdir;
+  ops.symlink = OpSymlink;
+  ops.link = OpLink;
+  ops.unlink = OpUnlink;
+  ops.rmdir = OpRmdir;
+  ops.rename = OpRename;
+  ops.open = OpOpen;
+  ops.create = OpCreate;
+  ops.read = OpRead;
+  ops.write = OpWrite;
+  ops.flush = OpFlush;
+  ops.release = OpRelease;
+  ops.fsync = OpFsync;
+  ops.opendir = OpOpendir;
+  ops.readdir = OpReaddir;
+  ops.releasedir = OpReleasedir;
+  ops.fsyncdir = OpFsyncdir;
+  ops.statfs = OpStatfs;
+  ops.setxattr = OpSetxattr;
+  ops.getxattr = OpGetxattr;
+  ops.listxattr = OpListxattr;
+  ops.removexattr = OpRemovexattr;
+  return ops;
+}
+
+}  // namespace
+
+const fuse_lowlevel_ops& Filesystem::Ops() {
+  static const fuse_lowlevel_ops ops = MakeOps();
+  return ops;
+}
+
+}  // namespace ckptfs

@@ -1,0 +1,203 @@
+#include "mount-tools/commands.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "fuse/mount.h"
+#include "store/store.h"
+
+namespace ckptfs {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string Normal(const std::string& path) {
+  std::string s = fs::absolute(path).lexically_normal().string();
+  while (s.size() > 1 && s.back() == '/') s.pop_back();
+  return s;
+}
+
+const MountEntry* FindMount(const std::vector<MountEntry>& mounts, const std::string& path) {
+  const MountEntry* best = nullptr;
+  for (const auto& m : mounts) {
+    if (m.fstype != "fuse.ckptfs") continue;
+    const bool inside = path == m.mountpoint || path.rfind(m.mountpoint == "/" ? "/" : m.mountpoint + "/", 0) == 0;
+    if (inside && (!best || m.mountpoint.size() > best->mountpoint.size())) best = &m;
+  }
+  return best;
+}
+
+std::string Human(uint64_t n) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(n);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), u == 0 ? "%.0f %s" : "%.1f %s", v, units[u]);
+  return buf;
+}
+
+double Ratio(uint64_t logical, uint64_t stored) {
+  return stored == 0 ? 0.0 : static_cast<double>(logical) / static_cast<double>(stored);
+}
+
+bool RunProgram(std::vector<std::string> argv) {
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    std::vector<char*> a;
+    for (auto& s : argv) a.push_back(s.data());
+    a.push_back(nullptr);
+    ::execvp(a[0], a.data());
+    ::_exit(127);
+  }
+  int status = 0;
+  return pid > 0 && ::waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+// The daemon holds LOCK until it has drained its seals and exited.
+bool WaitForStoreRelease(const std::string& backing, double timeout_s) {
+  UniqueFd fd(::open((backing + "/LOCK").c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return true;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ::flock(fd.get(), LOCK_UN);
+  return true;
+}
+
+Result<std::pair<std::string, std::string>> ResolveStore(const std::string& path) {
+  const std::string abs = Normal(path);
+  if (fs::exists(abs + "/CKPTFS")) return std::make_pair(abs, std::string());
+  auto mounts = ReadMounts();
+  const MountEntry* m = FindMount(mounts, abs);
+  if (m == nullptr)
+    return Status::Error(ENOENT, path + " is neither a ckptfs store (no CKPTFS file) nor inside a ckptfs mount");
+  std::string sub = abs.size() > m->mountpoint.size() ? abs.substr(m->mountpoint.size() + (m->mountpoint == "/" ? 0 : 1)) : "";
+  return std::make_pair(m->source, sub);
+}
+
+Result<std::unique_ptr<Store>> OpenReadOnly(const std::string& backing) {
+  StoreOptions so;
+  so.create_if_missing = false;
+  so.take_lock = false;
+  return Store::Open(Env::Default(), backing, so);
+}
+
+}  // namespace
+
+int RunUmount(const std::string& mountpoint, bool lazy, double timeout_s) {
+  const std::string abs = Normal(mountpoint);
+  auto mounts = ReadMounts();
+  const MountEntry* m = nullptr;
+  for (const auto& e : mounts)
+    if (e.mountpoint == abs && e.fstype.rfind("fuse", 0) == 0) m = &e;
+  if (m == nullptr) {
+    std::cerr << "ckptfs umount: " << abs << " is not a FUSE mount point\n";
+    return 1;
+  }
+  const std::string backing = m->source;
+  if (::umount2(abs.c_str(), lazy ? MNT_DETACH : 0) != 0) {
+    const int err = errno;
+    if (err == EBUSY) {
+      std::cerr << "ckptfs umount: " << abs << " is busy (files are open or a process has its cwd there); "
+                << "close them, or use --lazy to detach now and finish when they close\n";
+      return 1;
+    }
+    // Not root: the setuid helper may unmount our own mounts.
+    std::vector<std::string> argv = {"fusermount3", lazy ? "-uz" : "-u", abs};
+    if (!RunProgram(argv)) {
+      std::cerr << "ckptfs umount: " << abs << ": " << std::strerror(err) << "\n";
+      return 1;
+    }
+  }
+  if (!WaitForStoreRelease(backing, timeout_s)) {
+    std::cerr << "ckptfs umount: unmounted " << abs << ", but the daemon is still sealing files after "
+              << timeout_s << " s; it will finish in the background\n";
+    return 1;
+  }
+  return 0;
+}
+
+int RunStats(const std::string& path, bool json) {
+  auto where = ResolveStore(path);
+  if (!where.ok()) {
+    std::cerr << "ckptfs stats: " << where.status().message() << "\n";
+    return 2;
+  }
+  auto store = OpenReadOnly(where->first);
+  if (!store.ok()) {
+    std::cerr << "ckptfs stats: " << store.status().message() << "\n";
+    return 2;
+  }
+  auto usage = store.value()->Usage(where->second);
+  if (!usage.ok()) {
+    std::cerr << "ckptfs stats: " << usage.status().message() << "\n";
+    return 2;
+  }
+  uint64_t logical = 0, stored = 0;
+  for (const auto& f : usage.value()) {
+    logical += f.logical;
+    stored += f.stored;
+  }
+  if (json) {
+    nlohmann::json out;
+    out["files"] = nlohmann::json::array();
+    for (const auto& f : usage.value())
+      out["files"].push_back({{"path", f.path}, {"logical", f.logical}, {"stored", f.stored}, {"staged", f.staged}});
+    out["total"] = {{"logical", logical}, {"stored", stored}, {"ratio", Ratio(logical, stored)}, {"files", usage->size()}};
+    std::cout << out.dump(2) << "\n";
+    return 0;
+  }
+  std::printf("%-50s %12s %12s %8s %s\n", "file", "logical", "stored", "ratio", "state");
+  for (const auto& f : usage.value())
+    std::printf("%-50s %12s %12s %7.2fx %s\n", f.path.c_str(), Human(f.logical).c_str(), Human(f.stored).c_str(),
+                Ratio(f.logical, f.stored), f.staged ? "staged" : "sealed");
+  std::printf("%-50s %12s %12s %7.2fx %zu files\n", "total", Human(logical).c_str(), Human(stored).c_str(),
+              Ratio(logical, stored), usage->size());
+  return 0;
+}
+
+int RunFsck(const std::string& backing, bool json) {
+  auto store = OpenReadOnly(Normal(backing));
+  if (!store.ok()) {
+    std::cerr << "ckptfs fsck: " << store.status().message() << "\n";
+    return 2;
+  }
+  auto report = store.value()->Fsck();
+  if (!report.ok()) {
+    std::cerr << "ckptfs fsck: " << report.status().message() << "\n";
+    return 2;
+  }
+  const FsckReport& r = report.value();
+  if (json) {
+    nlohmann::json out = {{"clean", r.clean()},         {"files", r.files_checked},
+                          {"packs", r.packs_checked},   {"chunks", r.chunks_checked},
+                          {"bytes", r.bytes_checked},   {"errors", r.errors},
+                          {"warnings", r.warnings}};
+    std::cout << out.dump(2) << "\n";
+  } else {
+    for (const auto& e : r.errors) std::cout << "error: " << e << "\n";
+    for (const auto& w : r.warnings) std::cout << "warning: " << w << "\n";
+    std::cout << (r.clean() ? "clean" : "CORRUPT") << ": " << r.files_checked << " files, " << r.packs_checked
+              << " packs, " << r.chunks_checked << " chunks, " << Human(r.bytes_checked) << " verified; "
+              << r.errors.size() << " errors, " << r.warnings.size() << " warnings\n";
+  }
+  return r.clean() ? 0 : 1;
+}
+
+}  // namespace ckptfs

@@ -1,0 +1,16 @@
+// The operator commands behind the ckptfs CLI. Each returns an exit code.
+#pragma once
+
+#include <string>
+
+namespace ckptfs {
+
+// Unmounts MOUNTPOINT (also a stale one whose daemon died) and waits until
+// the daemon has sealed pending files and released the store.
+int RunUmount(const std::string& mountpoint, bool lazy, double timeout_s);
+// Logical versus stored bytes under PATH (a mount, a dir in it, or BACKING).
+int RunStats(const std::string& path, bool json);
+// Verifies every checksum in BACKING. 0 clean, 1 problems found, 2 could not run.
+int RunFsck(const std::string& backing, bool json);
+
+}  // namespace ckptfs

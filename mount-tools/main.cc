@@ -1,0 +1,59 @@
+// ckptfs: mount a checkpoint store, and the operator commands around it.
+#include <CLI/CLI.hpp>
+#include <iostream>
+
+#include "fuse/mount.h"
+#include "mount-tools/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"ckptfs: a FUSE filesystem that stores deep-learning checkpoints compressed and crash-safe"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("ckptfs ") + CKPTFS_VERSION);
+
+  ckptfs::MountOptions mo;
+  std::vector<std::string> opt_lists;
+  auto* mount = app.add_subcommand("mount", "Mount BACKING (a store directory) on MOUNTPOINT");
+  mount->add_flag("-f,--foreground", mo.foreground, "Stay in the foreground (log to stderr too)");
+  mount->add_option("-o", opt_lists, "Mount options, comma-separated (see below)")->allow_extra_args(false);
+  mount->add_option("BACKING", mo.backing, "Backing directory: an existing empty dir or a ckptfs store")->required();
+  mount->add_option("MOUNTPOINT", mo.mountpoint, "Existing directory to mount on")->required();
+  mount->footer(ckptfs::MountOptionsHelp());
+
+  std::string um_path;
+  bool lazy = false;
+  double timeout = 600;
+  auto* umount = app.add_subcommand("umount", "Unmount a ckptfs mount (also a stale one) and wait for its daemon");
+  umount->add_option("MOUNTPOINT", um_path, "The mount point")->required();
+  umount->add_flag("-z,--lazy", lazy, "Detach now even if busy; the daemon finishes when files close");
+  umount->add_option("--timeout", timeout, "Seconds to wait for pending seals (default 600)");
+
+  std::string stats_path;
+  bool stats_json = false;
+  auto* stats = app.add_subcommand("stats", "Logical versus stored bytes, per file and in total");
+  stats->add_option("PATH", stats_path, "A mount point, a directory inside one, or a backing store")->required();
+  stats->add_flag("--json", stats_json, "Print JSON");
+
+  std::string fsck_path;
+  bool fsck_json = false;
+  auto* fsck = app.add_subcommand("fsck", "Verify every checksum of a store; exit 0 clean, 1 corrupt, 2 error");
+  fsck->add_option("BACKING", fsck_path, "The backing store directory")->required();
+  fsck->add_flag("--json", fsck_json, "Print JSON");
+
+  CLI11_PARSE(app, argc, argv);
+
+  if (*mount) {
+    for (const auto& list : opt_lists) {
+      ckptfs::Status st = ckptfs::ParseMountOptions(list, &mo);
+      if (!st.ok()) {
+        std::cerr << "ckptfs mount: " << st.message() << "\n";
+        return 2;
+      }
+    }
+    if (mo.debug_fuse) mo.foreground = true;
+    return ckptfs::RunMount(mo);
+  }
+  if (*umount) return ckptfs::RunUmount(um_path, lazy, timeout);
+  if (*stats) return ckptfs::RunStats(stats_path, stats_json);
+  if (*fsck) return ckptfs::RunFsck(fsck_path, fsck_json);
+  return 2;
+}

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Configures (RelWithDebInfo) into ./build and builds with at most 2 jobs.
+# Extra arguments are passed to the cmake configure step.
+# JOBS=N overrides the job count.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+JOBS="${JOBS:-2}"
+BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}"
+
+if [[ ! -f build/CMakeCache.txt ]] || (($#)); then
+  echo "build: configuring ($BUILD_TYPE)" >&2
+  clog="$(mktemp)"
+  if ! cmake -S . -B build -DCMAKE_BUILD_TYPE="$BUILD_TYPE" "$@" >"$clog" 2>&1; then
+    cat "$clog" >&2; rm -f "$clog"; echo "build: configure FAILED" >&2; exit 1
+  fi
+  rm -f "$clog"
+fi
+
+echo "build: compiling with -j$JOBS" >&2
+log="$(mktemp)"
+trap 'rm -f "$log"' EXIT
+if ! cmake --build build -j"$JOBS" >"$log" 2>&1; then
+  cat "$log" >&2
+  echo "build: FAILED" >&2
+  exit 1
+fi
+# Surface compiler warnings without the progress noise.
+grep -E 'warning:' "$log" | sort -u | head -50 >&2 || true
+test -x build/ckptfs || { echo "build: build/ckptfs was not produced" >&2; exit 1; }
+echo "build: ok (build/ckptfs)" >&2

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Full test run (what CI runs): install deps, build, C++ unit tests, then the
+# Python integration tests against a real FUSE mount (needs root or a user
+# allowed to use /dev/fuse). Extra arguments go to pytest, e.g.
+#   bash scripts/test.sh -k namespace -x
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+bash scripts/install-deps.sh
+bash scripts/build.sh
+
+status=0
+
+echo "=== C++ unit tests (ctest) ==="
+if ! ctest --test-dir build --output-on-failure -j2 --timeout 900; then
+  echo "test: C++ unit tests FAILED" >&2
+  status=1
+fi
+
+echo "=== integration tests (pytest, real FUSE mount) ==="
+# Debian's interpreter via the project venv (sees python3-torch 1.13); never
+# a pyenv/conda python from PATH.
+export PYTHONDONTWRITEBYTECODE=1
+if ! "$ROOT/.venv-debian/bin/python" -m pytest -q -p no:cacheprovider tests/integration "$@"; then
+  echo "test: integration tests FAILED" >&2
+  status=1
+fi
+
+if ((status == 0)); then echo "test: ALL PASSED"; fi
+exit "$status"

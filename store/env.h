@@ -1,0 +1,75 @@
+// Env: every system call that touches the backing store goes through here,
+// so tests can inject ENOSPC, EIO, short writes or a "crash" at any call
+// (see store/fault_env.h). Modelled on LevelDB's Env, but fd-based: ckptfs
+// works with *at() calls relative to directory fds it holds open.
+#pragma once
+
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/types.h>
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "base/unique_fd.h"
+
+namespace ckptfs {
+
+struct DirEntry {
+  std::string name;
+  unsigned char type;  // DT_* from dirent
+  ino_t ino;
+};
+
+class Env {
+ public:
+  virtual ~Env() = default;
+  // The process-wide POSIX implementation.
+  static Env* Default();
+
+  virtual Result<UniqueFd> OpenAt(int dirfd, const std::string& path, int flags, mode_t mode = 0) = 0;
+  // Returns the bytes read; fewer than asked only at end of file.
+  virtual Result<size_t> PRead(int fd, std::span<uint8_t> buf, uint64_t off) = 0;
+  // May write fewer bytes than asked, like pwrite(2). Prefer PWriteAll.
+  virtual Result<size_t> PWrite(int fd, std::span<const uint8_t> buf, uint64_t off) = 0;
+  virtual Status Fsync(int fd) = 0;
+  virtual Status Fdatasync(int fd) = 0;
+  virtual Status Ftruncate(int fd, uint64_t size) = 0;
+  virtual Result<struct stat> Fstat(int fd) = 0;
+  virtual Result<struct stat> FstatAt(int dirfd, const std::string& path, int flags) = 0;
+  virtual Status Futimens(int fd, const struct timespec times[2]) = 0;
+  virtual Status RenameAt(int olddir, const std::string& oldname, int newdir, const std::string& newname,
+                          unsigned flags = 0) = 0;
+  virtual Status UnlinkAt(int dirfd, const std::string& path, int flags = 0) = 0;
+  virtual Status MkdirAt(int dirfd, const std::string& path, mode_t mode) = 0;
+  virtual Status SymlinkAt(const std::string& target, int dirfd, const std::string& path) = 0;
+  virtual Result<std::string> ReadlinkAt(int dirfd, const std::string& path) = 0;
+  virtual Status LinkAt(int olddir, const std::string& oldpath, int newdir, const std::string& newpath,
+                        int flags) = 0;
+  virtual Status MknodAt(int dirfd, const std::string& path, mode_t mode, dev_t dev) = 0;
+  virtual Status FchmodAt(int dirfd, const std::string& path, mode_t mode, int flags) = 0;
+  virtual Status FchownAt(int dirfd, const std::string& path, uid_t uid, gid_t gid, int flags) = 0;
+  virtual Status UtimensAt(int dirfd, const std::string& path, const struct timespec times[2], int flags) = 0;
+  virtual Result<std::vector<DirEntry>> ListDir(int dirfd) = 0;
+  virtual Result<struct statvfs> Fstatvfs(int fd) = 0;
+  // Extended attributes by path (use "/proc/self/fd/N" for fd-held inodes).
+  virtual Status SetXattr(const std::string& path, const std::string& name, std::span<const uint8_t> value,
+                          int flags) = 0;
+  // size == 0 queries the length, like getxattr(2).
+  virtual Result<size_t> GetXattr(const std::string& path, const std::string& name, std::span<uint8_t> out) = 0;
+  virtual Result<size_t> ListXattr(const std::string& path, std::span<char> out) = 0;
+  virtual Status RemoveXattr(const std::string& path, const std::string& name) = 0;
+
+  // Loops over PWrite until all of `buf` is written; a zero-byte write is ENOSPC.
+  Status PWriteAll(int fd, std::span<const uint8_t> buf, uint64_t off);
+  // Reads exactly buf.size() bytes or fails with EIO ("short read").
+  Status PReadExact(int fd, std::span<uint8_t> buf, uint64_t off);
+};
+
+// "/proc/self/fd/N": reaches an O_PATH fd's inode through path-based calls.
+std::string ProcFdPath(int fd);
+
+}  // namespace ckptfs

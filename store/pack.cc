@@ -1,0 +1,257 @@
+#include "store/pack.h"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+
+#include "base/hash.h"
+#include "store/le.h"
+
+namespace ckptfs {
+namespace {
+
+// Header (64 B): 0 magic[8] | 8 u32 version | 12 u32 header_size |
+//   16 u32 chunk_size | 20 u32 flags | 24 u64 logical_size |
+//   32 u64 chunk_count | 40..55 reserved (0) | 56 u64 Checksum64(0..55, kSeedHeader)
+constexpr size_t kHdrVersion = 8, kHdrHeaderSize = 12, kHdrChunkSize = 16, kHdrFlags = 20, kHdrLogical = 24,
+                 kHdrCount = 32, kHdrChecksum = 56;
+// Table entry (40 B): 0 u64 offset | 8 u32 stored_len | 12 u32 raw_len |
+//   16 u8 codec | 17..23 pad (0) | 24 u64 stored_checksum | 32 u64 raw_checksum
+constexpr size_t kEntOffset = 0, kEntStoredLen = 8, kEntRawLen = 12, kEntCodec = 16, kEntStoredSum = 24,
+                 kEntRawSum = 32;
+// Footer (32 B): 0 u64 table_offset | 8 u64 chunk_count |
+//   16 u64 Checksum64(table, kSeedTable) | 24 magic[8]
+constexpr size_t kFtTableOffset = 0, kFtCount = 8, kFtTableSum = 16, kFtMagic = 24;
+
+uint64_t ChunkCount(uint64_t logical, uint32_t chunk_size) {
+  return logical / chunk_size + (logical % chunk_size != 0 ? 1 : 0);
+}
+
+void EncodeHeader(const PackHeader& h, std::span<uint8_t, kPackHeaderSize> out) {
+  std::fill(out.begin(), out.end(), 0);
+  std::memcpy(out.data(), kPackMagic, sizeof(kPackMagic));
+  le::Put32(out, kHdrVersion, h.version);
+  le::Put32(out, kHdrHeaderSize, kPackHeaderSize);
+  le::Put32(out, kHdrChunkSize, h.chunk_size);
+  le::Put32(out, kHdrFlags, 0);
+  le::Put64(out, kHdrLogical, h.logical_size);
+  le::Put64(out, kHdrCount, h.chunk_count);
+  le::Put64(out, kHdrChecksum, Checksum64(std::span<const uint8_t>(out.data(), kHdrChecksum), kSeedHeader));
+}
+
+void EncodeEntry(const ChunkEntry& e, std::span<uint8_t> out) {
+  std::fill(out.begin(), out.end(), 0);
+  le::Put64(out, kEntOffset, e.offset);
+  le::Put32(out, kEntStoredLen, e.stored_len);
+  le::Put32(out, kEntRawLen, e.raw_len);
+  out[kEntCodec] = static_cast<uint8_t>(e.codec);
+  le::Put64(out, kEntStoredSum, e.stored_checksum);
+  le::Put64(out, kEntRawSum, e.raw_checksum);
+}
+
+ChunkEntry DecodeEntry(std::span<const uint8_t> in) {
+  ChunkEntry e;
+  e.offset = le::Get64(in, kEntOffset);
+  e.stored_len = le::Get32(in, kEntStoredLen);
+  e.raw_len = le::Get32(in, kEntRawLen);
+  e.codec = static_cast<ChunkCodec>(in[kEntCodec]);
+  e.stored_checksum = le::Get64(in, kEntStoredSum);
+  e.raw_checksum = le::Get64(in, kEntRawSum);
+  return e;
+}
+
+// Stored bytes are read into a per-thread buffer: one chunk per FUSE worker
+// thread at most, instead of an allocation per read.
+std::vector<uint8_t>& ScratchBuffer() {
+  thread_local std::vector<uint8_t> buf;
+  return buf;
+}
+
+}  // namespace
+
+Result<PackStats> WritePack(Env* env, int src_fd, uint64_t size, int dst_fd, uint32_t chunk_size,
+                            const ChunkEncoderOptions& opts, const std::atomic<bool>* cancel) {
+  if (chunk_size == 0) return Status::InvalidArgument("pack chunk size must be positive");
+  PackHeader header;
+  header.chunk_size = chunk_size;
+  header.logical_size = size;
+  header.chunk_count = ChunkCount(size, chunk_size);
+
+  std::array<uint8_t, kPackHeaderSize> hdr;
+  EncodeHeader(header, hdr);
+  RETURN_IF_ERROR(env->PWriteAll(dst_fd, hdr, 0));
+
+  // Bounded memory: one raw chunk in, one encoded chunk out, and the table
+  // (40 bytes per chunk).
+  std::vector<uint8_t> in(static_cast<size_t>(std::min<uint64_t>(chunk_size, size)));
+  std::vector<uint8_t> out;
+  std::vector<uint8_t> table(header.chunk_count * kPackTableEntrySize);
+  uint64_t pos = kPackHeaderSize;
+  for (uint64_t i = 0; i < header.chunk_count; ++i) {
+    if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) {
+      return Status::Error(ECANCELED, "pack write cancelled");
+    }
+    const uint64_t off = i * chunk_size;
+    const size_t len = static_cast<size_t>(std::min<uint64_t>(chunk_size, size - off));
+    std::span<uint8_t> raw(in.data(), len);
+    ASSIGN_OR_RETURN(size_t got, env->PRead(src_fd, raw, off));
+    if (got != len) {
+      // The source is shorter than the size we were asked to pack: it was
+      // truncated while we read it. The caller should retry with a new size.
+      return Status::Error(EAGAIN, "source shrank while packing: expected " + std::to_string(size) +
+                                       " bytes, got end of file at " + std::to_string(off + got));
+    }
+    ChunkEntry e;
+    e.codec = EncodeChunk(raw, opts, &out);
+    e.offset = pos;
+    e.stored_len = static_cast<uint32_t>(out.size());
+    e.raw_len = static_cast<uint32_t>(len);
+    e.stored_checksum = Checksum64(out, kSeedChunkStored ^ i);
+    e.raw_checksum = Checksum64(raw, kSeedChunkRaw ^ i);
+    if (!out.empty()) RETURN_IF_ERROR(env->PWriteAll(dst_fd, out, pos));
+    pos += out.size();
+    EncodeEntry(e, std::span<uint8_t>(table).subspan(i * kPackTableEntrySize, kPackTableEntrySize));
+  }
+
+  const uint64_t table_offset = pos;
+  if (!table.empty()) RETURN_IF_ERROR(env->PWriteAll(dst_fd, table, pos));
+  pos += table.size();
+
+  std::array<uint8_t, kPackFooterSize> footer{};
+  le::Put64(footer, kFtTableOffset, table_offset);
+  le::Put64(footer, kFtCount, header.chunk_count);
+  le::Put64(footer, kFtTableSum, Checksum64(table, kSeedTable));
+  std::memcpy(footer.data() + kFtMagic, kPackFooterMagic, sizeof(kPackFooterMagic));
+  RETURN_IF_ERROR(env->PWriteAll(dst_fd, footer, pos));
+  pos += footer.size();
+
+  RETURN_IF_ERROR(env->Fdatasync(dst_fd));
+  return PackStats{size, pos, header.chunk_count};
+}
+
+Result<std::shared_ptr<PackReader>> PackReader::Open(Env* env, UniqueFd fd, std::string name) {
+  const std::string ctx = "pack " + name;
+  auto corrupt = [&](const std::string& what) { return Status::Corruption(ctx + ": " + what); };
+
+  Result<struct stat> st = env->Fstat(fd.get());
+  if (!st.ok()) return st.status().WithContext(ctx);
+  const uint64_t size = static_cast<uint64_t>(st->st_size);
+  if (size < kPackHeaderSize + kPackFooterSize) {
+    return corrupt("file is " + std::to_string(size) + " bytes, too short for a header and footer");
+  }
+
+  std::array<uint8_t, kPackHeaderSize> hdr;
+  if (Status s = env->PReadExact(fd.get(), hdr, 0); !s.ok()) return s.WithContext(ctx);
+  if (std::memcmp(hdr.data(), kPackMagic, sizeof(kPackMagic)) != 0) return corrupt("bad header magic");
+  if (Checksum64(std::span<const uint8_t>(hdr.data(), kHdrChecksum), kSeedHeader) != le::Get64(hdr, kHdrChecksum)) {
+    return corrupt("header checksum mismatch");
+  }
+  PackHeader h;
+  h.version = le::Get32(hdr, kHdrVersion);
+  h.chunk_size = le::Get32(hdr, kHdrChunkSize);
+  h.logical_size = le::Get64(hdr, kHdrLogical);
+  h.chunk_count = le::Get64(hdr, kHdrCount);
+  if (h.version != kPackFormatVersion) {
+    return corrupt("format version " + std::to_string(h.version) + " is not supported (expected " +
+                   std::to_string(kPackFormatVersion) + ")");
+  }
+  if (le::Get32(hdr, kHdrHeaderSize) != kPackHeaderSize) return corrupt("unexpected header size");
+  if (le::Get32(hdr, kHdrFlags) != 0) return corrupt("unknown header flags");
+  if (h.chunk_size == 0) return corrupt("chunk size is 0");
+  if (h.chunk_count != ChunkCount(h.logical_size, h.chunk_size)) {
+    return corrupt("chunk count " + std::to_string(h.chunk_count) + " does not match logical size " +
+                   std::to_string(h.logical_size));
+  }
+
+  std::array<uint8_t, kPackFooterSize> ft;
+  if (Status s = env->PReadExact(fd.get(), ft, size - kPackFooterSize); !s.ok()) return s.WithContext(ctx);
+  if (std::memcmp(ft.data() + kFtMagic, kPackFooterMagic, sizeof(kPackFooterMagic)) != 0) {
+    return corrupt("bad footer magic (truncated pack?)");
+  }
+  const uint64_t table_offset = le::Get64(ft, kFtTableOffset);
+  if (le::Get64(ft, kFtCount) != h.chunk_count) return corrupt("footer and header disagree on the chunk count");
+  if (h.chunk_count > (size - kPackHeaderSize - kPackFooterSize) / kPackTableEntrySize) {
+    return corrupt("chunk table larger than the file");
+  }
+  const uint64_t table_bytes = h.chunk_count * kPackTableEntrySize;
+  if (table_offset < kPackHeaderSize || table_offset != size - kPackFooterSize - table_bytes) {
+    return corrupt("table offset " + std::to_string(table_offset) + " is inconsistent with file size " +
+                   std::to_string(size));
+  }
+  std::vector<uint8_t> table(table_bytes);
+  if (Status s = env->PReadExact(fd.get(), table, table_offset); !s.ok()) return s.WithContext(ctx);
+  if (Checksum64(table, kSeedTable) != le::Get64(ft, kFtTableSum)) return corrupt("chunk table checksum mismatch");
+
+  // With the table trusted, check that the chunks tile the payload area and
+  // the logical file exactly: no byte of the pack escapes a checksum.
+  std::vector<ChunkEntry> chunks(h.chunk_count);
+  uint64_t pos = kPackHeaderSize;
+  for (uint64_t i = 0; i < h.chunk_count; ++i) {
+    ChunkEntry e = DecodeEntry(std::span<const uint8_t>(table).subspan(i * kPackTableEntrySize, kPackTableEntrySize));
+    const std::string at = "chunk " + std::to_string(i) + ": ";
+    const uint64_t want_raw = std::min<uint64_t>(h.chunk_size, h.logical_size - i * h.chunk_size);
+    if (e.raw_len != want_raw) return corrupt(at + "raw length " + std::to_string(e.raw_len) + ", expected " + std::to_string(want_raw));
+    if (e.offset != pos) return corrupt(at + "payload offset " + std::to_string(e.offset) + ", expected " + std::to_string(pos));
+    switch (e.codec) {
+      case ChunkCodec::kZero:
+        if (e.stored_len != 0) return corrupt(at + "zero chunk with stored bytes");
+        break;
+      case ChunkCodec::kRaw:
+        if (e.stored_len != e.raw_len) return corrupt(at + "raw chunk stored length differs from raw length");
+        break;
+      case ChunkCodec::kZstd:
+        if (e.stored_len == 0) return corrupt(at + "empty zstd payload");
+        break;
+      default:
+        return corrupt(at + "unknown codec " + std::to_string(static_cast<int>(e.codec)));
+    }
+    pos += e.stored_len;
+    if (pos > table_offset) return corrupt(at + "payload runs into the chunk table");
+    chunks[i] = e;
+  }
+  if (pos != table_offset) return corrupt("payloads end at " + std::to_string(pos) + ", table starts at " + std::to_string(table_offset));
+
+  std::shared_ptr<PackReader> r(new PackReader(env, std::move(fd), std::move(name)));
+  r->header_ = h;
+  r->chunks_ = std::move(chunks);
+  r->stored_size_ = size;
+  return r;
+}
+
+Status PackReader::ReadChunk(uint64_t index, std::vector<uint8_t>* out) const {
+  if (index >= chunks_.size()) {
+    return Status::InvalidArgument("pack " + name_ + ": chunk " + std::to_string(index) + " out of range (" +
+                                   std::to_string(chunks_.size()) + " chunks)");
+  }
+  const ChunkEntry& e = chunks_[index];
+  const std::string ctx = "pack " + name_ + ": chunk " + std::to_string(index) + " (offset " +
+                          std::to_string(index * header_.chunk_size) + ")";
+  auto fail = [&](const Status& s) {
+    out->clear();  // never hand back bytes that failed verification
+    return s;
+  };
+
+  std::vector<uint8_t>& scratch = ScratchBuffer();
+  scratch.resize(e.stored_len);
+  if (Status s = env_->PReadExact(fd_.get(), scratch, e.offset); !s.ok()) return fail(s.WithContext(ctx));
+  if (Checksum64(scratch, kSeedChunkStored ^ index) != e.stored_checksum) {
+    return fail(Status::Corruption(ctx + ": stored checksum mismatch"));
+  }
+  out->resize(e.raw_len);
+  if (Status s = DecodeChunk(e.codec, scratch, *out); !s.ok()) {
+    return fail(s.WithContext(ctx));
+  }
+  if (Checksum64(*out, kSeedChunkRaw ^ index) != e.raw_checksum) {
+    return fail(Status::Corruption(ctx + ": raw checksum mismatch"));
+  }
+  return Status::Ok();
+}
+
+Status PackReader::VerifyAll() const {
+  std::vector<uint8_t> buf;
+  for (uint64_t i = 0; i < chunks_.size(); ++i) RETURN_IF_ERROR(ReadChunk(i, &buf));
+  return Status::Ok();
+}
+
+}  // namespace ckptfs
+

@@ -1,0 +1,324 @@
+#include "store/store.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "base/log.h"
+#include "store/store_internal.h"
+
+namespace ckptfs {
+namespace {
+
+using internal::PackDirName;
+using internal::PackFileName;
+using internal::StagingFileName;
+
+constexpr const char* kLayoutDirs[] = {"ns", "packs", "staging", "tmp"};
+constexpr size_t kMaxSuperblockBytes = 64 * 1024;
+
+bool IsErr(const Status& s, int code) { return !s.ok() && s.code() == code; }
+
+// Opens the backing directory, creating it (but not its parents) when
+// allowed, with messages that tell the user what to do.
+Result<UniqueFd> OpenBackingDir(Env* env, const std::string& backing, bool create) {
+  Result<UniqueFd> fd = env->OpenAt(AT_FDCWD, backing, O_RDONLY | O_DIRECTORY);
+  if (fd.ok()) return fd;
+  const int err = fd.status().code();
+  const std::string missing =
+      "backing directory " + backing + " does not exist; create it or pass an empty directory";
+  if (err == ENOENT && create) {
+    Status mk = env->MkdirAt(AT_FDCWD, backing, 0755);
+    if (IsErr(mk, ENOENT)) return Status::Error(ENOENT, missing + " (its parent directory is missing too)");
+    if (!mk.ok() && mk.code() != EEXIST) return mk.WithContext("cannot create backing directory " + backing);
+    spdlog::info("created backing directory {}", backing);
+    fd = env->OpenAt(AT_FDCWD, backing, O_RDONLY | O_DIRECTORY);
+    if (fd.ok()) return fd;
+  }
+  switch (fd.status().code()) {
+    case ENOENT:
+      return Status::Error(ENOENT, missing);
+    case ENOTDIR:
+      return Status::Error(ENOTDIR, "backing path " + backing + " is not a directory");
+    case EACCES:
+    case EPERM:
+      return fd.status().WithContext("backing directory " + backing + " is not accessible");
+    default:
+      return fd.status().WithContext("cannot open backing directory " + backing);
+  }
+}
+
+Status WriteSuperblock(Env* env, int root_fd, const std::string& backing, uint32_t chunk_size) {
+  nlohmann::json j = {{"format", "ckptfs"}, {"version", kStoreFormatVersion}, {"chunk_size", chunk_size}};
+  const std::string text = j.dump() + "\n";
+  // tmp + fsync + rename + dir fsync: a crash leaves either no superblock
+  // (an empty store, initialised again) or a complete one.
+  Result<UniqueFd> fd = env->OpenAt(root_fd, internal::kSuperblockTmpName, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (!fd.ok()) {
+    if (fd.status().code() == EACCES || fd.status().code() == EROFS || fd.status().code() == EPERM) {
+      return fd.status().WithContext("backing directory " + backing + " is not writable");
+    }
+    return fd.status().WithContext("cannot write superblock");
+  }
+  std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(text.data()), text.size());
+  RETURN_IF_ERROR(env->PWriteAll(fd->get(), bytes, 0));
+  RETURN_IF_ERROR(env->Fsync(fd->get()));
+  RETURN_IF_ERROR(env->RenameAt(root_fd, internal::kSuperblockTmpName, root_fd, internal::kSuperblockName));
+  return env->Fsync(root_fd);
+}
+
+// Whether `backing` holds nothing but what an interrupted initialisation
+// can leave behind (we never adopt a directory with someone else's files).
+Result<bool> IsEmptyForInit(Env* env, int root_fd) {
+  ASSIGN_OR_RETURN(std::vector<DirEntry> entries, env->ListDir(root_fd));
+  for (const DirEntry& e : entries) {
+    if (e.name != internal::kSuperblockTmpName && e.name != internal::kLockName) return false;
+  }
+  return true;
+}
+
+Result<std::string> ReadSmallFile(Env* env, int fd, size_t max) {
+  std::string text(max, '\0');
+  ASSIGN_OR_RETURN(size_t n, env->PRead(fd, std::span<uint8_t>(reinterpret_cast<uint8_t*>(text.data()), max), 0));
+  text.resize(n);
+  return text;
+}
+
+// One daemon per store: flock on LOCK (released by the kernel when the
+// process dies, so a crash never leaves a stale lock), pid inside for humans
+// and for tests that need the daemon's pid.
+Result<UniqueFd> TakeLock(Env* env, int root_fd, const std::string& backing) {
+  ASSIGN_OR_RETURN(UniqueFd fd, env->OpenAt(root_fd, internal::kLockName, O_RDWR | O_CREAT, 0644));
+  int r;
+  do {
+    r = ::flock(fd.get(), LOCK_EX | LOCK_NB);
+  } while (r != 0 && errno == EINTR);
+  if (r != 0) {
+    const int err = errno;
+    if (err != EWOULDBLOCK) return Status::FromErrno(err, "flock " + backing + "/LOCK");
+    std::string pid = "unknown";
+    if (Result<std::string> text = ReadSmallFile(env, fd.get(), 32); text.ok()) {
+      std::string t = *text;
+      while (!t.empty() && (t.back() == '\n' || t.back() == ' ')) t.pop_back();
+      if (!t.empty()) pid = t;
+    }
+    return Status::Error(EBUSY, "store " + backing + " is already served by another ckptfs daemon (pid " + pid + ")");
+  }
+  const std::string pid = std::to_string(::getpid()) + "\n";
+  RETURN_IF_ERROR(env->Ftruncate(fd.get(), 0));
+  RETURN_IF_ERROR(
+      env->PWriteAll(fd.get(), std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(pid.data()), pid.size()), 0));
+  return fd;
+}
+
+}  // namespace
+
+namespace internal {
+
+std::optional<ObjectId> ParseObjectFileName(const std::string& name, const std::string& suffix) {
+  if (name.size() != 16 + suffix.size() || name.compare(16, suffix.size(), suffix) != 0) return std::nullopt;
+  return ParseObjectIdHex(name.substr(0, 16));
+}
+
+Result<Superblock> ReadSuperblock(Env* env, int root_fd, const std::string& store_path) {
+  ASSIGN_OR_RETURN(UniqueFd fd, env->OpenAt(root_fd, kSuperblockName, O_RDONLY));
+  ASSIGN_OR_RETURN(std::string text, ReadSmallFile(env, fd.get(), kMaxSuperblockBytes));
+  const std::string where = "store " + store_path + ": superblock " + kSuperblockName;
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return Status::Corruption(where + " is not valid JSON");
+  if (!j.contains("format") || !j["format"].is_string() || j["format"].get<std::string>() != "ckptfs") {
+    return Status::Corruption(where + " does not name format \"ckptfs\"");
+  }
+  if (!j.contains("version") || !j["version"].is_number_integer()) {
+    return Status::Corruption(where + " has no integer \"version\"");
+  }
+  Superblock sb;
+  sb.version = j["version"].get<int>();
+  if (sb.version > kStoreFormatVersion) {
+    return Status::Error(ENOTSUP, "store " + store_path + " has format version " + std::to_string(sb.version) +
+                                      ", newer than this ckptfs supports (" + std::to_string(kStoreFormatVersion) +
+                                      "); upgrade ckptfs");
+  }
+  if (sb.version < 1) return Status::Corruption(where + " has invalid version " + std::to_string(sb.version));
+  if (j.contains("chunk_size") && j["chunk_size"].is_number_unsigned()) sb.chunk_size = j["chunk_size"].get<uint32_t>();
+  return sb;
+}
+
+}  // namespace internal
+
+Result<std::unique_ptr<Store>> Store::Open(Env* env, const std::string& backing, const StoreOptions& opts) {
+  if (backing.empty()) return Status::InvalidArgument("no backing directory given");
+  if (opts.chunk_size == 0) return Status::InvalidArgument("chunk size must be positive");
+  ASSIGN_OR_RETURN(UniqueFd root, OpenBackingDir(env, backing, opts.create_if_missing));
+  std::unique_ptr<Store> store(new Store(env, backing, opts));
+  store->root_ = std::move(root);
+  const int root_fd = store->root_.get();
+
+  Result<internal::Superblock> sb = internal::ReadSuperblock(env, root_fd, backing);
+  if (!sb.ok() && sb.status().code() != ENOENT) return sb.status();
+  if (!sb.ok()) {
+    ASSIGN_OR_RETURN(bool empty, IsEmptyForInit(env, root_fd));
+    if (!empty) {
+      return Status::Error(ENOTEMPTY, "backing directory " + backing +
+                                          " is not empty and has no CKPTFS superblock; refusing to use it "
+                                          "(pass an empty directory or an existing ckptfs store)");
+    }
+    if (!opts.create_if_missing) {
+      return Status::Error(ENOENT, "backing directory " + backing + " is not a ckptfs store (no CKPTFS superblock)");
+    }
+    RETURN_IF_ERROR(WriteSuperblock(env, root_fd, backing, opts.chunk_size));
+    spdlog::info("initialised ckptfs store in {}", backing);
+  }
+
+  if (opts.take_lock) {
+    ASSIGN_OR_RETURN(store->lock_, TakeLock(env, root_fd, backing));
+  }
+  RETURN_IF_ERROR(store->InitLayout());
+  return store;
+}
+
+// The layout directories are (re)created on every writable open, after the
+// superblock: a crash during initialisation is finished by the next open.
+Status Store::InitLayout() {
+  bool created = false;
+  for (const char* name : kLayoutDirs) {
+    if (!opts_.create_if_missing) break;
+    Status s = env_->MkdirAt(root_.get(), name, 0755);
+    if (s.ok()) created = true;
+    if (!s.ok() && s.code() != EEXIST) return s.WithContext("initialising store " + path_);
+  }
+  if (created) RETURN_IF_ERROR(env_->Fsync(root_.get()));
+  UniqueFd* fds[] = {&ns_, &packs_, &staging_, &tmp_};
+  for (size_t i = 0; i < std::size(kLayoutDirs); ++i) {
+    Result<UniqueFd> fd = env_->OpenAt(root_.get(), kLayoutDirs[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
+    if (!fd.ok()) {
+      return fd.status().WithContext("store " + path_ + " is missing or cannot open " + kLayoutDirs[i] + "/");
+    }
+    *fds[i] = std::move(fd).value();
+  }
+  return Status::Ok();
+}
+
+Result<UniqueFd> Store::PackDir(ObjectId id, bool create) {
+  const std::string name = PackDirName(id);
+  Result<UniqueFd> fd = env_->OpenAt(packs_.get(), name, O_RDONLY | O_DIRECTORY);
+  if (fd.ok() || !create || fd.status().code() != ENOENT) return fd;
+  Status mk = env_->MkdirAt(packs_.get(), name, 0755);
+  if (mk.ok()) {
+    // The new directory entry must be durable before a pack inside it is.
+    RETURN_IF_ERROR(env_->Fsync(packs_.get()));
+  } else if (mk.code() != EEXIST) {  // EEXIST: a concurrent publish made it
+    return mk;
+  }
+  return env_->OpenAt(packs_.get(), name, O_RDONLY | O_DIRECTORY);
+}
+
+Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic<bool>* cancel) {
+  const ObjectId id = NewObjectId();
+  const std::string ctx = "publishing pack " + ObjectIdHex(id);
+  const std::string tmpname = ObjectIdHex(id) + internal::kTmpPackSuffix;
+  Result<UniqueFd> tmp = env_->OpenAt(tmp_.get(), tmpname, O_CREAT | O_EXCL | O_RDWR, 0644);
+  if (!tmp.ok()) return tmp.status().WithContext(ctx);
+
+  auto fail = [&](const Status& s) {
+    if (Status u = env_->UnlinkAt(tmp_.get(), tmpname); !u.ok() && u.code() != ENOENT) {
+      spdlog::warn("cannot remove {} after failed publish (recovery will): {}", tmpname, u.message());
+    }
+    return s.WithContext(ctx);
+  };
+
+  Result<PackStats> stats = WritePack(env_, src_fd, size, tmp->get(), opts_.chunk_size, opts_.encoder, cancel);
+  if (!stats.ok()) return fail(stats.status());
+  Result<UniqueFd> dir = PackDir(id, /*create=*/true);
+  if (!dir.ok()) return fail(dir.status());
+  if (Status s = env_->RenameAt(tmp_.get(), tmpname, dir->get(), PackFileName(id)); !s.ok()) return fail(s);
+  if (Status s = env_->Fsync(dir->get()); !s.ok()) {
+    // Not durable, and no stub refers to it yet: drop it.
+    (void)env_->UnlinkAt(dir->get(), PackFileName(id));
+    return s.WithContext(ctx);
+  }
+  return id;
+}
+
+Result<std::shared_ptr<PackReader>> Store::OpenPack(ObjectId id) {
+  ASSIGN_OR_RETURN(UniqueFd dir, PackDir(id, false));
+  ASSIGN_OR_RETURN(UniqueFd fd, env_->OpenAt(dir.get(), PackFileName(id), O_RDONLY));
+  return PackReader::Open(env_, std::move(fd), ObjectIdHex(id));
+}
+
+Status Store::DeletePack(ObjectId id) {
+  if (id == 0) return Status::Ok();
+  Result<UniqueFd> dir = PackDir(id, false);
+  if (!dir.ok()) return dir.status().code() == ENOENT ? Status::Ok() : dir.status();
+  Status s = env_->UnlinkAt(dir->get(), PackFileName(id));
+  return IsErr(s, ENOENT) ? Status::Ok() : s;
+}
+
+Result<uint64_t> Store::PackFileSize(ObjectId id) {
+  ASSIGN_OR_RETURN(UniqueFd dir, PackDir(id, false));
+  ASSIGN_OR_RETURN(struct stat st, env_->FstatAt(dir.get(), PackFileName(id), 0));
+  return static_cast<uint64_t>(st.st_size);
+}
+
+Result<UniqueFd> Store::CreateStaging(ObjectId* id) {
+  const ObjectId new_id = NewObjectId();
+  ASSIGN_OR_RETURN(UniqueFd fd, env_->OpenAt(staging_.get(), StagingFileName(new_id), O_CREAT | O_EXCL | O_RDWR, 0600));
+  *id = new_id;
+  return fd;
+}
+
+Result<UniqueFd> Store::OpenStaging(ObjectId id) {
+  return env_->OpenAt(staging_.get(), StagingFileName(id), O_RDWR);
+}
+
+Status Store::DeleteStaging(ObjectId id) {
+  if (id == 0) return Status::Ok();
+  Status s = env_->UnlinkAt(staging_.get(), StagingFileName(id));
+  return IsErr(s, ENOENT) ? Status::Ok() : s;
+}
+
+Status Store::SyncStagingDir() { return env_->Fsync(staging_.get()); }
+
+Result<StubRecord> Store::SealStub(int stub_fd, const StubRecord& staged, int staging_fd,
+                                   const std::function<bool()>& still_current) {
+  if (staged.state != StubState::kStaged) return Status::InvalidArgument("SealStub: stub is not staged");
+  ASSIGN_OR_RETURN(struct stat sst, env_->Fstat(staging_fd));
+  const uint64_t size = static_cast<uint64_t>(sst.st_size);
+  ASSIGN_OR_RETURN(ObjectId pack, PublishPack(staging_fd, size));
+
+  if (still_current && !still_current()) {
+    (void)DeletePack(pack);
+    return Status::Error(EAGAIN, "file changed while sealing");
+  }
+
+  StubRecord sealed{.state = StubState::kSealed, .size = size, .object = pack};
+  Result<StubRecord> written = WriteStub(env_, stub_fd, staged, sealed);
+  if (!written.ok()) {
+    // A failed write leaves the slot invalid (checksummed), so the stub
+    // still names the staging file, unless the bytes landed after all.
+    Result<StubRecord> now = ReadStub(env_, stub_fd);
+    if (now.ok() && now->object != pack) (void)DeletePack(pack);
+    return written.status().WithContext("sealing stub");
+  }
+  // mtime first, then one fsync covers record and times. The stub write
+  // itself bumped mtime; the user's mtime is the staging file's.
+  const struct timespec times[2] = {{0, UTIME_OMIT}, sst.st_mtim};
+  RETURN_IF_ERROR(env_->Futimens(stub_fd, times).WithContext("sealing stub"));
+  // From here the pack may be referenced on disk: never delete it on error.
+  RETURN_IF_ERROR(env_->Fsync(stub_fd).WithContext("sealing stub"));
+
+  if (Status s = DeleteStaging(staged.object); !s.ok()) {
+    spdlog::warn("sealed, but cannot remove staging file {} (recovery will): {}", StagingFileName(staged.object),
+                 s.message());
+  }
+  return *written;
+}
+
+Status Store::ReleaseStubObjects(const StubRecord& rec) {
+  if (rec.object == 0) return Status::Ok();
+  return rec.state == StubState::kSealed ? DeletePack(rec.object) : DeleteStaging(rec.object);
+}
+
+}  // namespace ckptfs

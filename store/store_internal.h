@@ -1,0 +1,53 @@
+// Helpers shared by store.cc, recovery.cc and fsck.cc. Not part of the
+// public interface.
+#pragma once
+
+#include <sys/types.h>
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <unordered_set>
+
+#include "base/status.h"
+#include "base/unique_fd.h"
+#include "store/env.h"
+#include "store/object_id.h"
+
+namespace ckptfs::internal {
+
+inline constexpr char kSuperblockName[] = "CKPTFS";
+inline constexpr char kSuperblockTmpName[] = "CKPTFS.tmp";
+inline constexpr char kLockName[] = "LOCK";
+inline constexpr char kPackSuffix[] = ".pack";
+inline constexpr char kStagingSuffix[] = ".stage";
+inline constexpr char kTmpPackSuffix[] = ".pack.tmp";
+
+inline std::string PackFileName(ObjectId id) { return ObjectIdHex(id) + kPackSuffix; }
+inline std::string PackDirName(ObjectId id) { return ObjectIdHex(id).substr(0, 2); }
+inline std::string StagingFileName(ObjectId id) { return ObjectIdHex(id) + kStagingSuffix; }
+
+// "0123456789abcdef.pack" -> id, when `name` is exactly <hex id><suffix>.
+std::optional<ObjectId> ParseObjectFileName(const std::string& name, const std::string& suffix);
+
+struct Superblock {
+  int version = 0;
+  uint32_t chunk_size = 0;
+};
+
+// Reads and validates BACKING/CKPTFS. A missing file keeps code ENOENT.
+Result<Superblock> ReadSuperblock(Env* env, int root_fd, const std::string& store_path);
+
+// Called for each regular file under the walked directory. `stub_fd` is
+// -1 when the file could not be opened; `open_status` then says why.
+using TreeVisitor = std::function<Status(const std::string& path, int stub_fd, const Status& open_status)>;
+
+// Depth-first walk of regular files below `dirfd`, never following
+// symlinks. Stubs are opened O_RDWR (O_RDONLY if that is refused). Each
+// inode is visited once even when hard-linked (`seen` holds inode numbers).
+// Paths are `prefix`-relative ("a/b"). Stops at the first visitor error or
+// directory that cannot be listed.
+Status WalkTree(Env* env, int dirfd, const std::string& prefix, const TreeVisitor& fn,
+                std::unordered_set<ino_t>* seen);
+
+}  // namespace ckptfs::internal

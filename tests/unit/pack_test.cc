@@ -1,0 +1,217 @@
+#include <fcntl.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "store/env.h"
+#include "store/pack.h"
+#include "tests/unit/test_util.h"
+
+namespace ckptfs {
+namespace {
+
+using test::CompressibleBytes;
+using test::RandomBytes;
+using test::TempDir;
+
+class PackTest : public ::testing::Test {
+ protected:
+  // Writes `content` as a pack at dir/name; returns the stats.
+  Result<PackStats> Write(const std::vector<uint8_t>& content, uint32_t chunk_size, const std::string& name = "p",
+                          const std::atomic<bool>* cancel = nullptr, uint64_t size_override = UINT64_MAX) {
+    test::WriteFileBytes(dir_.Sub("src"), content);
+    ASSIGN_OR_RETURN(UniqueFd src, env_->OpenAt(AT_FDCWD, dir_.Sub("src"), O_RDONLY));
+    ASSIGN_OR_RETURN(UniqueFd dst, env_->OpenAt(AT_FDCWD, dir_.Sub(name), O_CREAT | O_TRUNC | O_RDWR, 0644));
+    uint64_t size = size_override == UINT64_MAX ? content.size() : size_override;
+    return WritePack(env_, src.get(), size, dst.get(), chunk_size, {}, cancel);
+  }
+  Result<std::shared_ptr<PackReader>> Open(const std::string& name = "p") {
+    ASSIGN_OR_RETURN(UniqueFd fd, env_->OpenAt(AT_FDCWD, dir_.Sub(name), O_RDONLY));
+    return PackReader::Open(env_, std::move(fd), name);
+  }
+  Result<std::vector<uint8_t>> ReadAll(const PackReader& r) {
+    std::vector<uint8_t> out, chunk;
+    for (uint64_t i = 0; i < r.chunks().size(); ++i) {
+      RETURN_IF_ERROR(r.ReadChunk(i, &chunk));
+      out.insert(out.end(), chunk.begin(), chunk.end());
+    }
+    return out;
+  }
+  void RoundTrip(const std::vector<uint8_t>& content, uint32_t chunk_size) {
+    Result<PackStats> st = Write(content, chunk_size);
+    ASSERT_TRUE(st.ok()) << st.status().ToString();
+    EXPECT_EQ(st->logical_size, content.size());
+    EXPECT_EQ(st->chunk_count, (content.size() + chunk_size - 1) / chunk_size);
+    EXPECT_EQ(st->stored_size, test::ReadFileBytes(dir_.Sub("p")).size());
+    Result<std::shared_ptr<PackReader>> r = Open();
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ((*r)->header().logical_size, content.size());
+    EXPECT_EQ((*r)->header().chunk_size, chunk_size);
+    EXPECT_EQ((*r)->stored_size(), st->stored_size);
+    Result<std::vector<uint8_t>> back = ReadAll(**r);
+    ASSERT_TRUE(back.ok()) << back.status().ToString();
+    EXPECT_EQ(*back, content);
+    EXPECT_TRUE((*r)->VerifyAll().ok());
+  }
+
+  Env* env_ = Env::Default();
+  TempDir dir_;
+};
+
+TEST_F(PackTest, EmptyFile) {
+  RoundTrip({}, 4096);
+  auto bytes = test::ReadFileBytes(dir_.Sub("p"));
+  EXPECT_EQ(bytes.size(), kPackHeaderSize + kPackFooterSize);
+  EXPECT_EQ(std::memcmp(bytes.data(), "CKPTPACK", 8), 0);
+  EXPECT_EQ(std::memcmp(bytes.data() + bytes.size() - 8, "CKPTEND1", 8), 0);
+}
+
+TEST_F(PackTest, SinglePartialChunk) { RoundTrip(RandomBytes(100, 1), 4096); }
+TEST_F(PackTest, ExactMultipleOfChunk) { RoundTrip(CompressibleBytes(4096 * 3, 2), 4096); }
+TEST_F(PackTest, OneByte) { RoundTrip({42}, 4096); }
+
+TEST_F(PackTest, MultiChunkMixed) {
+  std::vector<uint8_t> content = test::MixedContent(4096, 3);
+  std::vector<uint8_t> more = test::MixedContent(4096, 9);
+  content.insert(content.end(), more.begin(), more.end() - 100);
+  RoundTrip(content, 4096);
+  auto r = Open();
+  ASSERT_TRUE(r.ok());
+  const auto& c = (*r)->chunks();
+  EXPECT_EQ(c[0].codec, ChunkCodec::kZstd);
+  EXPECT_EQ(c[1].codec, ChunkCodec::kRaw);
+  EXPECT_EQ(c[2].codec, ChunkCodec::kZero);
+  EXPECT_EQ(c[2].stored_len, 0u);
+}
+
+TEST_F(PackTest, SparseFileCostsAlmostNothing) {
+  std::vector<uint8_t> content(4096 * 64, 0);
+  content[4096 * 10 + 5] = 1;
+  RoundTrip(content, 4096);
+  auto r = Open();
+  ASSERT_TRUE(r.ok());
+  // Header + one tiny zstd chunk + table + footer.
+  EXPECT_LT((*r)->stored_size(), 64u + 200u + 64u * kPackTableEntrySize + 32u);
+}
+
+TEST_F(PackTest, LittleEndianLayout) {
+  std::vector<uint8_t> content = RandomBytes(5000, 4);
+  ASSERT_TRUE(Write(content, 4096).ok());
+  auto b = test::ReadFileBytes(dir_.Sub("p"));
+  auto u64 = [&](size_t off) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; --i) v = (v << 8) | b[off + i];
+    return v;
+  };
+  EXPECT_EQ(u64(24), 5000u);  // logical size
+  EXPECT_EQ(u64(32), 2u);     // chunk count
+  const uint64_t table_offset = u64(b.size() - 32);
+  EXPECT_EQ(table_offset, 64u + 5000u);  // two raw chunks
+  EXPECT_EQ(u64(table_offset), 64u);     // first chunk's payload offset
+  EXPECT_EQ(table_offset + 2 * kPackTableEntrySize + kPackFooterSize, b.size());
+}
+
+TEST_F(PackTest, ShrunkSourceIsAnError) {
+  std::vector<uint8_t> content = RandomBytes(10000, 5);
+  Result<PackStats> st = Write(content, 4096, "p", nullptr, 12000);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.status().code(), EAGAIN);
+  EXPECT_NE(st.status().message().find("shrank"), std::string::npos);
+}
+
+TEST_F(PackTest, CancelAborts) {
+  std::atomic<bool> cancel{true};
+  Result<PackStats> st = Write(RandomBytes(10000, 6), 4096, "p", &cancel);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.status().code(), ECANCELED);
+}
+
+TEST_F(PackTest, ZeroChunkSizeRejected) { EXPECT_EQ(Write({1, 2}, 0).status().code(), EINVAL); }
+
+TEST_F(PackTest, ChunkIndexOutOfRange) {
+  ASSERT_TRUE(Write(RandomBytes(100, 7), 4096).ok());
+  auto r = Open();
+  ASSERT_TRUE(r.ok());
+  std::vector<uint8_t> out;
+  EXPECT_EQ((*r)->ReadChunk(1, &out).code(), EINVAL);
+}
+
+TEST_F(PackTest, PayloadCorruptionNamesPackChunkAndOffset) {
+  std::vector<uint8_t> content = RandomBytes(4096 * 3, 8);
+  ASSERT_TRUE(Write(content, 4096).ok());
+  auto bytes = test::ReadFileBytes(dir_.Sub("p"));
+  bytes[64 + 4096 * 2 + 17] ^= 0x10;  // inside chunk 2 (raw)
+  test::WriteFileBytes(dir_.Sub("p"), bytes);
+  auto r = Open();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  std::vector<uint8_t> out;
+  EXPECT_TRUE((*r)->ReadChunk(0, &out).ok());
+  Status s = (*r)->ReadChunk(2, &out);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), EIO);
+  EXPECT_NE(s.message().find("pack p: chunk 2 (offset 8192): stored checksum mismatch"), std::string::npos)
+      << s.message();
+  EXPECT_TRUE(out.empty());
+  EXPECT_FALSE((*r)->VerifyAll().ok());
+}
+
+// Every byte of a pack is covered by a checksum or a consistency check: a
+// flipped bit anywhere must make Open or ReadChunk fail, and no chunk may
+// ever come back with wrong bytes.
+TEST_F(PackTest, BitFlipsAnywhereAreDetected) {
+  const uint32_t chunk = 1024;
+  std::vector<uint8_t> content = test::MixedContent(chunk, 10);
+  ASSERT_TRUE(Write(content, chunk).ok());
+  const std::vector<uint8_t> good = test::ReadFileBytes(dir_.Sub("p"));
+  ASSERT_LT(good.size(), 4000u);  // keep the loop fast
+  std::vector<std::vector<uint8_t>> want;
+  for (size_t off = 0; off < content.size(); off += chunk) {
+    want.emplace_back(content.begin() + off, content.begin() + std::min<size_t>(content.size(), off + chunk));
+  }
+
+  auto fd = env_->OpenAt(AT_FDCWD, dir_.Sub("p"), O_RDWR);
+  ASSERT_TRUE(fd.ok());
+  for (int pass = 0; pass < 2; ++pass) {
+    for (size_t pos = 0; pos < good.size(); ++pos) {
+      const uint8_t mask = static_cast<uint8_t>(1u << ((pos * (pass ? 5 : 1) + pass) % 8));
+      uint8_t b = good[pos] ^ mask;
+      ASSERT_EQ(::pwrite(fd->get(), &b, 1, static_cast<off_t>(pos)), 1);
+
+      bool detected = false;
+      Result<std::shared_ptr<PackReader>> r = Open();
+      if (!r.ok()) {
+        EXPECT_EQ(r.status().code(), EIO) << r.status().ToString();
+        detected = true;
+      } else {
+        std::vector<uint8_t> out;
+        for (uint64_t i = 0; i < (*r)->chunks().size(); ++i) {
+          Status s = (*r)->ReadChunk(i, &out);
+          if (!s.ok()) {
+            detected = true;
+            EXPECT_NE(s.message().find("pack p: chunk " + std::to_string(i)), std::string::npos) << s.message();
+          } else {
+            ASSERT_EQ(out, want[i]) << "wrong bytes returned after flipping byte " << pos;
+          }
+        }
+      }
+      EXPECT_TRUE(detected) << "flip at byte " << pos << " went unnoticed";
+      ASSERT_EQ(::pwrite(fd->get(), &good[pos], 1, static_cast<off_t>(pos)), 1);
+    }
+  }
+}
+
+TEST_F(PackTest, TruncationAndAppendAreDetected) {
+  ASSERT_TRUE(Write(test::MixedContent(1024, 11), 1024).ok());
+  const std::vector<uint8_t> good = test::ReadFileBytes(dir_.Sub("p"));
+  for (size_t len = 0; len < good.size(); ++len) {
+    test::WriteFileBytes(dir_.Sub("p"), std::vector<uint8_t>(good.begin(), good.begin() + len));
+    EXPECT_FALSE(Open().ok()) << "truncated to " << len;
+  }
+  std::vector<uint8_t> longer = good;
+  longer.push_back(0);
+  test::WriteFileBytes(dir_.Sub("p"), longer);
+  EXPECT_FALSE(Open().ok());
+}
+
+}  // namespace
+}  // namespace ckptfs

@@ -1,0 +1,72 @@
+// Shared helpers for the unit tests: temp directories, test data, and
+// reading a file's content the way the FUSE layer would (stub -> pack or
+// staging file).
+#pragma once
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "store/env.h"
+#include "store/store.h"
+
+namespace ckptfs::test {
+
+#define ASSERT_OK(expr)                                     \
+  do {                                                      \
+    const ::ckptfs::Status _s = (expr);                     \
+    ASSERT_TRUE(_s.ok()) << #expr << ": " << _s.ToString(); \
+  } while (0)
+#define EXPECT_OK(expr)                                     \
+  do {                                                      \
+    const ::ckptfs::Status _s = (expr);                     \
+    EXPECT_TRUE(_s.ok()) << #expr << ": " << _s.ToString(); \
+  } while (0)
+
+// A fresh directory under /tmp, removed with everything in it.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string Sub(const std::string& rel) const { return path_ + "/" + rel; }
+
+ private:
+  std::string path_;
+};
+
+std::vector<uint8_t> RandomBytes(size_t n, uint64_t seed);
+// Text-like bytes that zstd shrinks well.
+std::vector<uint8_t> CompressibleBytes(size_t n, uint64_t seed);
+// A mix a checkpoint might hold: compressible, random, and all-zero chunks,
+// ending in a partial chunk.
+std::vector<uint8_t> MixedContent(uint32_t chunk_size, uint64_t seed);
+
+void WriteFileBytes(const std::string& path, const std::vector<uint8_t>& bytes);
+std::vector<uint8_t> ReadFileBytes(const std::string& path);
+std::vector<uint8_t> ReadFdBytes(int fd);
+
+// Number of entries in a directory (recursing one level for packs/XX).
+size_t CountFiles(const std::string& dir, bool one_level_down = false);
+
+// Content of a file as the stub says it is: the pack's chunks if sealed,
+// the staging file if staged.
+Result<std::vector<uint8_t>> ReadContent(Store* store, int stub_fd);
+Result<std::vector<uint8_t>> ReadContentAt(Store* store, const std::string& ns_path);
+
+StoreOptions SmallChunks(uint32_t chunk_size = 4096);
+
+// Creates ns/<name> STAGED with `bytes` in a fresh staging file, all fsync'd.
+// Returns the stub record.
+Result<StubRecord> MakeStagedFile(Store* store, const std::string& name, const std::vector<uint8_t>& bytes);
+// Same, then sealed into a pack.
+Result<StubRecord> MakeSealedFile(Store* store, const std::string& name, const std::vector<uint8_t>& bytes);
+
+}  // namespace ckptfs::test
