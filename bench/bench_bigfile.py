@@ -24,6 +24,10 @@ MiB = 1 << 20
 RSS_LIMIT_MIB = 300
 
 
+def kib_mib(k):
+    return f"{k / 1024:.1f} MiB" if k else "?"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size-gib", type=float, default=4.0)
@@ -78,11 +82,13 @@ def main():
         finally:
             os.close(fd)
         res["write_s"] = time.perf_counter() - t0
+        res["vmhwm_kib_after_write"] = C.status_kib(pid, "VmHWM")
         want = h.hexdigest()
         print(f"wrote {n_mib} MiB in {res['write_s']:.1f}s "
               f"({n_mib / res['write_s']:.0f} MiB/s)", flush=True)
 
-        st, res["seal_wait_s"] = C.wait_sealed(mnt, timeout=7200, poll=1.0)
+        st, res["seal_wait_s"] = C.wait_sealed(mnt, timeout=7200, poll=0.25)
+        res["vmhwm_kib_after_seal"] = C.status_kib(pid, "VmHWM")
         print(f"sealed after another {res['seal_wait_s']:.1f}s", flush=True)
         ent = [f for f in st["files"] if f["path"].lstrip("/") == "big.bin"]
         res["logical_bytes"] = ent[0]["logical"] if ent else None
@@ -126,8 +132,9 @@ def main():
         ["sha256 compare", "equal" if res["checksum_ok"] else "DIFFERENT",
          "ok" if res["checksum_ok"] else "FAIL"],
         ["stored bytes", C.human(res["stored_bytes"] or 0), ""],
-        ["daemon VmHWM", f"{hwm_mib:.1f} MiB (sampled VmRSS peak "
-                         f"{peak['kib'] / 1024:.1f} MiB)",
+        ["daemon VmHWM", f"{hwm_mib:.1f} MiB (after write {kib_mib(res['vmhwm_kib_after_write'])}"
+                         f", after seal {kib_mib(res['vmhwm_kib_after_seal'])}; sampled VmRSS "
+                         f"peak {peak['kib'] / 1024:.1f} MiB)",
          "ok" if res["rss_ok"] else f"FAIL (limit {RSS_LIMIT_MIB} MiB)"],
     ]))
     print(f"\nJSON: {C.write_json('bench_bigfile', res)}")

@@ -51,7 +51,7 @@ def main():
                     help="checkpoint directory (a ckptfs mountpoint)")
     ap.add_argument("--checkpoints", type=int, default=5)
     ap.add_argument("--steps-between", type=int, default=20)
-    ap.add_argument("--hidden", type=int, default=512)
+    ap.add_argument("--hidden", type=int, default=384)
     args = ap.parse_args()
 
     run_dir = os.path.join(args.dir, "demo-run")
@@ -71,7 +71,7 @@ def main():
     last_path, last_state = None, None
     for k in range(1, args.checkpoints + 1):
         for _ in range(args.steps_between):
-            x = torch.rand(256, 1) * 4 - 2
+            x = torch.rand(64, 1) * 4 - 2
             loss = (model(x) - torch.sin(3 * x)).pow(2).mean()
             opt.zero_grad()
             loss.backward()

@@ -27,14 +27,10 @@ Result<std::shared_ptr<FileContent>> FileContent::Load(Store* store, ChunkCache*
 }
 
 Status FileContent::Fail(const Status& st, const char* what, uint64_t off) {
-  std::string where = label_;
-  char buf[4096];
-  ssize_t n = ::readlink(ProcFdPath(stub_fd_.get()).c_str(), buf, sizeof(buf) - 1);
-  if (n > 0) {
-    std::string path(buf, static_cast<size_t>(n));
-    const std::string ns = store_->path() + "/ns";
-    where = path.rfind(ns, 0) == 0 ? path.substr(ns.size()) : path;
-  }
+  // Name the file as the user sees it: its current path under ns/.
+  std::string where = FdPathForLog(stub_fd_.get());
+  const std::string ns = store_->path() + "/ns";
+  if (where.rfind(ns, 0) == 0) where = where.substr(ns.size());
   spdlog::error("{} {} at offset {}: {}", what, where, off, st.message());
   return st;
 }
@@ -140,8 +136,10 @@ Status FileContent::EnsureStagedLocked(uint64_t keep_bytes) {
   if (keep > 0) {
     st = MaterializeLocked(fd.get(), keep);
     if (st.ok()) st = env->Ftruncate(fd.get(), keep);
-    // The staged copy replaces a durable pack below, so it must be durable first.
+    // The staged copy replaces a durable pack below, so it (and its
+    // directory entry) must be durable first.
     if (st.ok()) st = env->Fdatasync(fd.get());
+    if (st.ok()) st = store_->SyncStagingDir();
   }
   StubRecord next{.gen = 0, .state = StubState::kStaged, .size = keep, .object = id};
   Result<StubRecord> written = st.ok() ? WriteStub(env, stub_fd_.get(), rec_, next) : Result<StubRecord>(st);
@@ -166,19 +164,19 @@ Status FileContent::EnsureStagedLocked(uint64_t keep_bytes) {
   return Status::Ok();
 }
 
-Status FileContent::Write(uint64_t off, std::span<const uint8_t> data) {
-  std::shared_ptr<Staging> sp;
-  {
-    std::lock_guard lk(mu_);
-    RETURN_IF_ERROR(EnsureStagedLocked(UINT64_MAX));
-    ++change_gen_;
-    ++writes_in_flight_;
-    sp = staging_;
-  }
-  Status st = store_->env()->PWriteAll(sp->fd.get(), data, off);
+Result<int> FileContent::BeginWrite() {
+  std::lock_guard lk(mu_);
+  RETURN_IF_ERROR(EnsureStagedLocked(UINT64_MAX));
+  ++change_gen_;
+  ++writes_in_flight_;
+  // A seal only switches the stub when no write is in flight, so the staging
+  // fd outlives this write.
+  return staging_->fd.get();
+}
+
+void FileContent::EndWrite() {
   std::lock_guard lk(mu_);
   --writes_in_flight_;
-  return st;
 }
 
 Status FileContent::Truncate(uint64_t size) {
@@ -212,8 +210,9 @@ Status FileContent::SetTimes(const struct timespec times[2]) {
   std::lock_guard lk(mu_);
   Env* env = store_->env();
   RETURN_IF_ERROR(env->Futimens(stub_fd_.get(), times));
-  if (staging_) RETURN_IF_ERROR(env->Futimens(staging_->fd.get(), times));
-  return Status::Ok();
+  if (!staging_) return Status::Ok();
+  ++change_gen_;  // a seal in progress copied the old mtime: make it retry
+  return env->Futimens(staging_->fd.get(), times);
 }
 
 void FileContent::OnOpen(bool writable) {

@@ -33,7 +33,11 @@ class FileContent {
   // Fills size, blocks and (when staged) mtime/ctime into a stat of the stub.
   Status FillStat(struct stat* st);
   Result<size_t> Read(uint64_t off, std::span<uint8_t> out);
-  Status Write(uint64_t off, std::span<const uint8_t> data);
+  // A write, in two halves, because libfuse moves the bytes itself (spliced
+  // from /dev/fuse when it can): BeginWrite stages the file and returns the
+  // staging fd, which stays valid until EndWrite.
+  Result<int> BeginWrite();
+  void EndWrite();
   Status Truncate(uint64_t size);
   // Makes everything written so far durable (fsync/fdatasync semantics).
   Status Sync();

@@ -13,8 +13,12 @@ Result<std::shared_ptr<FileContent>> Filesystem::ContentOf(Inode& inode) {
   std::lock_guard lk(inode.content_mu);
   if (inode.content) return inode.content;
   ASSIGN_OR_RETURN(UniqueFd stub, store_->env()->OpenAt(AT_FDCWD, ProcFdPath(inode.fd.get()), O_RDWR | O_CLOEXEC));
-  ASSIGN_OR_RETURN(inode.content,
-                   FileContent::Load(store_, &cache_, std::move(stub), "inode " + std::to_string(inode.ino)));
+  auto content = FileContent::Load(store_, &cache_, std::move(stub), "inode " + std::to_string(inode.ino));
+  if (!content.ok()) {
+    spdlog::error("cannot load {}: {}", FdPathForLog(inode.fd.get()), content.status().message());
+    return content.status();
+  }
+  inode.content = content.value();
   return inode.content;
 }
 

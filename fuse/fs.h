@@ -20,6 +20,9 @@ struct FsConfig {
   uint64_t cache_bytes = 128ull << 20;
   int seal_threads = 1;
   bool writeback_cache = false;
+  // Below 1 MiB so that a request fits a pipe without CAP_SYS_RESOURCE;
+  // otherwise libfuse 3.14 stops splicing for good.
+  uint32_t max_write = 512u << 10;
   bool chown_new_files = true;  // daemon is root: hand new files to the caller
 };
 

@@ -93,6 +93,11 @@ Status ApplyOption(const std::string& opt, MountOptions* out) {
     if (spdlog::level::from_str(val) == spdlog::level::off && val != "off")
       return Status::InvalidArgument("option log_level=" + val + ": use trace, debug, info, warn, error or off");
     out->log_level = val;
+  } else if (key == "max_write") {
+    RETURN_IF_ERROR(need_val());
+    ASSIGN_OR_RETURN(uint64_t mw, ParseSize(val));
+    if (mw < 4096 || mw > (1u << 20)) return Status::InvalidArgument("option max_write=" + val + ": from 4K to 1M");
+    out->fs.max_write = static_cast<uint32_t>(mw);
   } else if (key == "writeback" && !has_val) {
     out->fs.writeback_cache = true;
   } else if (key == "debug" && !has_val) {
@@ -160,6 +165,7 @@ std::string MountOptionsHelp() {
          "  entry_timeout=SEC   kernel name cache time (default 1)\n"
          "  log=PATH            daemon log (default BACKING/ckptfs.log)\n"
          "  log_level=LEVEL     trace|debug|info|warn|error (default info)\n"
+         "  max_write=SIZE      largest FUSE write request, 4K..1M (default 512K)\n"
          "  writeback           kernel writeback cache (faster small writes)\n"
          "  debug               libfuse request tracing (implies -f)\n"
          "  allow_other, allow_root, default_permissions, ro, rw, nosuid, nodev,\n"

@@ -83,7 +83,10 @@ void OpInit(void* userdata, fuse_conn_info* conn) {
   else
     conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
   if (conn->capable & FUSE_CAP_PARALLEL_DIROPS) conn->want |= FUSE_CAP_PARALLEL_DIROPS;
-  conn->want &= ~FUSE_CAP_SPLICE_READ;  // replies come from memory, not fds
+  // Write payloads can be spliced from /dev/fuse into the staging file.
+  if (conn->capable & FUSE_CAP_SPLICE_READ) conn->want |= FUSE_CAP_SPLICE_READ;
+  if (conn->capable & FUSE_CAP_SPLICE_MOVE) conn->want |= FUSE_CAP_SPLICE_MOVE;
+  conn->max_write = fs->config().max_write;
   conn->max_background = 64;
   conn->congestion_threshold = 48;
 }
@@ -273,11 +276,20 @@ void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* 
   fuse_reply_buf(req, reinterpret_cast<const char*>(buf.data()), n.value());
 }
 
-void OpWrite(fuse_req_t req, fuse_ino_t, const char* data, size_t size, off_t off, fuse_file_info* fi) {
-  Status s = FH(fi)->content->Write(static_cast<uint64_t>(off),
-                                    std::span(reinterpret_cast<const uint8_t*>(data), size));
-  if (!s.ok()) return ReplyErr(req, s);
-  fuse_reply_write(req, size);
+// Moves the payload from the request buffer (a pipe, when libfuse spliced
+// it from /dev/fuse) straight into the staging file.
+void OpWriteBuf(fuse_req_t req, fuse_ino_t, fuse_bufvec* in, off_t off, fuse_file_info* fi) {
+  FileContent& content = *FH(fi)->content;
+  auto fd = content.BeginWrite();
+  if (!fd.ok()) return ReplyErr(req, fd.status());
+  fuse_bufvec out = FUSE_BUFVEC_INIT(fuse_buf_size(in));
+  out.buf[0].flags = static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK | FUSE_BUF_FD_RETRY);
+  out.buf[0].fd = fd.value();
+  out.buf[0].pos = off;
+  ssize_t n = fuse_buf_copy(&out, in, static_cast<fuse_buf_copy_flags>(0));
+  content.EndWrite();
+  if (n < 0) return ReplyErr(req, Status::FromErrno(static_cast<int>(-n), "write to staging file"));
+  fuse_reply_write(req, static_cast<size_t>(n));
 }
 
 void OpFlush(fuse_req_t req, fuse_ino_t, fuse_file_info*) {
@@ -392,7 +404,7 @@ fuse_lowlevel_ops MakeOps() {
   ops.open = OpOpen;
   ops.create = OpCreate;
   ops.read = OpRead;
-  ops.write = OpWrite;
+  ops.write_buf = OpWriteBuf;
   ops.flush = OpFlush;
   ops.release = OpRelease;
   ops.fsync = OpFsync;

@@ -14,7 +14,6 @@ bash scripts/build.sh
 STORE="$ROOT/ckptfs-data/store"
 MNT="$ROOT/checkpoints"
 CKPTFS="$ROOT/build/ckptfs"
-mkdir -p "$STORE" "$MNT"
 
 is_mounted() {  # works for stale (ENOTCONN) mounts too: never stats the path
   awk -v m="$1" '$5 == m { found = 1 } END { exit !found }' /proc/self/mountinfo
@@ -24,6 +23,7 @@ if is_mounted "$MNT"; then
   echo "demo: unmounting the previous mount on $MNT"
   "$CKPTFS" umount "$MNT" || fusermount3 -uz "$MNT" || umount -l "$MNT"
 fi
+mkdir -p "$STORE" "$MNT"
 
 echo "demo: mounting $STORE on $MNT"
 "$CKPTFS" mount "$STORE" "$MNT"

@@ -39,7 +39,12 @@ fi
 
 # Project-local venv on Debian's interpreter (never a pyenv/conda python).
 VENV="$ROOT/.venv-debian"
-if [[ ! -x "$VENV/bin/python" ]] || ! "$VENV/bin/python" -c 'import torch, numpy, pytest, psutil' >/dev/null 2>&1; then
+venv_ok() {
+  [[ -x "$VENV/bin/python" ]] &&
+    [[ "$(readlink -f "$VENV/bin/python")" == "$(readlink -f /usr/bin/python3)" ]] &&
+    "$VENV/bin/python" -c 'import torch, numpy, pytest, psutil' >/dev/null 2>&1
+}
+if ! venv_ok; then
   rm -rf "$VENV"
   /usr/bin/python3 -m venv --system-site-packages "$VENV"
   if ! "$VENV/bin/python" -c 'import torch, numpy, pytest, psutil' >/dev/null 2>&1; then

@@ -23,7 +23,13 @@ echo "=== integration tests (pytest, real FUSE mount) ==="
 # Debian's interpreter via the project venv (sees python3-torch 1.13); never
 # a pyenv/conda python from PATH.
 export PYTHONDONTWRITEBYTECODE=1
-if ! "$ROOT/.venv-debian/bin/python" -m pytest -q -p no:cacheprovider tests/integration "$@"; then
+pytest_args=(-q -p no:cacheprovider)
+# Backing stores need a disk filesystem (user xattrs, O_DIRECT): keep pytest's
+# temp dirs off tmpfs.
+if [[ "$(stat -f -c %T /tmp 2>/dev/null)" == "tmpfs" ]]; then
+  pytest_args+=(--basetemp "$ROOT/build/pytest-tmp")
+fi
+if ! "$ROOT/.venv-debian/bin/python" -m pytest "${pytest_args[@]}" tests/integration "$@"; then
   echo "test: integration tests FAILED" >&2
   status=1
 fi

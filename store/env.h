@@ -71,5 +71,7 @@ class Env {
 
 // "/proc/self/fd/N": reaches an O_PATH fd's inode through path-based calls.
 std::string ProcFdPath(int fd);
+// Where fd currently lives, for messages: readlink of ProcFdPath(fd).
+std::string FdPathForLog(int fd);
 
 }  // namespace ckptfs

@@ -18,14 +18,8 @@
 namespace ckptfs {
 namespace {
 
-// Best-effort name of an fd for error messages: its path, or "fd N".
-std::string FdName(int fd) {
-  if (fd == AT_FDCWD) return ".";
-  char buf[4096];
-  ssize_t n = ::readlink(ProcFdPath(fd).c_str(), buf, sizeof(buf) - 1);
-  if (n <= 0) return "fd " + std::to_string(fd);
-  return std::string(buf, static_cast<size_t>(n));
-}
+// Best-effort name of an fd for error messages (FdPathForLog: its path).
+std::string FdName(int fd) { return fd == AT_FDCWD ? "." : FdPathForLog(fd); }
 
 // "dir/path" for messages; the dir part is only resolved when needed.
 std::string AtName(int dirfd, const std::string& path) {
@@ -102,13 +96,13 @@ class PosixEnv final : public Env {
   }
 
   Result<struct stat> Fstat(int fd) override {
-    struct stat st{};
+    struct stat st {};
     if (::fstat(fd, &st) != 0) return ErrFd("fstat", fd);
     return st;
   }
 
   Result<struct stat> FstatAt(int dirfd, const std::string& path, int flags) override {
-    struct stat st{};
+    struct stat st {};
     if (::fstatat(dirfd, path.c_str(), &st, flags) != 0) return ErrAt("stat", dirfd, path);
     return st;
   }
@@ -157,8 +151,7 @@ class PosixEnv final : public Env {
     }
   }
 
-  Status LinkAt(int olddir, const std::string& oldpath, int newdir, const std::string& newpath,
-                int flags) override {
+  Status LinkAt(int olddir, const std::string& oldpath, int newdir, const std::string& newpath, int flags) override {
     if (::linkat(olddir, oldpath.c_str(), newdir, newpath.c_str(), flags) != 0) {
       int err = errno;
       return Status::FromErrno(err, "link " + AtName(olddir, oldpath) + " -> " + AtName(newdir, newpath));
@@ -189,7 +182,7 @@ class PosixEnv final : public Env {
   Result<std::vector<DirEntry>> ListDir(int dirfd) override;
 
   Result<struct statvfs> Fstatvfs(int fd) override {
-    struct statvfs sv{};
+    struct statvfs sv {};
     if (RetryEintr([&] { return ::fstatvfs(fd, &sv); }) != 0) return ErrFd("statvfs", fd);
     return sv;
   }
@@ -272,8 +265,7 @@ Status Env::PWriteAll(int fd, std::span<const uint8_t> buf, uint64_t off) {
     Result<size_t> n = PWrite(fd, buf, off);
     if (!n.ok()) return n.status();
     if (*n == 0) {
-      return Status::FromErrno(ENOSPC, "pwrite " + FdName(fd) + " at offset " + std::to_string(off) +
-                                           " wrote 0 bytes");
+      return Status::FromErrno(ENOSPC, "pwrite " + FdName(fd) + " at offset " + std::to_string(off) + " wrote 0 bytes");
     }
     buf = buf.subspan(*n);
     off += *n;

@@ -59,9 +59,9 @@ class FaultEnv : public Env {
 
   static const char* OpName(Op op) {
     static constexpr const char* kNames[kNumOps] = {
-        "open",   "pread",    "pwrite", "fsync",  "fdatasync", "ftruncate", "fstat",     "fstatat",  "futimens",
-        "rename", "unlink",   "mkdir",  "symlink", "readlink", "link",      "mknod",     "fchmod",   "fchown",
-        "utimens", "listdir", "fstatvfs", "setxattr", "getxattr", "listxattr", "removexattr"};
+        "open",    "pread",   "pwrite",   "fsync",    "fdatasync", "ftruncate", "fstat",      "fstatat", "futimens",
+        "rename",  "unlink",  "mkdir",    "symlink",  "readlink",  "link",      "mknod",      "fchmod",  "fchown",
+        "utimens", "listdir", "fstatvfs", "setxattr", "getxattr",  "listxattr", "removexattr"};
     return op >= 0 && op < kNumOps ? kNames[op] : "?";
   }
 
@@ -135,8 +135,12 @@ class FaultEnv : public Env {
     if (half && buf.size() > 1) buf = buf.first(buf.size() / 2);
     return Done(base_->PWrite(fd, buf, off), true);
   }
-  Status Fsync(int fd) override { return Mutate(kFsync, [&] { return base_->Fsync(fd); }); }
-  Status Fdatasync(int fd) override { return Mutate(kFdatasync, [&] { return base_->Fdatasync(fd); }); }
+  Status Fsync(int fd) override {
+    return Mutate(kFsync, [&] { return base_->Fsync(fd); });
+  }
+  Status Fdatasync(int fd) override {
+    return Mutate(kFdatasync, [&] { return base_->Fdatasync(fd); });
+  }
   Status Ftruncate(int fd, uint64_t size) override {
     return Mutate(kFtruncate, [&] { return base_->Ftruncate(fd, size); });
   }
@@ -221,8 +225,8 @@ class FaultEnv : public Env {
     std::lock_guard<std::mutex> l(mu_);
     if (crashed_) {
       ++injected_;
-      return Status::Error(EIO, std::string("injected crash: ") + OpName(op) + " after mutation " +
-                                    std::to_string(crash_at_));
+      return Status::Error(
+          EIO, std::string("injected crash: ") + OpName(op) + " after mutation " + std::to_string(crash_at_));
     }
     const uint64_t n = ++calls_[op];
     for (const Fault& f : faults_) {

@@ -54,8 +54,7 @@ Result<FsckReport> Store::Fsck() {
     if (rec->state == StubState::kStaged) {
       staging_ref.insert(rec->object);
       const std::string staging = "staging/" + internal::StagingFileName(rec->object);
-      if (Result<struct stat> st = env_->FstatAt(staging_.get(), internal::StagingFileName(rec->object), 0);
-          !st.ok()) {
+      if (Result<struct stat> st = env_->FstatAt(staging_.get(), internal::StagingFileName(rec->object), 0); !st.ok()) {
         rep.errors.push_back(where + ": staged, but " + staging + " is missing: " + st.status().message());
       } else {
         rep.warnings.push_back(where + ": not sealed yet (content in " + staging + ")");

@@ -190,8 +190,12 @@ Result<std::shared_ptr<PackReader>> PackReader::Open(Env* env, UniqueFd fd, std:
     ChunkEntry e = DecodeEntry(std::span<const uint8_t>(table).subspan(i * kPackTableEntrySize, kPackTableEntrySize));
     const std::string at = "chunk " + std::to_string(i) + ": ";
     const uint64_t want_raw = std::min<uint64_t>(h.chunk_size, h.logical_size - i * h.chunk_size);
-    if (e.raw_len != want_raw) return corrupt(at + "raw length " + std::to_string(e.raw_len) + ", expected " + std::to_string(want_raw));
-    if (e.offset != pos) return corrupt(at + "payload offset " + std::to_string(e.offset) + ", expected " + std::to_string(pos));
+    if (e.raw_len != want_raw) {
+      return corrupt(at + "raw length " + std::to_string(e.raw_len) + ", expected " + std::to_string(want_raw));
+    }
+    if (e.offset != pos) {
+      return corrupt(at + "payload offset " + std::to_string(e.offset) + ", expected " + std::to_string(pos));
+    }
     switch (e.codec) {
       case ChunkCodec::kZero:
         if (e.stored_len != 0) return corrupt(at + "zero chunk with stored bytes");
@@ -209,7 +213,9 @@ Result<std::shared_ptr<PackReader>> PackReader::Open(Env* env, UniqueFd fd, std:
     if (pos > table_offset) return corrupt(at + "payload runs into the chunk table");
     chunks[i] = e;
   }
-  if (pos != table_offset) return corrupt("payloads end at " + std::to_string(pos) + ", table starts at " + std::to_string(table_offset));
+  if (pos != table_offset) {
+    return corrupt("payloads end at " + std::to_string(pos) + ", table starts at " + std::to_string(table_offset));
+  }
 
   std::shared_ptr<PackReader> r(new PackReader(env, std::move(fd), std::move(name)));
   r->header_ = h;
@@ -254,4 +260,3 @@ Status PackReader::VerifyAll() const {
 }
 
 }  // namespace ckptfs
-

@@ -45,9 +45,15 @@ Status WalkTree(Env* env, int dirfd, const std::string& prefix, const TreeVisito
       RETURN_IF_ERROR(WalkTree(env, sub->get(), path, fn, seen));
       continue;
     }
-    if (*type != DT_REG) continue;  // symlinks, devices, fifos, sockets carry no content
-    if (!seen->insert(e.ino).second) continue;  // another link to a visited stub
-    Result<UniqueFd> fd = env->OpenAt(dirfd, e.name, O_RDWR | O_NOFOLLOW);
+    // Symlinks, devices, fifos and sockets carry no content; a second link
+    // to a stub already visited needs no second visit.
+    if (*type != DT_REG) continue;
+    if (!seen->insert(e.ino).second) continue;
+    // O_NOATIME: the stub's atime is the user's; scanning is not an access.
+    // It needs ownership or CAP_FOWNER (EPERM otherwise), and O_RDWR needs
+    // write permission on the stub: step down until one open works.
+    Result<UniqueFd> fd = env->OpenAt(dirfd, e.name, O_RDWR | O_NOFOLLOW | O_NOATIME);
+    if (!fd.ok() && fd.status().code() == EPERM) fd = env->OpenAt(dirfd, e.name, O_RDWR | O_NOFOLLOW);
     if (!fd.ok() && (fd.status().code() == EACCES || fd.status().code() == EROFS)) {
       fd = env->OpenAt(dirfd, e.name, O_RDONLY | O_NOFOLLOW);
     }

@@ -27,8 +27,7 @@ Result<UniqueFd> OpenBackingDir(Env* env, const std::string& backing, bool creat
   Result<UniqueFd> fd = env->OpenAt(AT_FDCWD, backing, O_RDONLY | O_DIRECTORY);
   if (fd.ok()) return fd;
   const int err = fd.status().code();
-  const std::string missing =
-      "backing directory " + backing + " does not exist; create it or pass an empty directory";
+  const std::string missing = "backing directory " + backing + " does not exist; create it or pass an empty directory";
   if (err == ENOENT && create) {
     Status mk = env->MkdirAt(AT_FDCWD, backing, 0755);
     if (IsErr(mk, ENOENT)) return Status::Error(ENOENT, missing + " (its parent directory is missing too)");
@@ -269,9 +268,7 @@ Result<UniqueFd> Store::CreateStaging(ObjectId* id) {
   return fd;
 }
 
-Result<UniqueFd> Store::OpenStaging(ObjectId id) {
-  return env_->OpenAt(staging_.get(), StagingFileName(id), O_RDWR);
-}
+Result<UniqueFd> Store::OpenStaging(ObjectId id) { return env_->OpenAt(staging_.get(), StagingFileName(id), O_RDWR); }
 
 Status Store::DeleteStaging(ObjectId id) {
   if (id == 0) return Status::Ok();
@@ -286,7 +283,11 @@ Result<StubRecord> Store::SealStub(int stub_fd, const StubRecord& staged, int st
   if (staged.state != StubState::kStaged) return Status::InvalidArgument("SealStub: stub is not staged");
   ASSIGN_OR_RETURN(struct stat sst, env_->Fstat(staging_fd));
   const uint64_t size = static_cast<uint64_t>(sst.st_size);
-  ASSIGN_OR_RETURN(ObjectId pack, PublishPack(staging_fd, size));
+  // An empty file needs no pack: object 0 already means "no bytes".
+  ObjectId pack = 0;
+  if (size > 0) {
+    ASSIGN_OR_RETURN(pack, PublishPack(staging_fd, size));
+  }
 
   if (still_current && !still_current()) {
     (void)DeletePack(pack);

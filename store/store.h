@@ -88,7 +88,8 @@ class Store {
 
   // --- whole-file transitions on a stub (caller serialises per stub) ---
   // Seals a STAGED stub: pack from the staging file, stub -> SEALED (fsync'd,
-  // mtime preserved from the staging file), staging and old pack deleted.
+  // mtime taken from the staging file), staging file deleted. (The pack a
+  // file had before it was staged was released when it was staged.)
   // `still_current` is asked right before the stub is switched; returning
   // false abandons the new pack (the file changed meanwhile).
   Result<StubRecord> SealStub(int stub_fd, const StubRecord& staged, int staging_fd,

@@ -47,7 +47,6 @@ using TreeVisitor = std::function<Status(const std::string& path, int stub_fd, c
 // inode is visited once even when hard-linked (`seen` holds inode numbers).
 // Paths are `prefix`-relative ("a/b"). Stops at the first visitor error or
 // directory that cannot be listed.
-Status WalkTree(Env* env, int dirfd, const std::string& prefix, const TreeVisitor& fn,
-                std::unordered_set<ino_t>* seen);
+Status WalkTree(Env* env, int dirfd, const std::string& prefix, const TreeVisitor& fn, std::unordered_set<ino_t>* seen);
 
 }  // namespace ckptfs::internal

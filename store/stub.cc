@@ -80,7 +80,9 @@ Result<StubRecord> ReadStub(Env* env, int stub_fd) {
   for (size_t i = 0; i < slots; ++i) {
     std::span<const uint8_t, kStubSlotSize> slot(buf.data() + i * kStubSlotSize, kStubSlotSize);
     Result<StubRecord> rec = DecodeStubSlot(slot);
-    if (rec.ok() && rec->gen % 2 != i) rec = Status::Corruption("generation " + std::to_string(rec->gen) + " in wrong slot");
+    if (rec.ok() && rec->gen % 2 != i) {
+      rec = Status::Corruption("generation " + std::to_string(rec->gen) + " in wrong slot");
+    }
     if (!rec.ok()) {
       if (!AllZero(slot)) why += " slot " + std::to_string(i) + ": " + rec.status().message() + ";";
       continue;

@@ -114,5 +114,10 @@ def diff_trees(a: dict, b: dict) -> list[str]:
     return problems
 
 
+def assert_trees_equal(a: dict, b: dict, what: str = "trees differ"):
+    problems = diff_trees(a, b)
+    assert not problems, f"{what} ({len(problems)}):\n" + "\n".join(problems[:40])
+
+
 def errno_name(e: int | None) -> str:
     return errno.errorcode.get(e, str(e)) if e is not None else "OK"

@@ -18,7 +18,7 @@ from conftest import describe, is_mounted, run_ckptfs
 from helpers import sha256_file, snapshot_tree
 
 WRITER = Path(__file__).with_name("crash_writer.py")
-ROUNDS = int(os.environ.get("CKPTFS_CRASH_ROUNDS", "3"))
+ROUNDS = int(os.environ.get("CKPTFS_CRASH_ROUNDS", "4"))
 
 
 class Writers:
@@ -119,7 +119,7 @@ def verify(expect: dict, root: Path, when: str):
     return checked
 
 
-def crash_round(m, rnd, expect, n_procs=3, threads=2, min_done=25):
+def crash_round(m, rnd, expect, n_procs=3, threads=2, min_done=40):
     root = m.mnt / f"round{rnd}"
     root.mkdir()
     w = Writers(root, n_procs, threads, seed=1000 * rnd)
@@ -153,6 +153,9 @@ def test_kill9_under_writers(mount):
         recover(m)
         checked = verify(expect, m.mnt, f"round {rnd} after recovery")
         assert checked == n_durable
+        in_flight = sum(1 for v in expect.values() if v is None)
+        print(f"round {rnd}: {checked} durable files verified, {in_flight} in flight at "
+              f"the kill, {sum(1 for v in expect.values() if v == 'GONE')} removed")
         # the recovered store keeps working: writes, seals, remount
         (m.mnt / f"round{rnd}" / "after.bin").write_bytes(b"after" * 1000)
         m.wait_sealed()

@@ -9,8 +9,8 @@ import stat
 
 import pytest
 
-from helpers import (RENAME_NOREPLACE, gen_data, read_file, renameat2, snapshot_tree,
-                     diff_trees)
+from helpers import (RENAME_NOREPLACE, assert_trees_equal, gen_data, read_file, renameat2,
+                     snapshot_tree)
 
 MiB = 1 << 20
 
@@ -482,6 +482,26 @@ def test_chmod_chown_utime(mount):
     assert st.st_mtime_ns == mtime
 
 
+def test_metadata_survives_background_seal(mount):
+    """chmod/utime right after close, while the seal of the content still runs,
+    must not be undone when the seal finishes."""
+    p = mount.mnt / "sealing"
+    p.write_bytes(os.urandom(24 * MiB))
+    os.utime(p, ns=(1_600_000_000_000_000_001, 1_650_000_000_000_000_001))
+    os.chmod(p, 0o611)
+    os.setxattr(p, "user.k", b"v")
+    mount.wait_sealed()
+    st = os.stat(p)
+    assert st.st_mtime_ns == 1_650_000_000_000_000_001
+    assert stat.S_IMODE(st.st_mode) == 0o611
+    assert os.getxattr(p, "user.k") == b"v"
+    mount.remount()
+    st = os.stat(p)
+    assert st.st_mtime_ns == 1_650_000_000_000_000_001
+    assert stat.S_IMODE(st.st_mode) == 0o611
+    assert os.getxattr(p, "user.k") == b"v"
+
+
 def test_write_updates_mtime(mount):
     p = mount.mnt / "mt"
     p.write_bytes(b"a")
@@ -713,14 +733,14 @@ def test_persistence_after_remount(mount):
     xattrs = {rel: os.getxattr(root / rel, "user.idx") for rel in files}
     mount.remount()
     after = snapshot_tree(root, with_meta=True)
-    assert diff_trees(before, after) == []
+    assert_trees_equal(before, after)
     for rel, data in files.items():
         assert read_file(root / rel) == data
         assert os.getxattr(root / rel, "user.idx") == xattrs[rel]
     assert os.stat(root / "run1" / "hardlink").st_nlink == 2
     # and once more, after an unmount with nothing staged
     mount.remount()
-    assert diff_trees(before, snapshot_tree(root, with_meta=True)) == []
+    assert_trees_equal(before, snapshot_tree(root, with_meta=True))
 
 
 def test_copy_tree_in_and_out(mount, plain_dir):
@@ -731,7 +751,7 @@ def test_copy_tree_in_and_out(mount, plain_dir):
     for i in range(20):
         (src / ("a" if i % 2 else "a/b") / f"f{i}").write_bytes(gen_data(rng, rng.randint(0, 400_000)))
     shutil.copytree(src, mount.mnt / "copy")
-    assert diff_trees(snapshot_tree(src), snapshot_tree(mount.mnt / "copy")) == []
+    assert_trees_equal(snapshot_tree(src), snapshot_tree(mount.mnt / "copy"))
     mount.remount()
     shutil.copytree(mount.mnt / "copy", plain_dir / "back")
-    assert diff_trees(snapshot_tree(src), snapshot_tree(plain_dir / "back")) == []
+    assert_trees_equal(snapshot_tree(src), snapshot_tree(plain_dir / "back"))

@@ -1,1 +1,107 @@
-// placeholder
+#include <gtest/gtest.h>
+
+#include <thread>
+#include <vector>
+
+#include "cache/chunk_cache.h"
+
+namespace ckptfs {
+namespace {
+
+ChunkBytes Bytes(size_t n, uint8_t fill = 1) { return std::make_shared<const std::vector<uint8_t>>(n, fill); }
+
+TEST(ChunkCacheTest, GetPutAndCounters) {
+  ChunkCache c(10000);
+  EXPECT_EQ(c.Get({1, 0}), nullptr);
+  c.Put({1, 0}, Bytes(100, 7));
+  ChunkBytes b = c.Get({1, 0});
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(b->size(), 100u);
+  EXPECT_EQ((*b)[0], 7);
+  EXPECT_EQ(c.Get({1, 1}), nullptr);
+  EXPECT_EQ(c.Get({2, 0}), nullptr);
+  EXPECT_EQ(c.hits(), 1u);
+  EXPECT_EQ(c.misses(), 3u);
+  EXPECT_EQ(c.bytes(), 100u);
+  EXPECT_EQ(c.capacity(), 10000u);
+}
+
+TEST(ChunkCacheTest, EvictsLeastRecentlyUsedByBytes) {
+  ChunkCache c(10000);
+  c.Put({1, 0}, Bytes(3000));
+  c.Put({1, 1}, Bytes(3000));
+  c.Put({1, 2}, Bytes(3000));
+  ASSERT_NE(c.Get({1, 0}), nullptr);  // 0 is now the most recent; 1 the oldest
+  c.Put({1, 3}, Bytes(3000));
+  EXPECT_EQ(c.Get({1, 1}), nullptr);
+  EXPECT_NE(c.Get({1, 0}), nullptr);
+  EXPECT_NE(c.Get({1, 2}), nullptr);
+  EXPECT_NE(c.Get({1, 3}), nullptr);
+  EXPECT_EQ(c.bytes(), 9000u);
+  // One big entry pushes out several small ones.
+  c.Put({2, 0}, Bytes(7000));
+  EXPECT_LE(c.bytes(), 10000u);
+  EXPECT_NE(c.Get({2, 0}), nullptr);
+}
+
+TEST(ChunkCacheTest, ReplaceAdjustsBytes) {
+  ChunkCache c(10000);
+  c.Put({1, 0}, Bytes(3000));
+  c.Put({1, 0}, Bytes(500, 9));
+  EXPECT_EQ(c.bytes(), 500u);
+  EXPECT_EQ((*c.Get({1, 0}))[0], 9);
+}
+
+TEST(ChunkCacheTest, OversizedChunkIsNotCached) {
+  ChunkCache c(1000);
+  c.Put({1, 0}, Bytes(500));
+  c.Put({1, 0}, Bytes(1001));  // replaces, but cannot be kept
+  EXPECT_EQ(c.Get({1, 0}), nullptr);
+  EXPECT_EQ(c.bytes(), 0u);
+  c.Put({1, 1}, Bytes(1000));  // exactly the capacity fits
+  EXPECT_NE(c.Get({1, 1}), nullptr);
+}
+
+TEST(ChunkCacheTest, ErasePackDropsOnlyThatPack) {
+  ChunkCache c(100000);
+  for (uint64_t i = 0; i < 5; ++i) {
+    c.Put({7, i}, Bytes(100));
+    c.Put({8, i}, Bytes(100));
+  }
+  c.ErasePack(7);
+  EXPECT_EQ(c.bytes(), 500u);
+  for (uint64_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(c.Get({7, i}), nullptr);
+    EXPECT_NE(c.Get({8, i}), nullptr);
+  }
+}
+
+TEST(ChunkCacheTest, EvictedBytesStayValidForHolders) {
+  ChunkCache c(100);
+  c.Put({1, 0}, Bytes(100, 3));
+  ChunkBytes held = c.Get({1, 0});
+  c.Put({1, 1}, Bytes(100, 4));
+  EXPECT_EQ(c.Get({1, 0}), nullptr);
+  EXPECT_EQ((*held)[99], 3);
+}
+
+TEST(ChunkCacheTest, ConcurrentUseStaysBounded) {
+  ChunkCache c(50000);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&c, t] {
+      for (uint64_t i = 0; i < 2000; ++i) {
+        ChunkKey k{static_cast<uint64_t>(t % 2), i % 97};
+        if (ChunkBytes b = c.Get(k); b == nullptr) c.Put(k, Bytes(1000 + (i % 7) * 100));
+        if (i % 500 == 0) c.ErasePack(static_cast<uint64_t>(t % 2));
+        EXPECT_LE(c.bytes(), c.capacity());
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_LE(c.bytes(), 50000u);
+  EXPECT_EQ(c.hits() + c.misses(), 8000u);
+}
+
+}  // namespace
+}  // namespace ckptfs

@@ -1,1 +1,181 @@
-// placeholder
+#include "store/env.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/xattr.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "store/fault_env.h"
+#include "store/object_id.h"
+#include "tests/unit/test_util.h"
+
+namespace ckptfs {
+namespace {
+
+using test::TempDir;
+
+std::span<const uint8_t> AsBytes(const std::string& s) {
+  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
+}
+
+std::vector<std::string> Names(const std::vector<DirEntry>& v) {
+  std::vector<std::string> out;
+  for (const auto& e : v) out.push_back(e.name);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+TEST(EnvTest, ErrorsNameOperationAndPath) {
+  TempDir dir;
+  Env* env = Env::Default();
+  auto d = env->OpenAt(AT_FDCWD, dir.path(), O_RDONLY | O_DIRECTORY);
+  ASSERT_TRUE(d.ok());
+  auto r = env->OpenAt(d->get(), "ns/a/b", O_RDONLY);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), ENOENT);
+  EXPECT_EQ(r.status().message(), "open " + dir.path() + "/ns/a/b: No such file or directory");
+
+  Status s = env->UnlinkAt(d->get(), "missing");
+  EXPECT_EQ(s.code(), ENOENT);
+  EXPECT_NE(s.message().find("unlink " + dir.path() + "/missing"), std::string::npos) << s.message();
+
+  s = env->RenameAt(d->get(), "x", d->get(), "y");
+  EXPECT_NE(s.message().find("rename "), std::string::npos);
+  EXPECT_NE(s.message().find("/x -> "), std::string::npos);
+}
+
+TEST(EnvTest, FdsAreCloseOnExec) {
+  TempDir dir;
+  auto fd = Env::Default()->OpenAt(AT_FDCWD, dir.Sub("f"), O_CREAT | O_RDWR, 0600);
+  ASSERT_TRUE(fd.ok());
+  EXPECT_TRUE(::fcntl(fd->get(), F_GETFD) & FD_CLOEXEC);
+}
+
+TEST(EnvTest, ReadWriteAndShortRead) {
+  TempDir dir;
+  Env* env = Env::Default();
+  auto fd = env->OpenAt(AT_FDCWD, dir.Sub("f"), O_CREAT | O_RDWR, 0600);
+  ASSERT_TRUE(fd.ok());
+  ASSERT_OK(env->PWriteAll(fd->get(), AsBytes("hello world"), 0));
+  std::vector<uint8_t> buf(5);
+  ASSERT_OK(env->PReadExact(fd->get(), buf, 6));
+  EXPECT_EQ(std::string(buf.begin(), buf.end()), "world");
+  std::vector<uint8_t> big(100);
+  auto n = env->PRead(fd->get(), big, 0);
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(*n, 11u);
+  Status s = env->PReadExact(fd->get(), big, 0);
+  EXPECT_EQ(s.code(), EIO);
+  EXPECT_NE(s.message().find("short read"), std::string::npos);
+}
+
+TEST(EnvTest, ListDirLeavesCallersFdAlone) {
+  TempDir dir;
+  Env* env = Env::Default();
+  for (const char* n : {"a", "b", "c"}) test::WriteFileBytes(dir.Sub(n), {1});
+  ASSERT_OK(env->MkdirAt(AT_FDCWD, dir.Sub("d"), 0755));
+  auto d = env->OpenAt(AT_FDCWD, dir.path(), O_RDONLY | O_DIRECTORY);
+  ASSERT_TRUE(d.ok());
+  const std::vector<std::string> want = {"a", "b", "c", "d"};
+  for (int i = 0; i < 3; ++i) {  // repeated listings see everything
+    auto l = env->ListDir(d->get());
+    ASSERT_TRUE(l.ok());
+    EXPECT_EQ(Names(*l), want);
+  }
+  // The fd is still usable by its owner.
+  EXPECT_TRUE(env->FstatAt(d->get(), "a", 0).ok());
+  // O_PATH directory fds (what the FUSE layer may hold) can be listed too.
+  auto p = env->OpenAt(AT_FDCWD, dir.path(), O_PATH | O_DIRECTORY);
+  ASSERT_TRUE(p.ok());
+  auto l = env->ListDir(p->get());
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  EXPECT_EQ(Names(*l), want);
+}
+
+TEST(EnvTest, ReadlinkLongTarget) {
+  TempDir dir;
+  Env* env = Env::Default();
+  std::string target(1000, 'x');
+  ASSERT_OK(env->SymlinkAt(target, AT_FDCWD, dir.Sub("l")));
+  auto r = env->ReadlinkAt(AT_FDCWD, dir.Sub("l"));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(*r, target);
+}
+
+TEST(EnvTest, XattrsThroughProcFdPath) {
+  TempDir dir;
+  Env* env = Env::Default();
+  auto fd = env->OpenAt(AT_FDCWD, dir.Sub("f"), O_CREAT | O_RDWR, 0600);
+  ASSERT_TRUE(fd.ok());
+  EXPECT_EQ(ProcFdPath(fd->get()), "/proc/self/fd/" + std::to_string(fd->get()));
+  auto opath = env->OpenAt(AT_FDCWD, dir.Sub("f"), O_PATH);
+  ASSERT_TRUE(opath.ok());
+  const std::string path = ProcFdPath(opath->get());
+  Status s = env->SetXattr(path, "user.ckpt", AsBytes("v1"), 0);
+  if (s.code() == ENOTSUP || s.code() == EOPNOTSUPP) GTEST_SKIP() << "no user xattrs on /tmp";
+  ASSERT_OK(s);
+  auto len = env->GetXattr(path, "user.ckpt", {});
+  ASSERT_TRUE(len.ok());
+  EXPECT_EQ(*len, 2u);
+  std::vector<uint8_t> v(*len);
+  ASSERT_TRUE(env->GetXattr(path, "user.ckpt", v).ok());
+  EXPECT_EQ(std::string(v.begin(), v.end()), "v1");
+  std::vector<char> names(256);
+  auto n = env->ListXattr(path, names);
+  ASSERT_TRUE(n.ok());
+  EXPECT_NE(std::string(names.data(), *n).find("user.ckpt"), std::string::npos);
+  ASSERT_OK(env->RemoveXattr(path, "user.ckpt"));
+  EXPECT_EQ(env->GetXattr(path, "user.ckpt", {}).status().code(), ENODATA);
+}
+
+// A device that accepts nothing: pwrite returns 0.
+class ZeroWriteEnv : public FaultEnv {
+ public:
+  Result<size_t> PWrite(int, std::span<const uint8_t>, uint64_t) override { return size_t{0}; }
+};
+
+TEST(EnvTest, PWriteAllTreatsZeroWriteAsENOSPC) {
+  TempDir dir;
+  ZeroWriteEnv env;
+  auto fd = env.OpenAt(AT_FDCWD, dir.Sub("f"), O_CREAT | O_RDWR, 0600);
+  ASSERT_TRUE(fd.ok());
+  Status s = env.PWriteAll(fd->get(), AsBytes("abc"), 0);
+  EXPECT_EQ(s.code(), ENOSPC);
+}
+
+TEST(EnvTest, PWriteAllAbsorbsShortWrites) {
+  TempDir dir;
+  FaultEnv env;
+  env.SetShortWrites(true);
+  auto fd = env.OpenAt(AT_FDCWD, dir.Sub("f"), O_CREAT | O_RDWR, 0600);
+  ASSERT_TRUE(fd.ok());
+  std::vector<uint8_t> data = test::RandomBytes(1000, 1);
+  ASSERT_OK(env.PWriteAll(fd->get(), data, 10));
+  EXPECT_GT(env.calls(FaultEnv::kPWrite), 5u);  // 500, 250, 125, ...
+  std::vector<uint8_t> back(1000);
+  ASSERT_OK(env.PReadExact(fd->get(), back, 10));
+  EXPECT_EQ(back, data);
+}
+
+TEST(ObjectIdTest, HexRoundTrip) {
+  for (int i = 0; i < 100; ++i) {
+    ObjectId id = NewObjectId();
+    EXPECT_NE(id, 0u);
+    std::string hex = ObjectIdHex(id);
+    EXPECT_EQ(hex.size(), 16u);
+    EXPECT_EQ(ParseObjectIdHex(hex), id);
+  }
+  EXPECT_EQ(ObjectIdHex(0xabc), "0000000000000abc");
+  EXPECT_EQ(ParseObjectIdHex("0000000000000abc"), 0xabcu);
+  EXPECT_FALSE(ParseObjectIdHex("0000000000000ABC"));  // lowercase only
+  EXPECT_FALSE(ParseObjectIdHex("abc"));
+  EXPECT_FALSE(ParseObjectIdHex("0000000000000abcd"));
+  EXPECT_FALSE(ParseObjectIdHex("000000000000zabc"));
+  EXPECT_FALSE(ParseObjectIdHex("0000000000000000"));  // 0 names no object
+  EXPECT_NE(NewObjectId(), NewObjectId());
+}
+
+}  // namespace
+}  // namespace ckptfs

@@ -1,10 +1,11 @@
+#include "store/pack.h"
+
 #include <fcntl.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
 
 #include "store/env.h"
-#include "store/pack.h"
 #include "tests/unit/test_util.h"
 
 namespace ckptfs {

@@ -1,9 +1,10 @@
+#include "base/status.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <memory>
 
-#include "base/status.h"
 #include "base/unique_fd.h"
 
 namespace ckptfs {

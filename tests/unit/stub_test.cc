@@ -1,3 +1,5 @@
+#include "store/stub.h"
+
 #include <fcntl.h>
 #include <gtest/gtest.h>
 
@@ -5,7 +7,6 @@
 #include <cstring>
 
 #include "store/env.h"
-#include "store/stub.h"
 #include "tests/unit/test_util.h"
 
 namespace ckptfs {
