@@ -14,6 +14,33 @@ ChunkBytes ChunkCache::Get(const ChunkKey& key) {
   return it->second->bytes;
 }
 
+Result<ChunkBytes> ChunkCache::GetOrLoad(const ChunkKey& key, const std::function<Result<ChunkBytes>()>& load) {
+  std::promise<Result<ChunkBytes>> promise;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (auto it = map_.find(key); it != map_.end()) {
+      ++hits_;
+      lru_.splice(lru_.begin(), lru_, it->second);
+      return it->second->bytes;
+    }
+    ++misses_;
+    if (auto it = loading_.find(key); it != loading_.end()) {
+      std::shared_future<Result<ChunkBytes>> pending = it->second;
+      lock.unlock();
+      return pending.get();
+    }
+    loading_.emplace(key, promise.get_future().share());
+  }
+  Result<ChunkBytes> loaded = load();
+  if (loaded.ok()) Put(key, loaded.value());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    loading_.erase(key);
+  }
+  promise.set_value(loaded);
+  return loaded;
+}
+
 void ChunkCache::Put(const ChunkKey& key, ChunkBytes bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = map_.find(key);

@@ -3,11 +3,15 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <future>
 #include <list>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
+
+#include "base/status.h"
 
 namespace ckptfs {
 
@@ -24,6 +28,10 @@ class ChunkCache {
   explicit ChunkCache(uint64_t capacity_bytes) : capacity_(capacity_bytes) {}
 
   ChunkBytes Get(const ChunkKey& key);
+  // Returns the cached chunk, or runs `load` once for all concurrent callers
+  // of the same key while the others wait: a burst of readahead requests
+  // for one chunk costs one decode and one buffer, not one per thread.
+  Result<ChunkBytes> GetOrLoad(const ChunkKey& key, const std::function<Result<ChunkBytes>()>& load);
   // Inserts (or replaces) and evicts least-recently-used entries beyond
   // capacity. A chunk larger than the capacity is not cached.
   void Put(const ChunkKey& key, ChunkBytes bytes);
@@ -49,6 +57,7 @@ class ChunkCache {
   mutable std::mutex mu_;
   std::list<Entry> lru_;  // front = most recent
   std::unordered_map<ChunkKey, std::list<Entry>::iterator, KeyHash> map_;
+  std::unordered_map<ChunkKey, std::shared_future<Result<ChunkBytes>>, KeyHash> loading_;
   uint64_t bytes_ = 0;
   uint64_t hits_ = 0;
   uint64_t misses_ = 0;

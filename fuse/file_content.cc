@@ -65,13 +65,11 @@ Status FileContent::FillStat(struct stat* st) {
 }
 
 Result<ChunkBytes> FileContent::LoadChunk(const std::shared_ptr<PackReader>& pack, ObjectId id, uint64_t index) {
-  const ChunkKey key{id, index};
-  if (ChunkBytes hit = cache_->Get(key)) return hit;
-  auto bytes = std::make_shared<std::vector<uint8_t>>();
-  RETURN_IF_ERROR(pack->ReadChunk(index, bytes.get()));
-  ChunkBytes out = std::move(bytes);
-  cache_->Put(key, out);
-  return out;
+  return cache_->GetOrLoad(ChunkKey{id, index}, [&]() -> Result<ChunkBytes> {
+    auto bytes = std::make_shared<std::vector<uint8_t>>();
+    RETURN_IF_ERROR(pack->ReadChunk(index, bytes.get()));
+    return ChunkBytes(std::move(bytes));
+  });
 }
 
 Result<size_t> FileContent::ReadSealed(const std::shared_ptr<PackReader>& pack, ObjectId id, uint64_t size,

@@ -45,6 +45,55 @@ Result<double> ParseSeconds(const std::string& key, const std::string& v) {
   return d;
 }
 
+Result<uint64_t> ParseSizeOption(const std::string& key, const std::string& v) {
+  auto n = ParseSize(v);
+  if (!n.ok()) return n.status().WithContext("option " + key);
+  return n;
+}
+
+// Forks into the background. The parent waits until the child reports on
+// the returned pipe (StartedDaemon), so `ckptfs mount` returns only once
+// the daemon serves and LOCK names it; if the child dies first, it fails.
+Result<UniqueFd> Daemonize() {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return Status::FromErrno("pipe");
+  const pid_t pid = ::fork();
+  if (pid < 0) return Status::FromErrno("fork");
+  if (pid > 0) {
+    ::close(fds[1]);
+    char ok = 1;
+    const ssize_t n = ::read(fds[0], &ok, 1);
+    ::_exit(n == 1 && ok == 0 ? 0 : 1);
+  }
+  ::close(fds[0]);
+  ::setsid();
+  if (::chdir("/") != 0) return Status::FromErrno("chdir /");
+  const int null = ::open("/dev/null", O_RDWR);
+  if (null >= 0) {
+    ::dup2(null, 0);
+    ::dup2(null, 1);
+    ::dup2(null, 2);
+    if (null > 2) ::close(null);
+  }
+  return UniqueFd(fds[1]);
+}
+
+void ReportStarted(const UniqueFd& pipe) {
+  if (!pipe.valid()) return;
+  const char ok = 0;
+  (void)!::write(pipe.get(), &ok, 1);
+}
+
+// FUSE's INIT can only lower readahead; the mount's bdi sets the window.
+void SetReadAhead(const std::string& mountpoint, uint64_t bytes) {
+  for (const MountEntry& m : ReadMounts()) {
+    if (m.mountpoint != mountpoint || m.fstype != "fuse.ckptfs") continue;
+    std::ofstream out("/sys/class/bdi/" + m.dev + "/read_ahead_kb");
+    out << bytes / 1024;
+    if (!out) spdlog::warn("could not set readahead of {} ({}) to {} KiB", mountpoint, m.dev, bytes / 1024);
+  }
+}
+
 // Applies one "key" or "key=value" option.
 Status ApplyOption(const std::string& opt, MountOptions* out) {
   const size_t eq = opt.find('=');
@@ -60,10 +109,10 @@ Status ApplyOption(const std::string& opt, MountOptions* out) {
   }
   if (key == "cache_size") {
     RETURN_IF_ERROR(need_val());
-    ASSIGN_OR_RETURN(out->fs.cache_bytes, ParseSize(val));
+    ASSIGN_OR_RETURN(out->fs.cache_bytes, ParseSizeOption(key, val));
   } else if (key == "chunk_size") {
     RETURN_IF_ERROR(need_val());
-    ASSIGN_OR_RETURN(uint64_t cs, ParseSize(val));
+    ASSIGN_OR_RETURN(uint64_t cs, ParseSizeOption(key, val));
     if (cs < 4096 || cs > (256u << 20) || (cs & (cs - 1)) != 0)
       return Status::InvalidArgument("option chunk_size=" + val + ": must be a power of two from 4K to 256M");
     out->chunk_size = static_cast<uint32_t>(cs);
@@ -93,9 +142,12 @@ Status ApplyOption(const std::string& opt, MountOptions* out) {
     if (spdlog::level::from_str(val) == spdlog::level::off && val != "off")
       return Status::InvalidArgument("option log_level=" + val + ": use trace, debug, info, warn, error or off");
     out->log_level = val;
+  } else if (key == "read_ahead") {
+    RETURN_IF_ERROR(need_val());
+    ASSIGN_OR_RETURN(out->read_ahead, ParseSizeOption(key, val));
   } else if (key == "max_write") {
     RETURN_IF_ERROR(need_val());
-    ASSIGN_OR_RETURN(uint64_t mw, ParseSize(val));
+    ASSIGN_OR_RETURN(uint64_t mw, ParseSizeOption(key, val));
     if (mw < 4096 || mw > (1u << 20)) return Status::InvalidArgument("option max_write=" + val + ": from 4K to 1M");
     out->fs.max_write = static_cast<uint32_t>(mw);
   } else if (key == "writeback" && !has_val) {
@@ -160,7 +212,8 @@ std::string MountOptionsHelp() {
          "  chunk_size=SIZE     chunk size for new packs, power of two (default 4M)\n"
          "  zstd_level=N        zstd level for new packs (default 3)\n"
          "  seal_threads=N      background sealing threads (default 1)\n"
-         "  max_threads=N       FUSE worker threads (default 16)\n"
+         "  max_threads=N       FUSE worker threads (default 8)\n"
+         "  read_ahead=SIZE     kernel readahead for the mount (default 4M)\n"
          "  attr_timeout=SEC    kernel attribute cache time (default 1)\n"
          "  entry_timeout=SEC   kernel name cache time (default 1)\n"
          "  log=PATH            daemon log (default BACKING/ckptfs.log)\n"
@@ -214,7 +267,7 @@ std::vector<MountEntry> ReadMounts() {
     size_t dash = 0;
     while (dash < f.size() && f[dash] != "-") ++dash;
     if (f.size() < 5 || dash + 2 >= f.size()) continue;
-    out.push_back({Unescape(f[4]), Unescape(f[dash + 2]), f[dash + 1]});
+    out.push_back({Unescape(f[4]), Unescape(f[dash + 2]), f[dash + 1], f[2]});
   }
   return out;
 }
@@ -315,11 +368,19 @@ int RunMount(MountOptions opts) {
     fuse_session_destroy(se);
     return Fail("could not mount on " + mountpoint + " (is /dev/fuse available and are you root?)");
   }
-  if (fuse_daemonize(opts.foreground ? 1 : 0) != 0) return Fail("could not daemonize");
+  UniqueFd started;
+  if (!opts.foreground) {
+    auto pipe = Daemonize();
+    if (!pipe.ok()) return Fail(pipe.status().message());
+    started = std::move(pipe).value();
+  }
   Status pid = store.value()->RecordOwnerPid();
   if (!pid.ok()) spdlog::warn("{}", pid.message());
+  SetReadAhead(mountpoint, opts.read_ahead);
   fs.seals().Start();
   spdlog::info("mounted {} on {}", backing, mountpoint);
+  ReportStarted(started);
+  started.reset();
 
   fuse_loop_config* loop = fuse_loop_cfg_create();
   fuse_loop_cfg_set_max_threads(loop, static_cast<unsigned>(opts.max_threads));

@@ -18,7 +18,8 @@ struct MountOptions {
   FsConfig fs;
   uint32_t chunk_size = 4u << 20;
   int zstd_level = 3;
-  int max_threads = 16;
+  int max_threads = 8;
+  uint64_t read_ahead = 4u << 20;  // kernel readahead window for the mount
   std::string log_path;  // default: BACKING/ckptfs.log
   std::string log_level = "info";
   bool debug_fuse = false;
@@ -45,6 +46,7 @@ struct MountEntry {
   std::string mountpoint;
   std::string source;
   std::string fstype;
+  std::string dev;  // "major:minor"
 };
 std::vector<MountEntry> ReadMounts();
 

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -149,6 +150,7 @@ int RunStats(const std::string& path, bool json) {
     std::cerr << "ckptfs stats: " << usage.status().message() << "\n";
     return 2;
   }
+  std::sort(usage->begin(), usage->end(), [](const FileUsage& a, const FileUsage& b) { return a.path < b.path; });
   uint64_t logical = 0, stored = 0;
   for (const auto& f : usage.value()) {
     logical += f.logical;

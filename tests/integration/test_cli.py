@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import errno
-import json
 import os
 import random
 import subprocess
@@ -10,8 +9,8 @@ import time
 
 import pytest
 
-from conftest import (CKPTFS, describe, is_mounted, mount_entry, pid_alive, run_ckptfs,
-                      wait_pid_exit)
+from conftest import (CKPTFS, describe, is_mounted, mount_entry, pid_alive, pid_is_ckptfs,
+                      run_ckptfs)
 from helpers import gen_data, read_file
 
 MiB = 1 << 20
@@ -112,7 +111,7 @@ def test_mountpoint_busy(mount_factory):
     assert_mount_fails(p, path=m1.mnt)
     # the first mount is untouched
     assert (m1.mnt / "f").read_bytes() == b"first"
-    assert pid_alive(m1.daemon_pid())
+    assert m1.live_pid() is not None
 
 
 def test_mountpoint_stale(mount_factory):
@@ -154,6 +153,23 @@ def test_bad_option(mount_factory, opt):
     else:
         assert name in out(p) or f"{value}" in out(p), describe(p, "does not name the bad value")
     assert not is_mounted(m.mnt)
+
+
+def test_lock_names_daemon_when_mount_returns(mount_factory):
+    """Right when `ckptfs mount` returns, BACKING/LOCK already holds the pid
+    of the live daemon (scripts and tests read it to find the daemon)."""
+    m = mount_factory(mount=False)
+    bad = []
+    for i in range(30):
+        p = run_ckptfs(*m.mount_args())
+        assert p.returncode == 0, describe(p)
+        pid = m.daemon_pid()
+        if not (pid and pid_alive(pid) and pid_is_ckptfs(pid)):
+            bad.append((i, pid))
+        m.wait_live_pid()
+        m.umount()
+    assert not bad, (f"after `ckptfs mount` returned, LOCK named a pid that is not a live "
+                     f"daemon in {len(bad)}/30 mounts: {bad}")
 
 
 def test_mount_returns_with_pipes_closed(mount_factory):
@@ -223,6 +239,7 @@ def test_all_options_accepted(mount_factory, tmp_path):
     data = gen_data(rng, 5 * MiB + 3, "mixed")
     (m.mnt / "f").write_bytes(data)
     st = m.wait_sealed()
+    assert _files_by_path(st)["f"]["logical"] == len(data)
     assert read_file(m.mnt / "f") == data
     ent = mount_entry(m.mnt)
     assert "allow_other" in ent["super_options"], ent

@@ -4,7 +4,6 @@ sizes, errno) must match. Fixed seed; override with CKPTFS_RANDOM_SEED and
 CKPTFS_RANDOM_OPS to explore."""
 from __future__ import annotations
 
-import errno
 import mmap
 import os
 import random
