@@ -1,6 +1,7 @@
 #include "fuse/mount.h"
 
 #include <fcntl.h>
+#include <malloc.h>
 #include <fuse_lowlevel.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -318,6 +319,11 @@ Result<std::string> CheckBacking(const std::string& path) {
 
 int RunMount(MountOptions opts) {
   ::umask(0);  // the kernel already applied the caller's umask to every mode
+  // Chunk buffers are megabytes: a fixed mmap threshold hands them back to
+  // the kernel when freed, instead of glibc raising the threshold and
+  // keeping freed chunks in per-thread arenas (RSS would grow past the
+  // cache limit with the number of FUSE threads).
+  ::mallopt(M_MMAP_THRESHOLD, 256 * 1024);
   InitLogging("", opts.log_level);
   auto mp = CheckMountpoint(opts.mountpoint);
   if (!mp.ok()) return Fail(mp.status().message());
