@@ -5,7 +5,9 @@
 
 #include <fuse_lowlevel.h>
 
+#include <functional>
 #include <memory>
+#include <mutex>
 
 #include "cache/chunk_cache.h"
 #include "fuse/inode.h"
@@ -45,12 +47,23 @@ class Filesystem {
   // After an unlink or a rename that may have dropped `victim`'s last link.
   void ForgetLinkIfGone(Inode* victim);
 
+  // `fn` runs once, on the first request after INIT: the kernel applies
+  // INIT's reply (e.g. readahead) only then, so tuning must come after.
+  void SetAfterInit(std::function<void()> fn) { after_init_ = std::move(fn); }
+  void RunAfterInitOnce() {
+    std::call_once(after_init_once_, [this] {
+      if (after_init_) after_init_();
+    });
+  }
+
  private:
   Store* store_;
   FsConfig cfg_;
   ChunkCache cache_;
   InodeTable inodes_;
   SealQueue seals_;
+  std::function<void()> after_init_;
+  std::once_flag after_init_once_;
 };
 
 }  // namespace ckptfs

@@ -357,6 +357,7 @@ int RunMount(MountOptions opts) {
   }
   RaiseFdLimit();
   Filesystem fs(store.value().get(), opts.fs, std::move(ns_root).value());
+  fs.SetAfterInit([&] { SetReadAhead(mountpoint, opts.read_ahead); });
 
   std::string fuse_opts = "fsname=" + EscapeOpt(backing) + ",subtype=ckptfs";
   for (const auto& k : opts.kernel_opts) fuse_opts += "," + k;
@@ -382,7 +383,6 @@ int RunMount(MountOptions opts) {
   }
   Status pid = store.value()->RecordOwnerPid();
   if (!pid.ok()) spdlog::warn("{}", pid.message());
-  SetReadAhead(mountpoint, opts.read_ahead);
   fs.seals().Start();
   spdlog::info("mounted {} on {}", backing, mountpoint);
   ReportStarted(started);
