@@ -16,7 +16,7 @@ import sys
 import threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from helpers import gen_data  # noqa: E402
+from helpers import apply_pwrite, gen_data  # noqa: E402
 
 _out_lock = threading.Lock()
 _keep_open = []  # fsynced files stay open (no further writes) until we die
@@ -74,9 +74,7 @@ def worker(root, wid, tid, seed):
                 off = rng.randint(0, len(data) + 10000)
                 chunk = gen_data(rng, rng.randint(1, 300_000))
                 os.pwrite(fd, chunk, off)
-                if off > len(data):
-                    data += bytes(off - len(data))
-                data[off:off + len(chunk)] = chunk
+                apply_pwrite(data, off, chunk)
             if rng.random() < 0.3:
                 n = rng.randint(0, len(data))
                 os.ftruncate(fd, n)

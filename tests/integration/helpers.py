@@ -64,6 +64,24 @@ def float_like(rng: random.Random, n: int) -> bytes:
     return a.tobytes()[:n]
 
 
+def pread_all(fd: int, size: int, off: int = 0) -> bytes:
+    """Reads up to `size` bytes at `off`, looping over short reads."""
+    out = bytearray()
+    while len(out) < size:
+        b = os.pread(fd, size - len(out), off + len(out))
+        if not b:
+            break
+        out += b
+    return bytes(out)
+
+
+def apply_pwrite(model: bytearray, off: int, chunk: bytes) -> None:
+    """What pwrite(fd, chunk, off) does to a file whose bytes are `model`."""
+    if off > len(model):
+        model += bytes(off - len(model))
+    model[off:off + len(chunk)] = chunk
+
+
 def sha256_file(path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:

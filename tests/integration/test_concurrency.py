@@ -9,19 +9,9 @@ import random
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from helpers import gen_data, read_file
+from helpers import apply_pwrite, gen_data, pread_all, read_file
 
 MiB = 1 << 20
-
-
-def pread_all(fd, n, off):
-    out = bytearray()
-    while len(out) < n:
-        b = os.pread(fd, n - len(out), off + len(out))
-        if not b:
-            break
-        out += b
-    return bytes(out)
 
 
 def test_readers_during_seal(mount):
@@ -75,9 +65,7 @@ def test_writes_racing_the_seal(mount):
                 off = rng.randint(0, len(model) + 1000)
                 chunk = gen_data(rng, rng.randint(1, 200_000))
                 os.pwrite(fd, chunk, off)
-                if off > len(model):
-                    model += bytes(off - len(model))
-                model[off:off + len(chunk)] = chunk
+                apply_pwrite(model, off, chunk)
             if i % 5 == 4:
                 n = rng.randint(len(model) // 2, len(model))
                 os.ftruncate(fd, n)

@@ -9,20 +9,10 @@ import stat
 
 import pytest
 
-from helpers import (RENAME_NOREPLACE, assert_trees_equal, gen_data, read_file, renameat2,
+from helpers import (RENAME_NOREPLACE, assert_trees_equal, gen_data, pread_all, read_file, renameat2,
                      snapshot_tree)
 
 MiB = 1 << 20
-
-
-def pread_all(fd, size, off=0):
-    out = bytearray()
-    while len(out) < size:
-        b = os.pread(fd, size - len(out), off + len(out))
-        if not b:
-            break
-        out += b
-    return bytes(out)
 
 
 def pwrite_all(fd, data, off):
