@@ -66,6 +66,7 @@ Status FileContent::FillStat(struct stat* st) {
 
 Result<ChunkBytes> FileContent::LoadChunk(const std::shared_ptr<PackReader>& pack, ObjectId id, uint64_t index) {
   return cache_->GetOrLoad(ChunkKey{id, index}, [&]() -> Result<ChunkBytes> {
+    pack->Prefetch(index + 1);  // reads are mostly sequential: overlap disk and decode
     auto bytes = std::make_shared<std::vector<uint8_t>>();
     RETURN_IF_ERROR(pack->ReadChunk(index, bytes.get()));
     return ChunkBytes(std::move(bytes));

@@ -1,5 +1,7 @@
 #include "store/pack.h"
 
+#include <fcntl.h>
+
 #include <algorithm>
 #include <array>
 #include <cstring>
@@ -251,6 +253,12 @@ Status PackReader::ReadChunk(uint64_t index, std::vector<uint8_t>* out) const {
     return fail(Status::Corruption(ctx + ": raw checksum mismatch"));
   }
   return Status::Ok();
+}
+
+void PackReader::Prefetch(uint64_t index) const {
+  if (index >= chunks_.size() || chunks_[index].stored_len == 0) return;
+  (void)::posix_fadvise(fd_.get(), static_cast<off_t>(chunks_[index].offset),
+                        static_cast<off_t>(chunks_[index].stored_len), POSIX_FADV_WILLNEED);
 }
 
 Status PackReader::VerifyAll() const {

@@ -44,6 +44,9 @@ class PackReader {
   // Decodes chunk `index` into `out` (resized to raw_len). Corruption names
   // the pack, the chunk and its logical offset.
   Status ReadChunk(uint64_t index, std::vector<uint8_t>* out) const;
+  // Asks the kernel to start reading chunk `index` from disk (no-op when
+  // out of range), so a sequential reader finds it in the page cache.
+  void Prefetch(uint64_t index) const;
   // Reads and checks every chunk (fsck).
   Status VerifyAll() const;
 
