@@ -1,0 +1,85 @@
+// Content-based layout of checkpoint files: which byte ranges hold tensor
+// storages (and of what element type) and which hold metadata. Parsers
+// never trust the file: every length and offset is checked against the file
+// size, and bad input yields format "unknown" rather than an error.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "codec/dtype.h"
+
+namespace ckptfs {
+
+// Random-access input, so multi-GiB files never need to be in memory.
+class ByteSource {
+ public:
+  virtual ~ByteSource() = default;
+  virtual uint64_t size() const = 0;
+  // Fills `out` exactly from `off`, or fails (past the end, I/O error).
+  virtual Status ReadAt(uint64_t off, std::span<uint8_t> out) const = 0;
+};
+
+// Over memory that outlives the source (tests, fuzzing).
+class SpanSource : public ByteSource {
+ public:
+  explicit SpanSource(std::span<const uint8_t> bytes) : bytes_(bytes) {}
+  uint64_t size() const override { return bytes_.size(); }
+  Status ReadAt(uint64_t off, std::span<uint8_t> out) const override;
+
+ private:
+  std::span<const uint8_t> bytes_;
+};
+
+// Over an open fd with pread; does not own the fd. The size is taken at
+// construction (fstat), so a file growing meanwhile is read as it was.
+class FdSource : public ByteSource {
+ public:
+  explicit FdSource(int fd);
+  uint64_t size() const override { return size_; }
+  Status ReadAt(uint64_t off, std::span<uint8_t> out) const override;
+
+ private:
+  int fd_;
+  uint64_t size_ = 0;
+};
+
+// A window [base, base+len) of another source; offsets are window-relative.
+// Lets a parser handle an embedded file (npz member, DCP item) unchanged.
+class SubSource : public ByteSource {
+ public:
+  SubSource(const ByteSource& parent, uint64_t base, uint64_t len) : parent_(parent), base_(base), len_(len) {}
+  uint64_t size() const override { return len_; }
+  Status ReadAt(uint64_t off, std::span<uint8_t> out) const override;
+
+ private:
+  const ByteSource& parent_;
+  uint64_t base_;
+  uint64_t len_;
+};
+
+struct TensorRegion {
+  std::string name;
+  DType dtype = DType::kU8;
+  std::vector<uint64_t> shape;  // C order (outermost first) as laid out in the bytes
+  uint64_t offset = 0;          // absolute, in the file
+  uint64_t length = 0;          // bytes, > 0
+};
+
+struct FileLayout {
+  // "torch-zip", "torch-legacy", "safetensors", "npy", "npz", "gguf",
+  // "tf-bundle-data", "tf-bundle-index", "dcp", "unknown"
+  std::string format = "unknown";
+  std::vector<TensorRegion> tensors;  // sorted by offset, non-overlapping, inside the file
+  bool lossy_allowed = true;          // false for formats whose loaders verify data checksums (TF)
+  std::string note;                   // why "unknown", or what was skipped; for logs
+};
+
+// Never fails on bad input: unknown, truncated or malformed files give
+// format "unknown" with a note. Work is bounded by the caps in limits.h.
+FileLayout DetectLayout(const ByteSource& src);
+
+}  // namespace ckptfs

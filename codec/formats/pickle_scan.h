@@ -1,0 +1,45 @@
+// A pickle opcode scanner (protocols 0-5) that runs no Python. It executes
+// just enough of the pickle machine (stack, marks, memo, tuples, globals) to
+// collect torch's storage persistent IDs
+//   ('storage', <torch.XStorage global>, key, location, numel[, ...])
+// and the dtype argument of _rebuild_tensor_v3 for untyped storages.
+// Everything else becomes an opaque value.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "codec/dtype.h"
+
+namespace ckptfs::formats {
+
+struct StorageRef {
+  std::string key;
+  std::string type;      // e.g. "torch.FloatStorage"
+  std::string location;  // e.g. "cpu"
+  uint64_t numel = 0;
+  DType dtype = DType::kUnknown;  // from the type, or the v3 dtype for UntypedStorage
+  unsigned elsize = 0;            // bytes per numel unit: 1 for untyped storages
+};
+
+struct PickleScan {
+  std::vector<StorageRef> storages;   // in first-seen order, one per key
+  uint64_t end = 0;                   // offset just past STOP
+  std::vector<std::string> str_list;  // the result, when it is a list of strings
+};
+
+// Fails on malformed input; a pickle cut short fails with code ENODATA so
+// callers reading a prefix know to read more.
+Result<PickleScan> ScanPickle(std::span<const uint8_t> bytes);
+
+// "torch.FloatStorage" -> kF32 with element size; unknown -> {kUnknown, 0}.
+struct StorageType {
+  DType dtype;
+  unsigned elsize;
+};
+StorageType StorageTypeInfo(const std::string& global_name);
+
+}  // namespace ckptfs::formats

@@ -1,0 +1,48 @@
+// Order-0 rANS byte coder (32-bit states, byte-wise renormalization, four
+// interleaved states). Produces a self-describing blob:
+//
+//   varint  symbol_count                (0: nothing follows)
+//   u8      mode                        0 = run of one symbol, 1 = rANS
+//   run:    u8 symbol
+//   rANS:   u8 scale_bits (8..15)
+//           u8 distinct_symbols - 1
+//           symbol set: ascending list if <= 32 distinct, else 32-byte bitmap
+//           varint freq-1 for each present symbol but the last (implied)
+//           4 x u32 final encoder states
+//           payload bytes (the rest of the blob)
+//
+// Decoding is memory-safe on arbitrary input: every read is bounds-checked,
+// and a stream whose states do not return to their initial value or that
+// leaves bytes unread is reported as corrupt.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "base/status.h"
+#include "codec/lossless/entropy.h"
+
+namespace ckptfs::lossless {
+
+inline constexpr unsigned kRansMaxScaleBits = 15;
+inline constexpr unsigned kRansMinScaleBits = 8;
+
+// Scales `h` (which must count `total` > 0 symbols) to frequencies summing
+// to exactly 1 << scale_bits, never giving 0 to a present symbol, and
+// adjusting rounding so the coded-size loss is minimal.
+std::array<uint32_t, 256> NormalizeFrequencies(const Histogram& h, uint64_t total, unsigned scale_bits);
+
+// Appends the blob for `in` to `out`. `hist` may be passed when the caller
+// already has the histogram of `in` (it is computed otherwise).
+void RansEncode(std::span<const uint8_t> in, std::vector<uint8_t>* out, const Histogram* hist = nullptr);
+
+// Symbol count recorded in a blob's header.
+Result<uint64_t> RansDecodedSize(std::span<const uint8_t> blob);
+
+// Decodes `blob` into exactly out.size() bytes; a blob of a different
+// length, or one that does not decode cleanly, is Corruption.
+Status RansDecode(std::span<const uint8_t> blob, std::span<uint8_t> out);
+
+}  // namespace ckptfs::lossless
