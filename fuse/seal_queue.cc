@@ -1,5 +1,7 @@
 #include "fuse/seal_queue.h"
 
+#include <algorithm>
+
 #include "base/log.h"
 
 namespace ckptfs {
@@ -39,20 +41,53 @@ size_t SealQueue::pending() const {
   return queue_.size() + static_cast<size_t>(running_);
 }
 
+void SealQueue::RetryLater(std::shared_ptr<FileContent> file) {
+  std::lock_guard lk(mu_);
+  auto& delay = backoff_[file.get()];
+  delay = std::min(std::chrono::seconds(60), delay == std::chrono::seconds(0) ? std::chrono::seconds(1) : delay * 2);
+  retries_.emplace(std::chrono::steady_clock::now() + delay, std::move(file));
+}
+
+void SealQueue::PromoteDueRetriesLocked() {
+  const auto now = std::chrono::steady_clock::now();
+  while (!retries_.empty() && retries_.begin()->first <= now) {
+    std::shared_ptr<FileContent> file = std::move(retries_.begin()->second);
+    retries_.erase(retries_.begin());
+    if (queued_.insert(file.get()).second) queue_.push_back(std::move(file));
+  }
+}
+
 void SealQueue::Work() {
   std::unique_lock lk(mu_);
   for (;;) {
-    cv_.wait(lk, [this] { return stop_ || !queue_.empty(); });
-    if (queue_.empty()) return;  // stop_ and nothing left
+    auto ready = [this] { return stop_ || !queue_.empty(); };
+    if (retries_.empty()) {
+      cv_.wait(lk, ready);
+    } else {
+      cv_.wait_until(lk, retries_.begin()->first, ready);
+    }
+    PromoteDueRetriesLocked();
+    if (queue_.empty()) {
+      if (stop_) return;
+      continue;
+    }
     std::shared_ptr<FileContent> file = std::move(queue_.front());
     queue_.pop_front();
     queued_.erase(file.get());
     ++running_;
     lk.unlock();
     Status st = file->SealIfIdle();
-    // EAGAIN: it changed while sealing; the release that follows requeues it.
-    if (!st.ok() && st.code() != EAGAIN) spdlog::error("sealing {} failed: {}", file->label(), st.message());
-    if (st.code() == EAGAIN && file->NeedsSeal()) Push(file);
+    if (st.ok()) {
+      std::lock_guard relk(mu_);
+      backoff_.erase(file.get());
+    } else if (st.code() == EAGAIN) {
+      // Changed while sealing: the release that follows requeues it, unless
+      // that already happened while we worked.
+      if (file->NeedsSeal()) Push(file);
+    } else {
+      spdlog::error("sealing {} failed, will retry: {}", file->label(), st.message());
+      if (file->NeedsSeal()) RetryLater(file);
+    }
     lk.lock();
     --running_;
     if (queue_.empty() && running_ == 0) idle_cv_.notify_all();

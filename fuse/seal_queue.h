@@ -2,7 +2,9 @@
 // encoding into a pack happens here, on a few worker threads.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
+#include <map>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -21,12 +23,17 @@ class SealQueue {
 
   void Start();  // separate from construction: workers must start after fork()
   void Push(std::shared_ptr<FileContent> file);
-  // Blocks until the queue is empty and no seal is running.
+  // Blocks until the queue is empty and no seal is running. Seals waiting
+  // to be retried are not waited for: recovery at the next mount does them.
   void Drain();
   size_t pending() const;
 
  private:
   void Work();
+  // A seal that failed (e.g. ENOSPC in the backing store) is retried with
+  // backoff; the file stays readable from its staging file meanwhile.
+  void RetryLater(std::shared_ptr<FileContent> file);
+  void PromoteDueRetriesLocked();
 
   const int threads_;
   mutable std::mutex mu_;
@@ -34,6 +41,8 @@ class SealQueue {
   std::condition_variable idle_cv_;
   std::deque<std::shared_ptr<FileContent>> queue_;
   std::set<const FileContent*> queued_;
+  std::multimap<std::chrono::steady_clock::time_point, std::shared_ptr<FileContent>> retries_;
+  std::map<const FileContent*, std::chrono::seconds> backoff_;
   int running_ = 0;
   bool stop_ = false;
   std::vector<std::thread> workers_;

@@ -73,7 +73,10 @@ Status WriteSuperblock(Env* env, int root_fd, const std::string& backing, uint32
 Result<bool> IsEmptyForInit(Env* env, int root_fd) {
   ASSIGN_OR_RETURN(std::vector<DirEntry> entries, env->ListDir(root_fd));
   for (const DirEntry& e : entries) {
-    if (e.name != internal::kSuperblockTmpName && e.name != internal::kLockName) return false;
+    // lost+found: the backing store may be the root of a dedicated volume.
+    if (e.name != internal::kSuperblockTmpName && e.name != internal::kLockName && e.name != "lost+found") {
+      return false;
+    }
   }
   return true;
 }
