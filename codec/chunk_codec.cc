@@ -1,4 +1,5 @@
 #include "codec/chunk_codec.h"
+#include "codec/zstd_contexts.h"
 
 #include <zstd.h>
 
@@ -7,23 +8,6 @@
 
 namespace ckptfs {
 namespace {
-
-// One compression and one decompression context per thread: creating a
-// ZSTD_CCtx costs more than compressing a small chunk, and contexts are not
-// thread-safe, so sharing one would need a lock on the hot path.
-struct ZstdContexts {
-  ZSTD_CCtx* cctx = ZSTD_createCCtx();
-  ZSTD_DCtx* dctx = ZSTD_createDCtx();
-  ~ZstdContexts() {
-    ZSTD_freeCCtx(cctx);
-    ZSTD_freeDCtx(dctx);
-  }
-};
-
-ZstdContexts& Contexts() {
-  thread_local ZstdContexts ctx;
-  return ctx;
-}
 
 // Word-at-a-time scan with early exit: most non-zero chunks fail within the
 // first few words, and all-zero chunks run at memory bandwidth.
@@ -69,7 +53,7 @@ ChunkCodec EncodeChunk(std::span<const uint8_t> raw, const ChunkEncoderOptions& 
     out->clear();
     return ChunkCodec::kZero;
   }
-  ZstdContexts& ctx = Contexts();
+  ZstdContexts& ctx = ThreadZstdContexts();
   if (ctx.cctx != nullptr) {
     out->resize(ZSTD_compressBound(raw.size()));
     size_t n = ZSTD_compressCCtx(ctx.cctx, out->data(), out->size(), raw.data(), raw.size(), opts.zstd_level);
@@ -99,7 +83,7 @@ Status DecodeChunk(ChunkCodec codec, std::span<const uint8_t> stored, std::span<
       if (!stored.empty()) std::memcpy(raw_out.data(), stored.data(), stored.size());
       return Status::Ok();
     case ChunkCodec::kZstd: {
-      ZstdContexts& ctx = Contexts();
+      ZstdContexts& ctx = ThreadZstdContexts();
       if (ctx.dctx == nullptr) return Status::Error(ENOMEM, "cannot allocate a zstd decompression context");
       size_t n = ZSTD_decompressDCtx(ctx.dctx, raw_out.data(), raw_out.size(), stored.data(), stored.size());
       if (ZSTD_isError(n)) return Status::Corruption(std::string("zstd: ") + ZSTD_getErrorName(n));

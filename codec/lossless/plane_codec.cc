@@ -11,28 +11,13 @@
 #include "codec/lossless/byte_io.h"
 #include "codec/lossless/entropy.h"
 #include "codec/lossless/rans.h"
+#include "codec/zstd_contexts.h"
 
 namespace ckptfs::lossless {
 namespace {
 
 constexpr unsigned kMaxLane = 8;
 constexpr uint8_t kMaxDType = static_cast<uint8_t>(DType::kC128);
-
-// One context pair per thread: creating one costs more than compressing a
-// small plane, and contexts are not thread-safe.
-struct ZstdContexts {
-  ZSTD_CCtx* cctx = ZSTD_createCCtx();
-  ZSTD_DCtx* dctx = ZSTD_createDCtx();
-  ~ZstdContexts() {
-    ZSTD_freeCCtx(cctx);
-    ZSTD_freeDCtx(dctx);
-  }
-};
-
-ZstdContexts& Zstd() {
-  thread_local ZstdContexts ctx;
-  return ctx;
-}
 
 // Complex numbers are pairs of floats whose parts share statistics, so
 // they are coded as float lanes. Unknown data is coded as bytes.
@@ -158,9 +143,10 @@ CodedPlane CodePlane(std::span<const uint8_t> plane, const Histogram& hist, doub
       best.bytes = std::move(r);
     }
   }
-  if (opts.allow_zstd_fallback && Zstd().cctx != nullptr) {
+  if (opts.allow_zstd_fallback && ThreadZstdContexts().cctx != nullptr) {
     std::vector<uint8_t> z(ZSTD_compressBound(plane.size()));
-    size_t n = ZSTD_compressCCtx(Zstd().cctx, z.data(), z.size(), plane.data(), plane.size(), opts.zstd_level);
+    size_t n = ZSTD_compressCCtx(ThreadZstdContexts().cctx, z.data(), z.size(), plane.data(), plane.size(),
+                                 opts.zstd_level);
     if (!ZSTD_isError(n) && n < best_size) {
       z.resize(n);
       best_size = n;
@@ -187,8 +173,9 @@ Status DecodePlane(PlaneMethod m, std::span<const uint8_t> stored, std::span<uin
     case PlaneMethod::kRans:
       return RansDecode(stored, plane);
     case PlaneMethod::kZstd: {
-      if (Zstd().dctx == nullptr) return Status::Error(ENOMEM, "cannot allocate a zstd decompression context");
-      size_t n = ZSTD_decompressDCtx(Zstd().dctx, plane.data(), plane.size(), stored.data(), stored.size());
+      ZSTD_DCtx* dctx = ThreadZstdContexts().dctx;
+      if (dctx == nullptr) return Status::Error(ENOMEM, "cannot allocate a zstd decompression context");
+      size_t n = ZSTD_decompressDCtx(dctx, plane.data(), plane.size(), stored.data(), stored.size());
       if (ZSTD_isError(n)) return Status::Corruption(std::string("zstd plane: ") + ZSTD_getErrorName(n));
       if (n != plane.size()) {
         return Status::Corruption("zstd plane decoded to " + std::to_string(n) + " bytes, expected " +

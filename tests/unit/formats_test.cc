@@ -628,21 +628,6 @@ TEST(PickleScanTest, DeepMarksAndMemoAreBounded) {
 
 // ------------------------------------------------------------ real files
 
-std::string DTypeTag(DType t) {
-  switch (t) {
-    case DType::kF64: return "F64";
-    case DType::kF32: return "F32";
-    case DType::kF16: return "F16";
-    case DType::kBF16: return "BF16";
-    case DType::kI64: return "I64";
-    case DType::kI32: return "I32";
-    case DType::kI16: return "I16";
-    case DType::kI8: return "I8";
-    case DType::kU8: return "U8";
-    case DType::kBool: return "BOOL";
-    default: return "OTHER";
-  }
-}
 
 // Writes files with the system's torch and numpy, plus a manifest: per
 // file its expected format and, per storage, dtype tag and a dump of the
@@ -726,7 +711,7 @@ TEST(FormatsRealFilesTest, TorchAndNumpyFiles) {
     EXPECT_EQ(l.format, fmt) << path << ": " << l.note;
     ASSERT_NO_FATAL_FAILURE(CheckInvariants(l, file.size(), path));
     std::vector<std::pair<std::string, Bytes>> got;
-    for (const auto& r : l.tensors) got.emplace_back(DTypeTag(r.dtype), RegionBytes(file, r));
+    for (const auto& r : l.tensors) got.emplace_back(std::string(DTypeName(r.dtype)), RegionBytes(file, r));
     std::erase_if(want, [](const auto& w) { return w.second.empty(); });
     std::sort(want.begin(), want.end());
     std::sort(got.begin(), got.end());
