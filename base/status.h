@@ -65,15 +65,14 @@ class Result {
 #define CKPT_CONCAT(a, b) CKPT_CONCAT_INNER(a, b)
 
 // Returns the Status from the enclosing function if `expr` failed.
-#define RETURN_IF_ERROR(expr)                 \
-  do {                                        \
-    ::ckptfs::Status _st = (expr);            \
-    if (!_st.ok()) return _st;                \
+#define RETURN_IF_ERROR(expr)      \
+  do {                             \
+    ::ckptfs::Status _st = (expr); \
+    if (!_st.ok()) return _st;     \
   } while (0)
 
 // auto x = ...Result<T>...; returns its Status on failure.
-#define ASSIGN_OR_RETURN(lhs, expr) \
-  ASSIGN_OR_RETURN_IMPL(CKPT_CONCAT(_res_, __LINE__), lhs, expr)
+#define ASSIGN_OR_RETURN(lhs, expr) ASSIGN_OR_RETURN_IMPL(CKPT_CONCAT(_res_, __LINE__), lhs, expr)
 #define ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
   auto tmp = (expr);                          \
   if (!tmp.ok()) return tmp.status();         \

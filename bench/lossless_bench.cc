@@ -6,6 +6,7 @@
 //
 // The file is raw little-endian elements (no header). With --chunk the
 // input is coded in independent chunks, as the pack layer would.
+#include <strings.h>
 #include <zstd.h>
 
 #include <algorithm>
@@ -18,7 +19,6 @@
 #include <fstream>
 #include <random>
 #include <string>
-#include <strings.h>
 #include <vector>
 
 #include "codec/dtype.h"
@@ -228,8 +228,8 @@ int Run(const Args& a) {
   std::printf("lossless     ratio %.4f   (%.2f%% over entropy bound)\n", ratio(double(ours)),
               100.0 * (double(ours) / entropy_bytes - 1.0));
   std::printf("entropy bnd  ratio %.4f   (order-0 per plane of the chosen transform)\n", ratio(entropy_bytes));
-  std::printf("speed        encode %.0f MB/s, decode %.0f MB/s (1 thread, best of %d)\n", mb / enc_best,
-              mb / dec_best, a.repeats);
+  std::printf("speed        encode %.0f MB/s, decode %.0f MB/s (1 thread, best of %d)\n", mb / enc_best, mb / dec_best,
+              a.repeats);
   if (chunks.size() == 1) {
     for (size_t k = 0; k < stats[0].planes.size(); ++k) {
       const PlaneStats& p = stats[0].planes[k];

@@ -1,10 +1,11 @@
 #include "codec/chunk_codec.h"
-#include "codec/zstd_contexts.h"
 
 #include <zstd.h>
 
 #include <cstring>
 #include <string>
+
+#include "codec/zstd_contexts.h"
 
 namespace ckptfs {
 namespace {

@@ -31,12 +31,30 @@ enum class DType : uint8_t {
 // Bytes per element; 0 for kUnknown.
 constexpr unsigned DTypeSize(DType t) {
   switch (t) {
-    case DType::kF64: case DType::kI64: case DType::kU64: case DType::kC64: return 8;
-    case DType::kC128: return 16;
-    case DType::kF32: case DType::kI32: case DType::kU32: return 4;
-    case DType::kF16: case DType::kBF16: case DType::kI16: case DType::kU16: return 2;
-    case DType::kF8E4M3: case DType::kF8E5M2: case DType::kI8: case DType::kU8: case DType::kBool: return 1;
-    case DType::kUnknown: return 0;
+    case DType::kF64:
+    case DType::kI64:
+    case DType::kU64:
+    case DType::kC64:
+      return 8;
+    case DType::kC128:
+      return 16;
+    case DType::kF32:
+    case DType::kI32:
+    case DType::kU32:
+      return 4;
+    case DType::kF16:
+    case DType::kBF16:
+    case DType::kI16:
+    case DType::kU16:
+      return 2;
+    case DType::kF8E4M3:
+    case DType::kF8E5M2:
+    case DType::kI8:
+    case DType::kU8:
+    case DType::kBool:
+      return 1;
+    case DType::kUnknown:
+      return 0;
   }
   return 0;
 }

@@ -246,8 +246,7 @@ Status FileContent::SealIfIdle() {
   std::unique_lock commit(mu_, std::defer_lock);
   auto still_current = [&] {
     commit.lock();
-    if (change_gen_ == gen && writes_in_flight_ == 0 && open_writers_ == 0 && !unlinked_ && staging_ == sp)
-      return true;
+    if (change_gen_ == gen && writes_in_flight_ == 0 && open_writers_ == 0 && !unlinked_ && staging_ == sp) return true;
     commit.unlock();
     return false;
   };

@@ -22,7 +22,7 @@ struct Inode {
   UniqueFd fd;  // O_PATH | O_NOFOLLOW
   dev_t dev = 0;
   ino_t ino = 0;
-  mode_t type = 0;  // S_IFMT bits
+  mode_t type = 0;       // S_IFMT bits
   uint64_t nlookup = 0;  // guarded by InodeTable's mutex
 
   std::mutex content_mu;

@@ -1,8 +1,8 @@
 #include "fuse/mount.h"
 
 #include <fcntl.h>
-#include <malloc.h>
 #include <fuse_lowlevel.h>
+#include <malloc.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -20,8 +20,9 @@
 namespace ckptfs {
 namespace {
 
-const char* const kKernelOpts[] = {"allow_other", "allow_root", "default_permissions", "ro", "rw", "nosuid",
-                                   "suid", "nodev", "dev", "noexec", "exec", "noatime"};
+const char* const kKernelOpts[] = {
+    "allow_other", "allow_root", "default_permissions", "ro", "rw", "nosuid", "suid", "nodev", "dev", "noexec",
+    "exec",        "noatime"};
 
 bool IsKernelOpt(const std::string& key) {
   for (const char* k : kKernelOpts)
@@ -42,7 +43,8 @@ Result<long> ParseInt(const std::string& key, const std::string& v, long lo, lon
 Result<double> ParseSeconds(const std::string& key, const std::string& v) {
   char* end = nullptr;
   double d = std::strtod(v.c_str(), &end);
-  if (v.empty() || *end != '\0' || d < 0) return Status::InvalidArgument("option " + key + "=" + v + ": expected seconds >= 0");
+  if (v.empty() || *end != '\0' || d < 0)
+    return Status::InvalidArgument("option " + key + "=" + v + ": expected seconds >= 0");
   return d;
 }
 
@@ -193,9 +195,10 @@ void RaiseFdLimit() {
 }
 
 void LogRecovery(const RecoveryReport& r, bool to_stderr) {
-  spdlog::info("recovery: scanned {} files, resealed {}, removed {} temporary, {} orphan packs, {} orphan staging; {} broken",
-               r.stubs_scanned, r.staged_resealed, r.tmp_files_removed, r.orphan_packs_removed,
-               r.orphan_staging_removed, r.broken_stubs);
+  spdlog::info(
+      "recovery: scanned {} files, resealed {}, removed {} temporary, {} orphan packs, {} orphan staging; {} broken",
+      r.stubs_scanned, r.staged_resealed, r.tmp_files_removed, r.orphan_packs_removed, r.orphan_staging_removed,
+      r.broken_stubs);
   if (to_stderr)
     for (const auto& a : r.actions) std::cerr << "ckptfs: recovery: " << a << "\n";
 }
@@ -235,12 +238,18 @@ Result<uint64_t> ParseSize(const std::string& text) {
   if (end == text.c_str() || errno != 0) return Status::InvalidArgument("bad size '" + text + "'");
   std::string suffix(end);
   uint64_t mult = 1;
-  if (suffix == "" || suffix == "B") mult = 1;
-  else if (suffix == "K" || suffix == "k" || suffix == "KiB") mult = 1ull << 10;
-  else if (suffix == "M" || suffix == "m" || suffix == "MiB") mult = 1ull << 20;
-  else if (suffix == "G" || suffix == "g" || suffix == "GiB") mult = 1ull << 30;
-  else if (suffix == "T" || suffix == "t" || suffix == "TiB") mult = 1ull << 40;
-  else return Status::InvalidArgument("bad size '" + text + "': use a number with K, M, G or T");
+  if (suffix == "" || suffix == "B")
+    mult = 1;
+  else if (suffix == "K" || suffix == "k" || suffix == "KiB")
+    mult = 1ull << 10;
+  else if (suffix == "M" || suffix == "m" || suffix == "MiB")
+    mult = 1ull << 20;
+  else if (suffix == "G" || suffix == "g" || suffix == "GiB")
+    mult = 1ull << 30;
+  else if (suffix == "T" || suffix == "t" || suffix == "TiB")
+    mult = 1ull << 40;
+  else
+    return Status::InvalidArgument("bad size '" + text + "': use a number with K, M, G or T");
   return static_cast<uint64_t>(n) * mult;
 }
 
@@ -278,9 +287,9 @@ Result<std::string> CheckMountpoint(const std::string& path) {
   if (real == nullptr) {
     int err = errno;
     if (err == ENOTCONN)
-      return Status::Error(ENOTCONN, "mount point " + path +
-                                         " is a stale FUSE mount (its daemon died); run `ckptfs umount " + path +
-                                         "` first");
+      return Status::Error(
+          ENOTCONN,
+          "mount point " + path + " is a stale FUSE mount (its daemon died); run `ckptfs umount " + path + "` first");
     if (err == ENOENT) return Status::Error(ENOENT, "mount point " + path + " does not exist; create it with mkdir");
     return Status::FromErrno(err, "mount point " + path);
   }
@@ -289,7 +298,8 @@ Result<std::string> CheckMountpoint(const std::string& path) {
   struct stat st {};
   if (::stat(abs.c_str(), &st) != 0) {
     if (errno == ENOTCONN)
-      return Status::Error(ENOTCONN, "mount point " + abs + " is a stale FUSE mount; run `ckptfs umount " + abs + "` first");
+      return Status::Error(ENOTCONN,
+                           "mount point " + abs + " is a stale FUSE mount; run `ckptfs umount " + abs + "` first");
     return Status::FromErrno("mount point " + abs);
   }
   if (!S_ISDIR(st.st_mode)) return Status::Error(ENOTDIR, "mount point " + abs + " is not a directory");

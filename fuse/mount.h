@@ -20,7 +20,7 @@ struct MountOptions {
   int zstd_level = 3;
   int max_threads = 8;
   uint64_t read_ahead = 4u << 20;  // kernel readahead window for the mount
-  std::string log_path;  // default: BACKING/ckptfs.log
+  std::string log_path;            // default: BACKING/ckptfs.log
   std::string log_level = "info";
   bool debug_fuse = false;
   std::vector<std::string> kernel_opts;  // passed to the kernel mount (allow_other, ro, ...)

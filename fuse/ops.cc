@@ -119,10 +119,14 @@ void OpGetattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
 Status SetTimes(fuse_req_t req, Inode& inode, const struct stat* attr, int valid) {
   struct timespec tv[2];
   tv[0].tv_nsec = tv[1].tv_nsec = UTIME_OMIT;
-  if (valid & FUSE_SET_ATTR_ATIME_NOW) tv[0].tv_nsec = UTIME_NOW;
-  else if (valid & FUSE_SET_ATTR_ATIME) tv[0] = attr->st_atim;
-  if (valid & FUSE_SET_ATTR_MTIME_NOW) tv[1].tv_nsec = UTIME_NOW;
-  else if (valid & FUSE_SET_ATTR_MTIME) tv[1] = attr->st_mtim;
+  if (valid & FUSE_SET_ATTR_ATIME_NOW)
+    tv[0].tv_nsec = UTIME_NOW;
+  else if (valid & FUSE_SET_ATTR_ATIME)
+    tv[0] = attr->st_atim;
+  if (valid & FUSE_SET_ATTR_MTIME_NOW)
+    tv[1].tv_nsec = UTIME_NOW;
+  else if (valid & FUSE_SET_ATTR_MTIME)
+    tv[1] = attr->st_mtim;
   if (inode.type == S_IFREG) {
     ASSIGN_OR_RETURN(auto content, Fs(req).ContentOf(inode));
     return content->SetTimes(tv);
@@ -166,9 +170,9 @@ void OpReadlink(fuse_req_t req, fuse_ino_t ino) {
 
 void OpMknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev) {
   Inode& dir = In(req, parent);
-  Status s = S_ISREG(mode) ? E(req)->OpenAt(dir.fd.get(), name, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC,
-                                            mode & 07777).status()
-                           : E(req)->MknodAt(dir.fd.get(), name, mode, rdev);
+  Status s = S_ISREG(mode)
+                 ? E(req)->OpenAt(dir.fd.get(), name, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, mode & 07777).status()
+                 : E(req)->MknodAt(dir.fd.get(), name, mode, rdev);
   if (s.ok()) s = GiveToCaller(req, dir, name);
   if (!s.ok()) return ReplyErr(req, s);
   ReplyEntry(req, dir, name);
@@ -255,8 +259,10 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, 
   const int excl = fi->flags & O_EXCL;
   auto made = E(req)->OpenAt(dir.fd.get(), name, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, mode & 07777);
   Status s = made.status();
-  if (s.ok()) s = GiveToCaller(req, dir, name);
-  else if (s.code() == EEXIST && !excl) s = Status::Ok();  // lost a race with another creator: open it
+  if (s.ok())
+    s = GiveToCaller(req, dir, name);
+  else if (s.code() == EEXIST && !excl)
+    s = Status::Ok();  // lost a race with another creator: open it
   if (!s.ok()) return ReplyErr(req, s);
   fuse_entry_param e{};
   auto inode = fs.inodes().Lookup(dir, name, &e.attr);
@@ -343,8 +349,8 @@ void OpReaddir(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_inf
     struct stat st {};
     st.st_ino = d.ino;
     st.st_mode = static_cast<mode_t>(DTTOIF(d.type));
-    size_t need = fuse_add_direntry(req, buf.data() + used, size - used, d.name.c_str(), &st,
-                                    static_cast<off_t>(i + 1));
+    size_t need =
+        fuse_add_direntry(req, buf.data() + used, size - used, d.name.c_str(), &st, static_cast<off_t>(i + 1));
     if (need > size - used) break;
     used += need;
   }

@@ -4,8 +4,8 @@
 
 #include <chrono>
 #include <condition_variable>
-#include <map>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>

@@ -88,7 +88,8 @@ Result<std::pair<std::string, std::string>> ResolveStore(const std::string& path
   const MountEntry* m = FindMount(mounts, abs);
   if (m == nullptr)
     return Status::Error(ENOENT, path + " is neither a ckptfs store (no CKPTFS file) nor inside a ckptfs mount");
-  std::string sub = abs.size() > m->mountpoint.size() ? abs.substr(m->mountpoint.size() + (m->mountpoint == "/" ? 0 : 1)) : "";
+  std::string sub =
+      abs.size() > m->mountpoint.size() ? abs.substr(m->mountpoint.size() + (m->mountpoint == "/" ? 0 : 1)) : "";
   return std::make_pair(m->source, sub);
 }
 
@@ -127,8 +128,8 @@ int RunUmount(const std::string& mountpoint, bool lazy, double timeout_s) {
     }
   }
   if (!WaitForStoreRelease(backing, timeout_s)) {
-    std::cerr << "ckptfs umount: unmounted " << abs << ", but the daemon is still sealing files after "
-              << timeout_s << " s; it will finish in the background\n";
+    std::cerr << "ckptfs umount: unmounted " << abs << ", but the daemon is still sealing files after " << timeout_s
+              << " s; it will finish in the background\n";
     return 1;
   }
   return 0;
@@ -161,7 +162,8 @@ int RunStats(const std::string& path, bool json) {
     out["files"] = nlohmann::json::array();
     for (const auto& f : usage.value())
       out["files"].push_back({{"path", f.path}, {"logical", f.logical}, {"stored", f.stored}, {"staged", f.staged}});
-    out["total"] = {{"logical", logical}, {"stored", stored}, {"ratio", Ratio(logical, stored)}, {"files", usage->size()}};
+    out["total"] = {
+        {"logical", logical}, {"stored", stored}, {"ratio", Ratio(logical, stored)}, {"files", usage->size()}};
     std::cout << out.dump(2) << "\n";
     return 0;
   }
@@ -187,9 +189,8 @@ int RunFsck(const std::string& backing, bool json) {
   }
   const FsckReport& r = report.value();
   if (json) {
-    nlohmann::json out = {{"clean", r.clean()},         {"files", r.files_checked},
-                          {"packs", r.packs_checked},   {"chunks", r.chunks_checked},
-                          {"bytes", r.bytes_checked},   {"errors", r.errors},
+    nlohmann::json out = {{"clean", r.clean()},         {"files", r.files_checked}, {"packs", r.packs_checked},
+                          {"chunks", r.chunks_checked}, {"bytes", r.bytes_checked}, {"errors", r.errors},
                           {"warnings", r.warnings}};
     std::cout << out.dump(2) << "\n";
   } else {

@@ -47,8 +47,7 @@ class Env {
   virtual Status MkdirAt(int dirfd, const std::string& path, mode_t mode) = 0;
   virtual Status SymlinkAt(const std::string& target, int dirfd, const std::string& path) = 0;
   virtual Result<std::string> ReadlinkAt(int dirfd, const std::string& path) = 0;
-  virtual Status LinkAt(int olddir, const std::string& oldpath, int newdir, const std::string& newpath,
-                        int flags) = 0;
+  virtual Status LinkAt(int olddir, const std::string& oldpath, int newdir, const std::string& newpath, int flags) = 0;
   virtual Status MknodAt(int dirfd, const std::string& path, mode_t mode, dev_t dev) = 0;
   virtual Status FchmodAt(int dirfd, const std::string& path, mode_t mode, int flags) = 0;
   virtual Status FchownAt(int dirfd, const std::string& path, uid_t uid, gid_t gid, int flags) = 0;

@@ -11,7 +11,7 @@ namespace ckptfs {
 using ObjectId = uint64_t;  // 0 means "no object"
 
 ObjectId NewObjectId();
-std::string ObjectIdHex(ObjectId id);                          // 16 lowercase hex digits
+std::string ObjectIdHex(ObjectId id);                            // 16 lowercase hex digits
 std::optional<ObjectId> ParseObjectIdHex(const std::string& s);  // inverse; nullopt if malformed
 
 }  // namespace ckptfs

@@ -31,7 +31,7 @@ struct PackHeader {
 };
 
 struct ChunkEntry {
-  uint64_t offset = 0;      // of the stored payload within the pack
+  uint64_t offset = 0;  // of the stored payload within the pack
   uint32_t stored_len = 0;
   uint32_t raw_len = 0;
   ChunkCodec codec = ChunkCodec::kRaw;

@@ -37,8 +37,8 @@ struct StoreOptions {
 
 struct RecoveryReport {
   uint64_t stubs_scanned = 0;
-  uint64_t staged_resealed = 0;      // STAGED stubs whose staging file was sealed
-  uint64_t tmp_files_removed = 0;    // unpublished packs from an interrupted seal
+  uint64_t staged_resealed = 0;    // STAGED stubs whose staging file was sealed
+  uint64_t tmp_files_removed = 0;  // unpublished packs from an interrupted seal
   uint64_t orphan_packs_removed = 0;
   uint64_t orphan_staging_removed = 0;
   uint64_t broken_stubs = 0;         // unreadable stubs (left in place, fsck reports)

@@ -11,17 +11,40 @@ constexpr uint32_t kDefaultAlignment = 32;
 constexpr int kMaxArrayNesting = 4;
 
 enum ValueType : uint32_t {
-  kU8 = 0, kI8 = 1, kU16 = 2, kI16 = 3, kU32 = 4, kI32 = 5, kF32 = 6, kBool = 7,
-  kString = 8, kArray = 9, kU64 = 10, kI64 = 11, kF64 = 12,
+  kU8 = 0,
+  kI8 = 1,
+  kU16 = 2,
+  kI16 = 3,
+  kU32 = 4,
+  kI32 = 5,
+  kF32 = 6,
+  kBool = 7,
+  kString = 8,
+  kArray = 9,
+  kU64 = 10,
+  kI64 = 11,
+  kF64 = 12,
 };
 
 uint64_t FixedSize(uint32_t t) {
   switch (t) {
-    case kU8: case kI8: case kBool: return 1;
-    case kU16: case kI16: return 2;
-    case kU32: case kI32: case kF32: return 4;
-    case kU64: case kI64: case kF64: return 8;
-    default: return 0;
+    case kU8:
+    case kI8:
+    case kBool:
+      return 1;
+    case kU16:
+    case kI16:
+      return 2;
+    case kU32:
+    case kI32:
+    case kF32:
+      return 4;
+    case kU64:
+    case kI64:
+    case kF64:
+      return 8;
+    default:
+      return 0;
   }
 }
 
@@ -34,39 +57,72 @@ struct GgmlType {
 };
 std::optional<GgmlType> LookupGgml(uint32_t t) {
   switch (t) {
-    case 0: return GgmlType{DType::kF32, 1, 4};
-    case 1: return GgmlType{DType::kF16, 1, 2};
-    case 2: return GgmlType{DType::kU8, 32, 18};    // Q4_0
-    case 3: return GgmlType{DType::kU8, 32, 20};    // Q4_1
-    case 6: return GgmlType{DType::kU8, 32, 22};    // Q5_0
-    case 7: return GgmlType{DType::kU8, 32, 24};    // Q5_1
-    case 8: return GgmlType{DType::kU8, 32, 34};    // Q8_0
-    case 9: return GgmlType{DType::kU8, 32, 36};    // Q8_1
-    case 10: return GgmlType{DType::kU8, 256, 84};  // Q2_K
-    case 11: return GgmlType{DType::kU8, 256, 110}; // Q3_K
-    case 12: return GgmlType{DType::kU8, 256, 144}; // Q4_K
-    case 13: return GgmlType{DType::kU8, 256, 176}; // Q5_K
-    case 14: return GgmlType{DType::kU8, 256, 210}; // Q6_K
-    case 15: return GgmlType{DType::kU8, 256, 292}; // Q8_K
-    case 16: return GgmlType{DType::kU8, 256, 66};  // IQ2_XXS
-    case 17: return GgmlType{DType::kU8, 256, 74};  // IQ2_XS
-    case 18: return GgmlType{DType::kU8, 256, 98};  // IQ3_XXS
-    case 19: return GgmlType{DType::kU8, 256, 50};  // IQ1_S
-    case 20: return GgmlType{DType::kU8, 32, 18};   // IQ4_NL
-    case 21: return GgmlType{DType::kU8, 256, 110}; // IQ3_S
-    case 22: return GgmlType{DType::kU8, 256, 82};  // IQ2_S
-    case 23: return GgmlType{DType::kU8, 256, 136}; // IQ4_XS
-    case 24: return GgmlType{DType::kI8, 1, 1};
-    case 25: return GgmlType{DType::kI16, 1, 2};
-    case 26: return GgmlType{DType::kI32, 1, 4};
-    case 27: return GgmlType{DType::kI64, 1, 8};
-    case 28: return GgmlType{DType::kF64, 1, 8};
-    case 29: return GgmlType{DType::kU8, 256, 56};  // IQ1_M
-    case 30: return GgmlType{DType::kBF16, 1, 2};
-    case 34: return GgmlType{DType::kU8, 256, 54};  // TQ1_0
-    case 35: return GgmlType{DType::kU8, 256, 66};  // TQ2_0
-    case 39: return GgmlType{DType::kU8, 32, 17};   // MXFP4
-    default: return std::nullopt;
+    case 0:
+      return GgmlType{DType::kF32, 1, 4};
+    case 1:
+      return GgmlType{DType::kF16, 1, 2};
+    case 2:
+      return GgmlType{DType::kU8, 32, 18};  // Q4_0
+    case 3:
+      return GgmlType{DType::kU8, 32, 20};  // Q4_1
+    case 6:
+      return GgmlType{DType::kU8, 32, 22};  // Q5_0
+    case 7:
+      return GgmlType{DType::kU8, 32, 24};  // Q5_1
+    case 8:
+      return GgmlType{DType::kU8, 32, 34};  // Q8_0
+    case 9:
+      return GgmlType{DType::kU8, 32, 36};  // Q8_1
+    case 10:
+      return GgmlType{DType::kU8, 256, 84};  // Q2_K
+    case 11:
+      return GgmlType{DType::kU8, 256, 110};  // Q3_K
+    case 12:
+      return GgmlType{DType::kU8, 256, 144};  // Q4_K
+    case 13:
+      return GgmlType{DType::kU8, 256, 176};  // Q5_K
+    case 14:
+      return GgmlType{DType::kU8, 256, 210};  // Q6_K
+    case 15:
+      return GgmlType{DType::kU8, 256, 292};  // Q8_K
+    case 16:
+      return GgmlType{DType::kU8, 256, 66};  // IQ2_XXS
+    case 17:
+      return GgmlType{DType::kU8, 256, 74};  // IQ2_XS
+    case 18:
+      return GgmlType{DType::kU8, 256, 98};  // IQ3_XXS
+    case 19:
+      return GgmlType{DType::kU8, 256, 50};  // IQ1_S
+    case 20:
+      return GgmlType{DType::kU8, 32, 18};  // IQ4_NL
+    case 21:
+      return GgmlType{DType::kU8, 256, 110};  // IQ3_S
+    case 22:
+      return GgmlType{DType::kU8, 256, 82};  // IQ2_S
+    case 23:
+      return GgmlType{DType::kU8, 256, 136};  // IQ4_XS
+    case 24:
+      return GgmlType{DType::kI8, 1, 1};
+    case 25:
+      return GgmlType{DType::kI16, 1, 2};
+    case 26:
+      return GgmlType{DType::kI32, 1, 4};
+    case 27:
+      return GgmlType{DType::kI64, 1, 8};
+    case 28:
+      return GgmlType{DType::kF64, 1, 8};
+    case 29:
+      return GgmlType{DType::kU8, 256, 56};  // IQ1_M
+    case 30:
+      return GgmlType{DType::kBF16, 1, 2};
+    case 34:
+      return GgmlType{DType::kU8, 256, 54};  // TQ1_0
+    case 35:
+      return GgmlType{DType::kU8, 256, 66};  // TQ2_0
+    case 39:
+      return GgmlType{DType::kU8, 32, 17};  // MXFP4
+    default:
+      return std::nullopt;
   }
 }
 
@@ -119,7 +175,7 @@ struct Info {
   std::string name;
   std::vector<uint64_t> ne;  // ggml order: ne[0] innermost
   uint32_t type = 0;
-  uint64_t offset = 0;       // relative to the data section
+  uint64_t offset = 0;  // relative to the data section
 };
 
 Result<Info> ReadInfo(Cursor& c) {

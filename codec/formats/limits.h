@@ -13,9 +13,9 @@
 
 namespace ckptfs::formats {
 
-inline constexpr uint64_t kMaxEntries = 1u << 20;         // tensors, zip entries, KV pairs
+inline constexpr uint64_t kMaxEntries = 1u << 20;          // tensors, zip entries, KV pairs
 inline constexpr uint64_t kMaxMetadataBytes = 256u << 20;  // one header/pickle/directory read
-inline constexpr uint64_t kMaxNameBytes = 1u << 16;       // one tensor or entry name
+inline constexpr uint64_t kMaxNameBytes = 1u << 16;        // one tensor or entry name
 inline constexpr uint32_t kMaxDims = 16;
 
 inline std::optional<uint64_t> CheckedAdd(uint64_t a, uint64_t b) {

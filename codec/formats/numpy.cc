@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <charconv>
-#include <tuple>
 #include <string_view>
+#include <tuple>
 
 #include "codec/formats/limits.h"
 #include "store/le.h"
@@ -43,9 +43,12 @@ class DictParser {
         RETURN_IF_ERROR(SkipValue());  // structured dtype
         have_descr = true;
       } else if (key == "fortran_order") {
-        if (s_.substr(p_).starts_with("True")) h.fortran = true, p_ += 4;
-        else if (s_.substr(p_).starts_with("False")) p_ += 5;
-        else return Bad();
+        if (s_.substr(p_).starts_with("True"))
+          h.fortran = true, p_ += 4;
+        else if (s_.substr(p_).starts_with("False"))
+          p_ += 5;
+        else
+          return Bad();
       } else if (key == "shape") {
         ASSIGN_OR_RETURN(h.shape, Tuple());
         have_shape = true;
@@ -130,15 +133,16 @@ struct Elem {
   unsigned size;  // bytes per array element
 };
 std::optional<Elem> ParseDescr(const std::string& d, std::string* why) {
-  if (d.size() < 3 || (d[0] != '<' && d[0] != '|' && d[0] != '=' && d[0] != '>')) return *why = "odd descr " + d, std::nullopt;
+  if (d.size() < 3 || (d[0] != '<' && d[0] != '|' && d[0] != '=' && d[0] != '>'))
+    return *why = "odd descr " + d, std::nullopt;
   unsigned size = 0;
   auto r = std::from_chars(d.data() + 2, d.data() + d.size(), size);
   if (r.ec != std::errc() || r.ptr != d.data() + d.size() || size == 0) return *why = "odd descr " + d, std::nullopt;
   if (d[0] == '>' && size > 1) return *why = "big-endian " + d, std::nullopt;
   static const std::tuple<char, unsigned, DType> kMap[] = {
-      {'f', 2, DType::kF16}, {'f', 4, DType::kF32}, {'f', 8, DType::kF64}, {'i', 1, DType::kI8},
-      {'i', 2, DType::kI16}, {'i', 4, DType::kI32}, {'i', 8, DType::kI64}, {'u', 1, DType::kU8},
-      {'u', 2, DType::kU16}, {'u', 4, DType::kU32}, {'u', 8, DType::kU64}, {'b', 1, DType::kBool},
+      {'f', 2, DType::kF16}, {'f', 4, DType::kF32},   {'f', 8, DType::kF64}, {'i', 1, DType::kI8},
+      {'i', 2, DType::kI16}, {'i', 4, DType::kI32},   {'i', 8, DType::kI64}, {'u', 1, DType::kU8},
+      {'u', 2, DType::kU16}, {'u', 4, DType::kU32},   {'u', 8, DType::kU64}, {'b', 1, DType::kBool},
       {'c', 8, DType::kC64}, {'c', 16, DType::kC128},
   };
   for (const auto& [kind, sz, t] : kMap) {
@@ -166,7 +170,8 @@ Result<std::optional<TensorRegion>> NpyRegion(const ByteSource& src, std::string
     return Malformed("npy: unsupported version " + std::to_string(major));
   }
   ASSIGN_OR_RETURN(std::vector<uint8_t> text, ReadBounded(src, hstart, hlen, "npy header"));
-  ASSIGN_OR_RETURN(NpyHeader h, DictParser(std::string_view(reinterpret_cast<char*>(text.data()), text.size())).Parse());
+  ASSIGN_OR_RETURN(NpyHeader h,
+                   DictParser(std::string_view(reinterpret_cast<char*>(text.data()), text.size())).Parse());
   if (h.descr.empty()) return *why = "structured dtype", std::optional<TensorRegion>();
   std::optional<Elem> el = ParseDescr(h.descr, why);
   if (!el) return std::optional<TensorRegion>();

@@ -10,8 +10,8 @@ namespace {
 
 constexpr size_t kMaxStack = 1u << 20;
 constexpr size_t kMaxMemo = 1u << 20;
-constexpr size_t kMaxItems = 8u << 20;  // all tuple and list items ever built
-constexpr size_t kMaxKeptString = 4096; // longer strings are kept as opaque
+constexpr size_t kMaxItems = 8u << 20;   // all tuple and list items ever built
+constexpr size_t kMaxKeptString = 4096;  // longer strings are kept as opaque
 // Deeper tuples become opaque: torch's IDs are shallow, and an unbounded
 // chain of nested shared_ptrs would overflow the stack when destroyed.
 constexpr uint32_t kMaxTupleDepth = 32;
@@ -19,10 +19,10 @@ constexpr uint32_t kMaxTupleDepth = 32;
 struct Value {
   enum Kind : uint8_t { kOther, kNone, kInt, kStr, kGlobal, kTuple, kList, kPid };
   Kind kind = kOther;
-  int64_t i = 0;                                // kInt; kPid: index into storages
-  uint32_t depth = 0;                           // kTuple: nesting depth
-  std::shared_ptr<const std::string> s;         // kStr, kGlobal ("module.name")
-  std::shared_ptr<std::vector<Value>> items;    // kTuple (immutable), kList (scalars only, so no cycles)
+  int64_t i = 0;                              // kInt; kPid: index into storages
+  uint32_t depth = 0;                         // kTuple: nesting depth
+  std::shared_ptr<const std::string> s;       // kStr, kGlobal ("module.name")
+  std::shared_ptr<std::vector<Value>> items;  // kTuple (immutable), kList (scalars only, so no cycles)
 };
 
 Status Truncated() { return Status::Error(ENODATA, "pickle: truncated"); }
@@ -30,12 +30,23 @@ Status Bad(const std::string& m) { return Status::Corruption("pickle: " + m); }
 
 DType DTypeFromTorchName(const std::string& g) {
   static const std::pair<const char*, DType> kMap[] = {
-      {"torch.float64", DType::kF64},       {"torch.float32", DType::kF32},     {"torch.float16", DType::kF16},
-      {"torch.bfloat16", DType::kBF16},     {"torch.float8_e4m3fn", DType::kF8E4M3},
-      {"torch.float8_e5m2", DType::kF8E5M2}, {"torch.int64", DType::kI64},      {"torch.int32", DType::kI32},
-      {"torch.int16", DType::kI16},         {"torch.int8", DType::kI8},         {"torch.uint8", DType::kU8},
-      {"torch.bool", DType::kBool},         {"torch.uint16", DType::kU16},      {"torch.uint32", DType::kU32},
-      {"torch.uint64", DType::kU64},        {"torch.complex64", DType::kC64},   {"torch.complex128", DType::kC128},
+      {"torch.float64", DType::kF64},
+      {"torch.float32", DType::kF32},
+      {"torch.float16", DType::kF16},
+      {"torch.bfloat16", DType::kBF16},
+      {"torch.float8_e4m3fn", DType::kF8E4M3},
+      {"torch.float8_e5m2", DType::kF8E5M2},
+      {"torch.int64", DType::kI64},
+      {"torch.int32", DType::kI32},
+      {"torch.int16", DType::kI16},
+      {"torch.int8", DType::kI8},
+      {"torch.uint8", DType::kU8},
+      {"torch.bool", DType::kBool},
+      {"torch.uint16", DType::kU16},
+      {"torch.uint32", DType::kU32},
+      {"torch.uint64", DType::kU64},
+      {"torch.complex64", DType::kC64},
+      {"torch.complex128", DType::kC128},
   };
   for (const auto& [name, t] : kMap) {
     if (g == name) return t;
@@ -181,8 +192,8 @@ Status Machine::Append(Value list, std::vector<Value> items) {
 Status Machine::PersistentId(Value pid) {
   Value ref;  // what BINPERSID pushes: the storage, or opaque
   const auto* t = pid.kind == Value::kTuple ? pid.items.get() : nullptr;
-  if (t && t->size() >= 5 && (*t)[0].kind == Value::kStr && *(*t)[0].s == "storage" &&
-      (*t)[1].kind == Value::kGlobal && (*t)[2].kind == Value::kStr) {
+  if (t && t->size() >= 5 && (*t)[0].kind == Value::kStr && *(*t)[0].s == "storage" && (*t)[1].kind == Value::kGlobal &&
+      (*t)[2].kind == Value::kStr) {
     const std::string& key = *(*t)[2].s;
     auto [it, fresh] = by_key_.try_emplace(key, out_.storages.size());
     if (fresh) {
@@ -229,45 +240,80 @@ Status Machine::TextInt(bool* ok, uint64_t* idx) {
 
 Status Machine::Step(uint8_t op, bool* stop) {
   switch (op) {
-    case 0x80: return Fixed(1).status();                    // PROTO
-    case 0x95: return Fixed(8).status();                    // FRAME: framing is transparent
-    case '.': *stop = true; return Status::Ok();            // STOP
-    case '(':                                               // MARK
+    case 0x80:
+      return Fixed(1).status();  // PROTO
+    case 0x95:
+      return Fixed(8).status();  // FRAME: framing is transparent
+    case '.':
+      *stop = true;
+      return Status::Ok();  // STOP
+    case '(':               // MARK
       if (marks_.size() >= kMaxStack) return Bad("too many marks");
       marks_.push_back(stack_.size());
       return Status::Ok();
-    case ')': return PushTuple({});
-    case 't': { ASSIGN_OR_RETURN(auto v, PopToMark()); return PushTuple(std::move(v)); }
-    case 0x85: return TupleN(1);
-    case 0x86: return TupleN(2);
-    case 0x87: return TupleN(3);
-    case 'q': { ASSIGN_OR_RETURN(uint64_t i, Fixed(1)); return Put(i); }
-    case 'r': { ASSIGN_OR_RETURN(uint64_t i, Fixed(4)); return Put(i); }
-    case 0x94: return Put(memo_.size());                    // MEMOIZE
-    case 'h': { ASSIGN_OR_RETURN(uint64_t i, Fixed(1)); return Get(i); }
-    case 'j': { ASSIGN_OR_RETURN(uint64_t i, Fixed(4)); return Get(i); }
-    case 'p': case 'g': {                                   // PUT / GET (text)
+    case ')':
+      return PushTuple({});
+    case 't': {
+      ASSIGN_OR_RETURN(auto v, PopToMark());
+      return PushTuple(std::move(v));
+    }
+    case 0x85:
+      return TupleN(1);
+    case 0x86:
+      return TupleN(2);
+    case 0x87:
+      return TupleN(3);
+    case 'q': {
+      ASSIGN_OR_RETURN(uint64_t i, Fixed(1));
+      return Put(i);
+    }
+    case 'r': {
+      ASSIGN_OR_RETURN(uint64_t i, Fixed(4));
+      return Put(i);
+    }
+    case 0x94:
+      return Put(memo_.size());  // MEMOIZE
+    case 'h': {
+      ASSIGN_OR_RETURN(uint64_t i, Fixed(1));
+      return Get(i);
+    }
+    case 'j': {
+      ASSIGN_OR_RETURN(uint64_t i, Fixed(4));
+      return Get(i);
+    }
+    case 'p':
+    case 'g': {  // PUT / GET (text)
       bool ok;
       uint64_t i;
       RETURN_IF_ERROR(TextInt(&ok, &i));
       if (!ok) return Bad("bad memo index");
       return op == 'p' ? Put(i) : Get(i);
     }
-    case 'c': {                                             // GLOBAL
+    case 'c': {  // GLOBAL
       ASSIGN_OR_RETURN(std::string_view mod, Line());
       ASSIGN_OR_RETURN(std::string_view name, Line());
       return PushStr(std::string(mod) + "." + std::string(name), Value::kGlobal);
     }
-    case 0x93: {                                            // STACK_GLOBAL
+    case 0x93: {  // STACK_GLOBAL
       ASSIGN_OR_RETURN(Value name, Pop());
       ASSIGN_OR_RETURN(Value mod, Pop());
       if (name.kind != Value::kStr || mod.kind != Value::kStr) return PushOther();
       return PushStr(*mod.s + "." + *name.s, Value::kGlobal);
     }
-    case 'J': { ASSIGN_OR_RETURN(uint64_t v, Fixed(4)); return PushInt(static_cast<int32_t>(v)); }
-    case 'K': { ASSIGN_OR_RETURN(uint64_t v, Fixed(1)); return PushInt(static_cast<int64_t>(v)); }
-    case 'M': { ASSIGN_OR_RETURN(uint64_t v, Fixed(2)); return PushInt(static_cast<int64_t>(v)); }
-    case 0x8a: case 0x8b: {                                 // LONG1 / LONG4
+    case 'J': {
+      ASSIGN_OR_RETURN(uint64_t v, Fixed(4));
+      return PushInt(static_cast<int32_t>(v));
+    }
+    case 'K': {
+      ASSIGN_OR_RETURN(uint64_t v, Fixed(1));
+      return PushInt(static_cast<int64_t>(v));
+    }
+    case 'M': {
+      ASSIGN_OR_RETURN(uint64_t v, Fixed(2));
+      return PushInt(static_cast<int64_t>(v));
+    }
+    case 0x8a:
+    case 0x8b: {  // LONG1 / LONG4
       ASSIGN_OR_RETURN(uint64_t n, Fixed(op == 0x8a ? 1 : 4));
       ASSIGN_OR_RETURN(std::string_view d, Bytes(n));
       if (n > 8) return PushOther();
@@ -276,7 +322,8 @@ Status Machine::Step(uint8_t op, bool* stop) {
       if (n > 0 && n < 8 && (static_cast<uint8_t>(d[n - 1]) & 0x80)) v |= ~uint64_t{0} << (8 * n);  // sign-extend
       return PushInt(static_cast<int64_t>(v));
     }
-    case 'I': case 'L': {                                   // INT / LONG (text)
+    case 'I':
+    case 'L': {  // INT / LONG (text)
       ASSIGN_OR_RETURN(std::string_view line, Line());
       if (!line.empty() && line.back() == 'L') line.remove_suffix(1);
       int64_t v;
@@ -284,77 +331,138 @@ Status Machine::Step(uint8_t op, bool* stop) {
       if (r.ec != std::errc() || r.ptr != line.data() + line.size()) return PushOther();
       return PushInt(v);
     }
-    case 'X': case 'T': case 'B': return SizedString(4, op == 'X');         // BINUNICODE, BINSTRING, BINBYTES
-    case 0x8c: case 'U': case 'C': return SizedString(1, op == 0x8c);       // SHORT_BINUNICODE, SHORT_BINSTRING, SHORT_BINBYTES
-    case 0x8d: case 0x8e: case 0x96: return SizedString(8, op == 0x8d);     // BINUNICODE8, BINBYTES8, BYTEARRAY8
-    case 'V': { ASSIGN_OR_RETURN(auto s, Line()); return PushStr(s); }  // raw-unicode-escape; keys are ASCII
-    case 'S': case 'F': { RETURN_IF_ERROR(Line().status()); return PushOther(); }
-    case 'G': { RETURN_IF_ERROR(Fixed(8).status()); return PushOther(); }
-    case 'N': { Value v; v.kind = Value::kNone; return Push(std::move(v)); }
-    case 0x88: return PushInt(1);
-    case 0x89: return PushInt(0);
-    case ']': case 'l': {                                   // EMPTY_LIST / LIST
+    case 'X':
+    case 'T':
+    case 'B':
+      return SizedString(4, op == 'X');  // BINUNICODE, BINSTRING, BINBYTES
+    case 0x8c:
+    case 'U':
+    case 'C':
+      return SizedString(1, op == 0x8c);  // SHORT_BINUNICODE, SHORT_BINSTRING, SHORT_BINBYTES
+    case 0x8d:
+    case 0x8e:
+    case 0x96:
+      return SizedString(8, op == 0x8d);  // BINUNICODE8, BINBYTES8, BYTEARRAY8
+    case 'V': {
+      ASSIGN_OR_RETURN(auto s, Line());
+      return PushStr(s);
+    }  // raw-unicode-escape; keys are ASCII
+    case 'S':
+    case 'F': {
+      RETURN_IF_ERROR(Line().status());
+      return PushOther();
+    }
+    case 'G': {
+      RETURN_IF_ERROR(Fixed(8).status());
+      return PushOther();
+    }
+    case 'N': {
+      Value v;
+      v.kind = Value::kNone;
+      return Push(std::move(v));
+    }
+    case 0x88:
+      return PushInt(1);
+    case 0x89:
+      return PushInt(0);
+    case ']':
+    case 'l': {  // EMPTY_LIST / LIST
       std::vector<Value> items;
-      if (op == 'l') { ASSIGN_OR_RETURN(items, PopToMark()); }
+      if (op == 'l') {
+        ASSIGN_OR_RETURN(items, PopToMark());
+      }
       Value v;
       v.kind = Value::kList;
       v.items = std::make_shared<std::vector<Value>>();
       RETURN_IF_ERROR(Append(v, std::move(items)));
       return Push(std::move(v));
     }
-    case '}': case 0x8f: return PushOther();                // EMPTY_DICT / EMPTY_SET
-    case 'd': case 0x91: case 'o': { RETURN_IF_ERROR(PopToMark().status()); return PushOther(); }  // DICT, FROZENSET, OBJ
-    case 'a': {                                             // APPEND
+    case '}':
+    case 0x8f:
+      return PushOther();  // EMPTY_DICT / EMPTY_SET
+    case 'd':
+    case 0x91:
+    case 'o': {
+      RETURN_IF_ERROR(PopToMark().status());
+      return PushOther();
+    }            // DICT, FROZENSET, OBJ
+    case 'a': {  // APPEND
       ASSIGN_OR_RETURN(Value v, Pop());
       if (stack_.size() <= Floor()) return Bad("append without list");
       std::vector<Value> one;
       one.push_back(std::move(v));
       return Append(stack_.back(), std::move(one));
     }
-    case 'e': {                                             // APPENDS
+    case 'e': {  // APPENDS
       ASSIGN_OR_RETURN(auto items, PopToMark());
       if (stack_.size() <= Floor()) return Bad("appends without list");
       return Append(stack_.back(), std::move(items));
     }
-    case 's': {                                             // SETITEM
+    case 's': {  // SETITEM
       RETURN_IF_ERROR(Pop().status());
       RETURN_IF_ERROR(Pop().status());
       return stack_.size() > Floor() ? Status::Ok() : Bad("setitem without dict");
     }
-    case 'u': case 0x90: {                                  // SETITEMS / ADDITEMS
+    case 'u':
+    case 0x90: {  // SETITEMS / ADDITEMS
       RETURN_IF_ERROR(PopToMark().status());
       return stack_.size() > Floor() ? Status::Ok() : Bad("setitems without target");
     }
-    case 'R': return Reduce();
-    case 'b': {                                             // BUILD
+    case 'R':
+      return Reduce();
+    case 'b': {  // BUILD
       RETURN_IF_ERROR(Pop().status());
       return stack_.size() > Floor() ? Status::Ok() : Bad("build without object");
     }
-    case 0x81: { RETURN_IF_ERROR(Pop().status()); RETURN_IF_ERROR(Pop().status()); return PushOther(); }  // NEWOBJ
-    case 0x92: {                                            // NEWOBJ_EX
+    case 0x81: {
+      RETURN_IF_ERROR(Pop().status());
+      RETURN_IF_ERROR(Pop().status());
+      return PushOther();
+    }             // NEWOBJ
+    case 0x92: {  // NEWOBJ_EX
       for (int k = 0; k < 3; ++k) RETURN_IF_ERROR(Pop().status());
       return PushOther();
     }
-    case 'i': {                                             // INST
+    case 'i': {  // INST
       RETURN_IF_ERROR(Line().status());
       RETURN_IF_ERROR(Line().status());
       RETURN_IF_ERROR(PopToMark().status());
       return PushOther();
     }
-    case 'Q': { ASSIGN_OR_RETURN(Value pid, Pop()); return PersistentId(std::move(pid)); }
-    case 'P': { RETURN_IF_ERROR(Line().status()); return PushOther(); }
-    case '0': return Pop().status();
-    case '1': return PopToMark().status();
+    case 'Q': {
+      ASSIGN_OR_RETURN(Value pid, Pop());
+      return PersistentId(std::move(pid));
+    }
+    case 'P': {
+      RETURN_IF_ERROR(Line().status());
+      return PushOther();
+    }
+    case '0':
+      return Pop().status();
+    case '1':
+      return PopToMark().status();
     case '2': {
       if (stack_.size() <= Floor()) return Bad("dup on empty stack");
       return Push(stack_.back());
     }
-    case 0x82: { RETURN_IF_ERROR(Fixed(1).status()); return PushOther(); }
-    case 0x83: { RETURN_IF_ERROR(Fixed(2).status()); return PushOther(); }
-    case 0x84: { RETURN_IF_ERROR(Fixed(4).status()); return PushOther(); }
-    case 0x97: return PushOther();                          // NEXT_BUFFER
-    case 0x98: return stack_.size() > Floor() ? Status::Ok() : Bad("readonly_buffer on empty stack");
-    default: return Bad("unknown opcode " + std::to_string(op));
+    case 0x82: {
+      RETURN_IF_ERROR(Fixed(1).status());
+      return PushOther();
+    }
+    case 0x83: {
+      RETURN_IF_ERROR(Fixed(2).status());
+      return PushOther();
+    }
+    case 0x84: {
+      RETURN_IF_ERROR(Fixed(4).status());
+      return PushOther();
+    }
+    case 0x97:
+      return PushOther();  // NEXT_BUFFER
+    case 0x98:
+      return stack_.size() > Floor() ? Status::Ok() : Bad("readonly_buffer on empty stack");
+    default:
+      return Bad("unknown opcode " + std::to_string(op));
   }
 }
 
@@ -382,15 +490,15 @@ Result<PickleScan> Machine::Run() {
 
 StorageType StorageTypeInfo(const std::string& g) {
   static const std::tuple<const char*, DType, unsigned> kMap[] = {
-      {"torch.DoubleStorage", DType::kF64, 8},      {"torch.FloatStorage", DType::kF32, 4},
-      {"torch.HalfStorage", DType::kF16, 2},        {"torch.BFloat16Storage", DType::kBF16, 2},
-      {"torch.LongStorage", DType::kI64, 8},        {"torch.IntStorage", DType::kI32, 4},
-      {"torch.ShortStorage", DType::kI16, 2},       {"torch.CharStorage", DType::kI8, 1},
-      {"torch.ByteStorage", DType::kU8, 1},         {"torch.BoolStorage", DType::kBool, 1},
+      {"torch.DoubleStorage", DType::kF64, 8},       {"torch.FloatStorage", DType::kF32, 4},
+      {"torch.HalfStorage", DType::kF16, 2},         {"torch.BFloat16Storage", DType::kBF16, 2},
+      {"torch.LongStorage", DType::kI64, 8},         {"torch.IntStorage", DType::kI32, 4},
+      {"torch.ShortStorage", DType::kI16, 2},        {"torch.CharStorage", DType::kI8, 1},
+      {"torch.ByteStorage", DType::kU8, 1},          {"torch.BoolStorage", DType::kBool, 1},
       {"torch.ComplexFloatStorage", DType::kC64, 8}, {"torch.ComplexDoubleStorage", DType::kC128, 16},
-      {"torch.QInt8Storage", DType::kI8, 1},        {"torch.QUInt8Storage", DType::kU8, 1},
-      {"torch.QInt32Storage", DType::kI32, 4},      {"torch.QUInt4x2Storage", DType::kU8, 1},
-      {"torch.QUInt2x4Storage", DType::kU8, 1},     {"torch.UntypedStorage", DType::kUnknown, 1},
+      {"torch.QInt8Storage", DType::kI8, 1},         {"torch.QUInt8Storage", DType::kU8, 1},
+      {"torch.QInt32Storage", DType::kI32, 4},       {"torch.QUInt4x2Storage", DType::kU8, 1},
+      {"torch.QUInt2x4Storage", DType::kU8, 1},      {"torch.UntypedStorage", DType::kUnknown, 1},
   };
   for (const auto& [name, t, size] : kMap) {
     if (g == name) return {t, size};

@@ -20,13 +20,13 @@ struct DTypeInfo {
 
 std::optional<DTypeInfo> LookupDType(const std::string& s) {
   static const std::pair<const char*, DTypeInfo> kMap[] = {
-      {"F64", {DType::kF64, 64}},     {"F32", {DType::kF32, 32}},        {"F16", {DType::kF16, 16}},
-      {"BF16", {DType::kBF16, 16}},   {"F8_E4M3", {DType::kF8E4M3, 8}}, {"F8_E5M2", {DType::kF8E5M2, 8}},
-      {"I64", {DType::kI64, 64}},     {"I32", {DType::kI32, 32}},        {"I16", {DType::kI16, 16}},
-      {"I8", {DType::kI8, 8}},        {"U8", {DType::kU8, 8}},           {"BOOL", {DType::kBool, 8}},
-      {"U16", {DType::kU16, 16}},     {"U32", {DType::kU32, 32}},        {"U64", {DType::kU64, 64}},
-      {"C64", {DType::kC64, 64}},     {"F8_E8M0", {DType::kU8, 8}},      {"F8_E4M3FNUZ", {DType::kU8, 8}},
-      {"F8_E5M2FNUZ", {DType::kU8, 8}}, {"F4", {DType::kU8, 4}},         {"F6_E2M3", {DType::kU8, 6}},
+      {"F64", {DType::kF64, 64}},       {"F32", {DType::kF32, 32}},       {"F16", {DType::kF16, 16}},
+      {"BF16", {DType::kBF16, 16}},     {"F8_E4M3", {DType::kF8E4M3, 8}}, {"F8_E5M2", {DType::kF8E5M2, 8}},
+      {"I64", {DType::kI64, 64}},       {"I32", {DType::kI32, 32}},       {"I16", {DType::kI16, 16}},
+      {"I8", {DType::kI8, 8}},          {"U8", {DType::kU8, 8}},          {"BOOL", {DType::kBool, 8}},
+      {"U16", {DType::kU16, 16}},       {"U32", {DType::kU32, 32}},       {"U64", {DType::kU64, 64}},
+      {"C64", {DType::kC64, 64}},       {"F8_E8M0", {DType::kU8, 8}},     {"F8_E4M3FNUZ", {DType::kU8, 8}},
+      {"F8_E5M2FNUZ", {DType::kU8, 8}}, {"F4", {DType::kU8, 4}},          {"F6_E2M3", {DType::kU8, 6}},
       {"F6_E3M2", {DType::kU8, 6}},
   };
   for (const auto& [name, info] : kMap) {
@@ -66,7 +66,8 @@ Result<TensorRegion> Entry(const std::string& name, const json& v, uint64_t buf_
   ASSIGN_OR_RETURN(std::vector<uint64_t> shape, Shape(*sh, name));
   auto numel = NumElements(shape);
   auto bits = numel ? CheckedMul(*numel, info->bits) : std::nullopt;
-  if (e < b || !bits || *bits % 8 != 0 || *bits / 8 != e - b) return Malformed("safetensors: size mismatch for " + name);
+  if (e < b || !bits || *bits % 8 != 0 || *bits / 8 != e - b)
+    return Malformed("safetensors: size mismatch for " + name);
   auto abs = CheckedAdd(buf_start, b);
   if (!abs || !InRange(*abs, e - b, file_size)) return Malformed("safetensors: tensor past end of file: " + name);
   TensorRegion r;

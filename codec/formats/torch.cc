@@ -47,7 +47,8 @@ RefMap ScanDataPkl(const ByteSource& src, const ZipArchive& z, const std::string
   auto bytes = ReadBounded(src, pkl->data_offset, pkl->comp_size, "data.pkl");
   auto scan = bytes.ok() ? ScanPickle(*bytes) : Result<PickleScan>(bytes.status());
   if (!scan.ok()) {
-    *note += (note->empty() ? "" : "; ") + ("data.pkl unreadable (" + scan.status().message() + "); storage dtypes unknown");
+    *note +=
+        (note->empty() ? "" : "; ") + ("data.pkl unreadable (" + scan.status().message() + "); storage dtypes unknown");
     return refs;
   }
   for (StorageRef& s : scan->storages) refs.emplace(s.key, std::move(s));
@@ -150,7 +151,8 @@ Result<FileLayout> ParseDcp(const ByteSource& src) {
 }
 
 bool LooksLikeLegacyTorch(std::span<const uint8_t> head) {
-  return head.size() >= sizeof(kLegacyMagic) && std::equal(std::begin(kLegacyMagic), std::end(kLegacyMagic), head.begin());
+  return head.size() >= sizeof(kLegacyMagic) &&
+         std::equal(std::begin(kLegacyMagic), std::end(kLegacyMagic), head.begin());
 }
 
 // After the pickles: for each key of the fifth pickle, an int64 LE element

@@ -25,7 +25,7 @@ struct Eocd {
   uint64_t pos = 0;  // absolute offset of the EOCD (or zip64 EOCD) record
   uint64_t entries = 0;
   uint64_t cd_size = 0;
-  uint64_t cd_offset = 0;  // relative to the archive base
+  uint64_t cd_offset = 0;           // relative to the archive base
   std::optional<uint64_t> z64_rel;  // locator's archive-relative offset of the zip64 EOCD
 };
 

@@ -16,10 +16,10 @@ namespace ckptfs::formats {
 
 struct ZipEntry {
   std::string name;
-  uint16_t method = 0;        // 0 stored, 8 deflated
+  uint16_t method = 0;  // 0 stored, 8 deflated
   uint16_t flags = 0;
-  uint64_t data_offset = 0;   // absolute in the source
-  uint64_t comp_size = 0;     // bytes on disk (from the central directory)
+  uint64_t data_offset = 0;  // absolute in the source
+  uint64_t comp_size = 0;    // bytes on disk (from the central directory)
   uint64_t uncomp_size = 0;
 };
 

@@ -23,10 +23,14 @@ constexpr uint8_t kMaxDType = static_cast<uint8_t>(DType::kC128);
 // they are coded as float lanes. Unknown data is coded as bytes.
 unsigned LaneSize(DType t) {
   switch (t) {
-    case DType::kC64: return 4;
-    case DType::kC128: return 8;
-    case DType::kUnknown: return 1;
-    default: return DTypeSize(t);
+    case DType::kC64:
+      return 4;
+    case DType::kC128:
+      return 8;
+    case DType::kUnknown:
+      return 1;
+    default:
+      return DTypeSize(t);
   }
 }
 
@@ -66,10 +70,18 @@ template <bool kRotate>
 void Split(unsigned w, const uint8_t* src, size_t lanes, uint8_t* const* planes) {
   if (lanes == 0) return;  // empty planes may have null data
   switch (w) {
-    case 2: SplitLanes<uint16_t, kRotate>(src, lanes, planes); return;
-    case 4: SplitLanes<uint32_t, kRotate>(src, lanes, planes); return;
-    case 8: SplitLanes<uint64_t, kRotate>(src, lanes, planes); return;
-    default: std::memcpy(planes[0], src, lanes); return;  // w == 1: never rotated
+    case 2:
+      SplitLanes<uint16_t, kRotate>(src, lanes, planes);
+      return;
+    case 4:
+      SplitLanes<uint32_t, kRotate>(src, lanes, planes);
+      return;
+    case 8:
+      SplitLanes<uint64_t, kRotate>(src, lanes, planes);
+      return;
+    default:
+      std::memcpy(planes[0], src, lanes);
+      return;  // w == 1: never rotated
   }
 }
 
@@ -77,10 +89,18 @@ template <bool kRotate>
 void Merge(unsigned w, const uint8_t* const* planes, size_t lanes, uint8_t* dst) {
   if (lanes == 0) return;
   switch (w) {
-    case 2: MergeLanes<uint16_t, kRotate>(planes, lanes, dst); return;
-    case 4: MergeLanes<uint32_t, kRotate>(planes, lanes, dst); return;
-    case 8: MergeLanes<uint64_t, kRotate>(planes, lanes, dst); return;
-    default: std::memcpy(dst, planes[0], lanes); return;
+    case 2:
+      MergeLanes<uint16_t, kRotate>(planes, lanes, dst);
+      return;
+    case 4:
+      MergeLanes<uint32_t, kRotate>(planes, lanes, dst);
+      return;
+    case 8:
+      MergeLanes<uint64_t, kRotate>(planes, lanes, dst);
+      return;
+    default:
+      std::memcpy(dst, planes[0], lanes);
+      return;
   }
 }
 
@@ -145,8 +165,8 @@ CodedPlane CodePlane(std::span<const uint8_t> plane, const Histogram& hist, doub
   }
   if (opts.allow_zstd_fallback && ThreadZstdContexts().cctx != nullptr) {
     std::vector<uint8_t> z(ZSTD_compressBound(plane.size()));
-    size_t n = ZSTD_compressCCtx(ThreadZstdContexts().cctx, z.data(), z.size(), plane.data(), plane.size(),
-                                 opts.zstd_level);
+    size_t n =
+        ZSTD_compressCCtx(ThreadZstdContexts().cctx, z.data(), z.size(), plane.data(), plane.size(), opts.zstd_level);
     if (!ZSTD_isError(n) && n < best_size) {
       z.resize(n);
       best_size = n;
@@ -160,7 +180,8 @@ CodedPlane CodePlane(std::span<const uint8_t> plane, const Histogram& hist, doub
 Status DecodePlane(PlaneMethod m, std::span<const uint8_t> stored, std::span<uint8_t> plane) {
   switch (m) {
     case PlaneMethod::kConst:
-      if (stored.size() != 1) return Status::Corruption("constant plane stores " + std::to_string(stored.size()) + " bytes");
+      if (stored.size() != 1)
+        return Status::Corruption("constant plane stores " + std::to_string(stored.size()) + " bytes");
       if (!plane.empty()) std::memset(plane.data(), stored[0], plane.size());
       return Status::Ok();
     case PlaneMethod::kRaw:
@@ -226,7 +247,8 @@ Status ReadHeader(ByteReader* r, size_t raw_size, Header* h) {
   for (unsigned k = 0; k < h->lane; ++k) {
     uint8_t m = 0;
     RETURN_IF_ERROR(r->Byte(&m, "plane method"));
-    if (m > static_cast<uint8_t>(PlaneMethod::kZstd)) return Status::Corruption("unknown plane method " + std::to_string(m));
+    if (m > static_cast<uint8_t>(PlaneMethod::kZstd))
+      return Status::Corruption("unknown plane method " + std::to_string(m));
     h->method[k] = static_cast<PlaneMethod>(m);
     RETURN_IF_ERROR(r->Varint(&h->stored_len[k], "plane length"));
   }
@@ -237,10 +259,14 @@ Status ReadHeader(ByteReader* r, size_t raw_size, Header* h) {
 
 const char* PlaneMethodName(PlaneMethod m) {
   switch (m) {
-    case PlaneMethod::kConst: return "const";
-    case PlaneMethod::kRaw: return "raw";
-    case PlaneMethod::kRans: return "rans";
-    case PlaneMethod::kZstd: return "zstd";
+    case PlaneMethod::kConst:
+      return "const";
+    case PlaneMethod::kRaw:
+      return "raw";
+    case PlaneMethod::kRans:
+      return "rans";
+    case PlaneMethod::kZstd:
+      return "zstd";
   }
   return "unknown";
 }
@@ -280,8 +306,8 @@ Status EncodeTensorBytes(DType t, std::span<const uint8_t> raw, const PlaneCodec
     PutVarint(out, coded[k].method == PlaneMethod::kRaw ? lanes : coded[k].bytes.size());
   }
   for (unsigned k = 0; k < w; ++k) {
-    std::span<const uint8_t> payload = coded[k].method == PlaneMethod::kRaw ? planes.Plane(k, lanes)
-                                                                              : std::span<const uint8_t>(coded[k].bytes);
+    std::span<const uint8_t> payload =
+        coded[k].method == PlaneMethod::kRaw ? planes.Plane(k, lanes) : std::span<const uint8_t>(coded[k].bytes);
     out->insert(out->end(), payload.begin(), payload.end());
   }
   out->insert(out->end(), raw.end() - static_cast<ptrdiff_t>(tail), raw.end());
@@ -305,7 +331,8 @@ Status DecodeTensorBytes(std::span<const uint8_t> blob, std::span<uint8_t> raw_o
   for (unsigned k = 0; k < h.lane; ++k) RETURN_IF_ERROR(r.Bytes(h.stored_len[k], &stored[k], "plane payload"));
   std::span<const uint8_t> tail;
   RETURN_IF_ERROR(r.Bytes(h.tail, &tail, "tail bytes"));
-  if (r.remaining() != 0) return Status::Corruption(std::to_string(r.remaining()) + " trailing bytes after tensor blob");
+  if (r.remaining() != 0)
+    return Status::Corruption(std::to_string(r.remaining()) + " trailing bytes after tensor blob");
 
   const size_t lanes = h.lanes;
   if (h.lane == 1) {

@@ -1,9 +1,8 @@
 // Format parsers: synthetic files for each format built here byte by byte,
 // hostile variants (truncation at every length, byte flips, absurd
 // lengths), and real files written by Debian's torch/numpy when present.
-#include <gtest/gtest.h>
-
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -29,9 +28,15 @@ using Bytes = std::vector<uint8_t>;
 struct Writer {
   Bytes b;
   void U8(uint8_t v) { b.push_back(v); }
-  void U16(uint16_t v) { for (int i = 0; i < 2; ++i) b.push_back(uint8_t(v >> (8 * i))); }
-  void U32(uint32_t v) { for (int i = 0; i < 4; ++i) b.push_back(uint8_t(v >> (8 * i))); }
-  void U64(uint64_t v) { for (int i = 0; i < 8; ++i) b.push_back(uint8_t(v >> (8 * i))); }
+  void U16(uint16_t v) {
+    for (int i = 0; i < 2; ++i) b.push_back(uint8_t(v >> (8 * i)));
+  }
+  void U32(uint32_t v) {
+    for (int i = 0; i < 4; ++i) b.push_back(uint8_t(v >> (8 * i)));
+  }
+  void U64(uint64_t v) {
+    for (int i = 0; i < 8; ++i) b.push_back(uint8_t(v >> (8 * i)));
+  }
   void Str(std::string_view s) { b.insert(b.end(), s.begin(), s.end()); }
   void Raw(const Bytes& d) { b.insert(b.end(), d.begin(), d.end()); }
   size_t size() const { return b.size(); }
@@ -76,8 +81,10 @@ Bytes BuildZip(const std::vector<ZipMember>& members, ZipStyle st) {
     w.Str(m.name), w.Raw(extra.b), w.Raw(m.data);
     if (st.torch) {
       w.U32(0x08074b50), w.U32(0);
-      if (st.zip64_extra) w.U64(m.data.size()), w.U64(m.data.size());
-      else w.U32(uint32_t(m.data.size())), w.U32(uint32_t(m.data.size()));
+      if (st.zip64_extra)
+        w.U64(m.data.size()), w.U64(m.data.size());
+      else
+        w.U32(uint32_t(m.data.size())), w.U32(uint32_t(m.data.size()));
     }
   }
   uint64_t cd_start = w.size();
@@ -110,7 +117,7 @@ struct PklTensor {
   std::string storage_type;  // "FloatStorage", "UntypedStorage", ...
   std::string key;
   uint64_t numel;
-  std::string v3_dtype;      // "float8_e4m3fn": use _rebuild_tensor_v3
+  std::string v3_dtype;  // "float8_e4m3fn": use _rebuild_tensor_v3
 };
 
 // data.pkl in the shape torch 1.13 writes (see notes/formats.md), with the
@@ -122,8 +129,10 @@ Bytes BuildDataPkl(const std::vector<PklTensor>& ts) {
     w.U8('c'), w.Str(mod), w.U8('\n'), w.Str(name), w.U8('\n');
   };
   auto Int = [&](uint64_t v) {
-    if (v < 0x80000000ull) w.U8('J'), w.U32(uint32_t(v));
-    else w.U8(0x8a), w.U8(8), w.U64(v);
+    if (v < 0x80000000ull)
+      w.U8('J'), w.U32(uint32_t(v));
+    else
+      w.U8(0x8a), w.U8(8), w.U64(v);
   };
   w.U8(0x80), w.U8(2), w.U8('}'), w.U8('q'), w.U8(0), w.U8('(');
   bool first = true;
@@ -131,8 +140,10 @@ Bytes BuildDataPkl(const std::vector<PklTensor>& ts) {
     X(t.name);
     G("torch._utils", t.v3_dtype.empty() ? "_rebuild_tensor_v2" : "_rebuild_tensor_v3");
     w.U8('('), w.U8('(');
-    if (first) X("storage"), w.U8('q'), w.U8(1);
-    else w.U8('h'), w.U8(1);
+    if (first)
+      X("storage"), w.U8('q'), w.U8(1);
+    else
+      w.U8('h'), w.U8(1);
     first = false;
     G("torch", t.storage_type), X(t.key), X("cpu"), Int(t.numel), w.U8('t'), w.U8('Q');
     w.U8('K'), w.U8(0), Int(t.numel), w.U8(0x85), w.U8('K'), w.U8(1), w.U8(0x85), w.U8(0x89);
@@ -184,8 +195,10 @@ Bytes BuildNpy(const std::string& dict, const Bytes& data, int major = 1) {
   hdr += '\n';
   Writer w;
   w.Str("\x93NUMPY"), w.U8(uint8_t(major)), w.U8(0);
-  if (major == 1) w.U16(uint16_t(hdr.size()));
-  else w.U32(uint32_t(hdr.size()));
+  if (major == 1)
+    w.U16(uint16_t(hdr.size()));
+  else
+    w.U32(uint32_t(hdr.size()));
   w.Str(hdr), w.Raw(data);
   return w.b;
 }
@@ -507,9 +520,10 @@ TEST(FormatsTest, NpyWithoutTensorRegion) {
     EXPECT_TRUE(l.tensors.empty()) << d;
     EXPECT_FALSE(l.note.empty()) << d;
   }
-  for (const char* d : {"{'descr': '<f4', 'fortran_order': False, 'shape': (13,), }",
-                        "{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296, 16), }",
-                        "{'descr': '<f4', 'shape': (3, 4)", "{'descr': '<f4', 'fortran_order': Maybe, 'shape': (12,), }"}) {
+  for (const char* d :
+       {"{'descr': '<f4', 'fortran_order': False, 'shape': (13,), }",
+        "{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296, 16), }",
+        "{'descr': '<f4', 'shape': (3, 4)", "{'descr': '<f4', 'fortran_order': Maybe, 'shape': (12,), }"}) {
     EXPECT_EQ(Detect(BuildNpy(d, data)).format, "unknown") << d;
   }
 }
@@ -541,9 +555,8 @@ TEST(FormatsTest, Npz) {
 // ------------------------------------------------------------ gguf
 
 std::vector<GgTensor> SampleGguf() {
-  return {{"tok.weight", {4, 3}, 0, Pattern(48, 1)},
-          {"norm", {8}, 1, Pattern(16, 2)},
-          {"q", {64, 2}, 2, Pattern(4 * 18, 3)},   // Q4_0: 4 blocks of 18 bytes
+  return {{"tok.weight", {4, 3}, 0, Pattern(48, 1)}, {"norm", {8}, 1, Pattern(16, 2)},
+          {"q", {64, 2}, 2, Pattern(4 * 18, 3)},  // Q4_0: 4 blocks of 18 bytes
           {"k6", {256}, 14, Pattern(210, 4)},     // Q6_K
           {"mystery", {7}, 99, Pattern(40, 5)},   // unknown type: runs to the next tensor
           {"bf", {2, 2}, 30, Pattern(8, 6)}};
@@ -627,7 +640,6 @@ TEST(PickleScanTest, DeepMarksAndMemoAreBounded) {
 }
 
 // ------------------------------------------------------------ real files
-
 
 // Writes files with the system's torch and numpy, plus a manifest: per
 // file its expected format and, per storage, dtype tag and a dump of the

@@ -19,10 +19,9 @@ namespace {
 
 using test::RandomBytes;
 
-constexpr DType kAllDTypes[] = {DType::kUnknown, DType::kF64,  DType::kF32,  DType::kF16, DType::kBF16,
-                                DType::kF8E4M3,  DType::kF8E5M2, DType::kI64, DType::kI32, DType::kI16,
-                                DType::kI8,      DType::kU8,   DType::kBool, DType::kU16, DType::kU32,
-                                DType::kU64,     DType::kC64,  DType::kC128};
+constexpr DType kAllDTypes[] = {DType::kUnknown, DType::kF64, DType::kF32, DType::kF16, DType::kBF16, DType::kF8E4M3,
+                                DType::kF8E5M2,  DType::kI64, DType::kI32, DType::kI16, DType::kI8,   DType::kU8,
+                                DType::kBool,    DType::kU16, DType::kU32, DType::kU64, DType::kC64,  DType::kC128};
 
 // ---- test data -----------------------------------------------------------
 
@@ -37,7 +36,7 @@ std::vector<float> NormalFloats(size_t n, float stddev, uint64_t seed) {
 uint16_t FloatToBf16(float f) {
   uint32_t x = std::bit_cast<uint32_t>(f);
   if ((x & 0x7fffffff) > 0x7f800000) return static_cast<uint16_t>((x >> 16) | 0x40);  // keep NaN a NaN
-  return static_cast<uint16_t>((x + 0x7fff + ((x >> 16) & 1)) >> 16);                // round to nearest even
+  return static_cast<uint16_t>((x + 0x7fff + ((x >> 16) & 1)) >> 16);                 // round to nearest even
 }
 
 uint16_t FloatToF16(float f) {
@@ -240,9 +239,14 @@ TEST(PlaneCodecTest, RoundTripsStructuredFloats) {
 }
 
 TEST(PlaneCodecTest, SpecialFloatValuesAreBitExact) {
-  std::vector<float> f32 = {0.0f, -0.0f, std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
-                            std::numeric_limits<float>::denorm_min(), -std::numeric_limits<float>::denorm_min(),
-                            std::numeric_limits<float>::min(), std::numeric_limits<float>::max()};
+  std::vector<float> f32 = {0.0f,
+                            -0.0f,
+                            std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::denorm_min(),
+                            -std::numeric_limits<float>::denorm_min(),
+                            std::numeric_limits<float>::min(),
+                            std::numeric_limits<float>::max()};
   for (uint32_t nan : {0x7fc00000u, 0xffc00001u, 0x7f800001u, 0xffbfffffu}) f32.push_back(std::bit_cast<float>(nan));
   std::vector<float> normal = NormalFloats(5000, 0.02f, 1);
   for (size_t i = 0; i < normal.size(); i += 97) normal[i] = f32[i % f32.size()];
