@@ -187,6 +187,11 @@ Status FileContent::Truncate(uint64_t size) {
 }
 
 Status FileContent::Sync() {
+  RETURN_IF_ERROR(SyncContent());
+  return SyncNewDirEntry();
+}
+
+Status FileContent::SyncContent() {
   std::shared_ptr<Staging> sp;
   bool sync_stub = false;
   {
@@ -202,6 +207,30 @@ Status FileContent::Sync() {
   RETURN_IF_ERROR(store_->SyncStagingDir());
   std::lock_guard lk(mu_);
   if (staging_ == sp) stub_synced_ = true;
+  return Status::Ok();
+}
+
+void FileContent::MarkCreated() {
+  std::lock_guard lk(mu_);
+  dir_entry_synced_ = false;
+}
+
+Status FileContent::SyncNewDirEntry() {
+  {
+    std::lock_guard lk(mu_);
+    if (dir_entry_synced_) return Status::Ok();
+  }
+  // The directory it is in now (it may have been renamed since creation).
+  const std::string path = FdPathForLog(stub_fd_.get());
+  const size_t slash = path.rfind('/');
+  if (path.empty() || path[0] != '/' || slash == std::string::npos) {
+    return Status::Error(EIO, "cannot find the directory of " + path + " to fsync it");
+  }
+  Env* env = store_->env();
+  ASSIGN_OR_RETURN(UniqueFd dir, env->OpenAt(AT_FDCWD, path.substr(0, slash + 1), O_RDONLY | O_DIRECTORY));
+  RETURN_IF_ERROR(env->Fsync(dir.get()));
+  std::lock_guard lk(mu_);
+  dir_entry_synced_ = true;
   return Status::Ok();
 }
 

@@ -39,8 +39,12 @@ class FileContent {
   Result<int> BeginWrite();
   void EndWrite();
   Status Truncate(uint64_t size);
-  // Makes everything written so far durable (fsync/fdatasync semantics).
+  // Makes everything written so far durable (fsync/fdatasync semantics),
+  // and, for a file created by this daemon, its directory entry too.
   Status Sync();
+  // The file was created through this mount: the first Sync also fsyncs
+  // its directory, as a new file's name is not durable before that.
+  void MarkCreated();
   // Applies times to the stub and, while staged, to the staging file too,
   // because a staged file reports the staging file's mtime.
   Status SetTimes(const struct timespec times[2]);
@@ -68,6 +72,8 @@ class FileContent {
       : store_(store), cache_(cache), stub_fd_(std::move(stub_fd)), label_(std::move(label)) {}
 
   Status EnsureStagedLocked(uint64_t keep_bytes);
+  Status SyncContent();
+  Status SyncNewDirEntry();
   Status MaterializeLocked(int dst_fd, uint64_t keep_bytes);
   Result<std::shared_ptr<PackReader>> PackLocked();
   Result<size_t> ReadSealed(const std::shared_ptr<PackReader>& pack, ObjectId id, uint64_t size, uint64_t off,
@@ -91,6 +97,7 @@ class FileContent {
   int open_handles_ = 0;
   int open_writers_ = 0;
   bool stub_synced_ = false;  // stub record durable since last staging
+  bool dir_entry_synced_ = true;  // false from creation until the first Sync
   bool unlinked_ = false;
   bool released_ = false;
 };

@@ -273,6 +273,9 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, 
     fs.inodes().Forget(*inode.value(), 1);
     return ReplyErr(req, s);
   }
+  if (made.ok()) {
+    if (auto content = fs.ContentOf(*inode.value()); content.ok()) content.value()->MarkCreated();
+  }
   e.ino = fs.inodes().IdOf(*inode.value());
   e.attr_timeout = fs.config().attr_timeout;
   e.entry_timeout = fs.config().entry_timeout;
