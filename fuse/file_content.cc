@@ -254,12 +254,12 @@ bool FileContent::OnRelease(bool writable) {
   --open_handles_;
   if (writable) --open_writers_;
   MaybeReleaseObjectsLocked();
-  return open_writers_ == 0 && staging_ && !unlinked_;
+  return NeedsSealLocked();
 }
 
 bool FileContent::NeedsSeal() {
   std::lock_guard lk(mu_);
-  return open_writers_ == 0 && staging_ && !unlinked_;
+  return NeedsSealLocked();
 }
 
 Status FileContent::SealIfIdle() {

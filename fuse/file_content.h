@@ -80,6 +80,7 @@ class FileContent {
                             std::span<uint8_t> out);
   Result<ChunkBytes> LoadChunk(const std::shared_ptr<PackReader>& pack, ObjectId id, uint64_t index);
   void MaybeReleaseObjectsLocked();
+  bool NeedsSealLocked() const { return open_writers_ == 0 && staging_ && !unlinked_; }
   Status Fail(const Status& st, const char* what, uint64_t off);
 
   Store* const store_;
@@ -96,7 +97,7 @@ class FileContent {
   int writes_in_flight_ = 0;
   int open_handles_ = 0;
   int open_writers_ = 0;
-  bool stub_synced_ = false;  // stub record durable since last staging
+  bool stub_synced_ = false;      // stub record durable since last staging
   bool dir_entry_synced_ = true;  // false from creation until the first Sync
   bool unlinked_ = false;
   bool released_ = false;

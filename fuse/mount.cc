@@ -282,6 +282,13 @@ std::vector<MountEntry> ReadMounts() {
   return out;
 }
 
+std::optional<MountEntry> FuseMountAt(const std::string& path) {
+  std::optional<MountEntry> found;
+  for (MountEntry& m : ReadMounts())
+    if (m.mountpoint == path && m.fstype.rfind("fuse", 0) == 0) found = std::move(m);
+  return found;
+}
+
 Result<std::string> CheckMountpoint(const std::string& path) {
   char* real = ::realpath(path.c_str(), nullptr);
   if (real == nullptr) {
@@ -303,11 +310,9 @@ Result<std::string> CheckMountpoint(const std::string& path) {
     return Status::FromErrno("mount point " + abs);
   }
   if (!S_ISDIR(st.st_mode)) return Status::Error(ENOTDIR, "mount point " + abs + " is not a directory");
-  for (const MountEntry& m : ReadMounts()) {
-    if (m.mountpoint == abs && m.fstype.rfind("fuse", 0) == 0)
-      return Status::Error(EBUSY, "mount point " + abs + " is busy: " + m.fstype + " from " + m.source +
-                                      " is already mounted there; run `ckptfs umount " + abs + "` first");
-  }
+  if (auto m = FuseMountAt(abs))
+    return Status::Error(EBUSY, "mount point " + abs + " is busy: " + m->fstype + " from " + m->source +
+                                    " is already mounted there; run `ckptfs umount " + abs + "` first");
   return abs;
 }
 

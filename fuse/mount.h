@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,5 +50,8 @@ struct MountEntry {
   std::string dev;  // "major:minor"
 };
 std::vector<MountEntry> ReadMounts();
+// The FUSE mount whose mount point is exactly `path` (the last, i.e. top,
+// one when several are stacked), or nullopt.
+std::optional<MountEntry> FuseMountAt(const std::string& path);
 
 }  // namespace ckptfs

@@ -46,20 +46,27 @@ void ReplyErr(fuse_req_t req, const Status& st) {
 
 bool IsWritable(int flags) { return (flags & O_ACCMODE) != O_RDONLY; }
 
+// Looks up `name` in `parent` (counting one lookup) and fills `e` with its
+// attributes and cache timeouts. On failure nothing stays counted.
+Result<Inode*> LookupEntry(fuse_req_t req, Inode& parent, const char* name, fuse_entry_param* e) {
+  Filesystem& fs = Fs(req);
+  *e = fuse_entry_param{};
+  ASSIGN_OR_RETURN(Inode * inode, fs.inodes().Lookup(parent, name, &e->attr));
+  if (Status st = fs.Stat(*inode, &e->attr); !st.ok()) {
+    fs.inodes().Forget(*inode, 1);
+    return st;
+  }
+  e->ino = fs.inodes().IdOf(*inode);
+  e->attr_timeout = fs.config().attr_timeout;
+  e->entry_timeout = fs.config().entry_timeout;
+  return inode;
+}
+
 // Replies with an entry for `name` in `parent` (counting one lookup).
 void ReplyEntry(fuse_req_t req, Inode& parent, const char* name) {
-  Filesystem& fs = Fs(req);
-  fuse_entry_param e{};
-  auto inode = fs.inodes().Lookup(parent, name, &e.attr);
+  fuse_entry_param e;
+  auto inode = LookupEntry(req, parent, name, &e);
   if (!inode.ok()) return ReplyErr(req, inode.status());
-  Status st = fs.Stat(*inode.value(), &e.attr);
-  if (!st.ok()) {
-    fs.inodes().Forget(*inode.value(), 1);
-    return ReplyErr(req, st);
-  }
-  e.ino = fs.inodes().IdOf(*inode.value());
-  e.attr_timeout = fs.config().attr_timeout;
-  e.entry_timeout = fs.config().entry_timeout;
   fuse_reply_entry(req, &e);
 }
 
@@ -264,21 +271,16 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, 
   else if (s.code() == EEXIST && !excl)
     s = Status::Ok();  // lost a race with another creator: open it
   if (!s.ok()) return ReplyErr(req, s);
-  fuse_entry_param e{};
-  auto inode = fs.inodes().Lookup(dir, name, &e.attr);
+  fuse_entry_param e;
+  auto inode = LookupEntry(req, dir, name, &e);
   if (!inode.ok()) return ReplyErr(req, inode.status());
-  s = fs.Stat(*inode.value(), &e.attr);
-  if (s.ok() && !S_ISREG(e.attr.st_mode)) s = Status::Error(EISDIR, "create over a non-regular file");
-  if (!s.ok()) {
+  if (!S_ISREG(e.attr.st_mode)) {
     fs.inodes().Forget(*inode.value(), 1);
-    return ReplyErr(req, s);
+    return ReplyErr(req, Status::Error(EISDIR, "create over a non-regular file"));
   }
   if (made.ok()) {
     if (auto content = fs.ContentOf(*inode.value()); content.ok()) content.value()->MarkCreated();
   }
-  e.ino = fs.inodes().IdOf(*inode.value());
-  e.attr_timeout = fs.config().attr_timeout;
-  e.entry_timeout = fs.config().entry_timeout;
   OpenHandle(req, *inode.value(), fi, &e);
 }
 

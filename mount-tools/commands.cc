@@ -104,11 +104,8 @@ Result<std::unique_ptr<Store>> OpenReadOnly(const std::string& backing) {
 
 int RunUmount(const std::string& mountpoint, bool lazy, double timeout_s) {
   const std::string abs = Normal(mountpoint);
-  auto mounts = ReadMounts();
-  const MountEntry* m = nullptr;
-  for (const auto& e : mounts)
-    if (e.mountpoint == abs && e.fstype.rfind("fuse", 0) == 0) m = &e;
-  if (m == nullptr) {
+  const std::optional<MountEntry> m = FuseMountAt(abs);
+  if (!m) {
     std::cerr << "ckptfs umount: " << abs << " is not a FUSE mount point\n";
     return 1;
   }
