@@ -601,14 +601,16 @@ TEST(FormatsTest, GgufAbsurdCounts) {
 
 // ------------------------------------------------------------ tf
 
-TEST(FormatsTest, TfIndexByFooter) {
+// A footer magic alone no longer makes a bundle index: the SSTable behind
+// it must read (tests/unit/tf_bundle_test.cc covers real and hostile ones).
+TEST(FormatsTest, TfIndexFooterAloneIsUnknown) {
   Writer w;
   w.Raw(Pattern(100, 1));
   w.b.resize(w.size() + 40, 0);
   w.U64(0xdb4775248b80fb57ull);
   FileLayout l = Detect(w.b);
-  EXPECT_EQ(l.format, "tf-bundle-index");
-  EXPECT_FALSE(l.lossy_allowed);
+  EXPECT_EQ(l.format, "unknown");
+  EXPECT_NE(l.note.find("SSTable"), std::string::npos) << l.note;
   EXPECT_TRUE(l.tensors.empty());
 }
 
