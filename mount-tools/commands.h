@@ -12,5 +12,8 @@ int RunUmount(const std::string& mountpoint, bool lazy, double timeout_s);
 int RunStats(const std::string& path, bool json);
 // Verifies every checksum in BACKING. 0 clean, 1 problems found, 2 could not run.
 int RunFsck(const std::string& backing, bool json);
+// Runs the content-based format parsers on FILE and prints format, note and
+// tensor regions. 0 ok (an unrecognised file is format "unknown"), 2 error.
+int RunInspect(const std::string& path, bool json);
 
 }  // namespace ckptfs

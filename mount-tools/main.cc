@@ -39,7 +39,20 @@ int main(int argc, char** argv) {
   fsck->add_option("BACKING", fsck_path, "The backing store directory")->required();
   fsck->add_flag("--json", fsck_json, "Print JSON");
 
-  CLI11_PARSE(app, argc, argv);
+  std::string inspect_path;
+  bool inspect_json = false;
+  auto* inspect = app.add_subcommand(
+      "inspect", "Show what the checkpoint format parsers find in FILE: format, note, tensor regions");
+  inspect->add_option("FILE", inspect_path, "Any file (inside a mount or not)")->required();
+  inspect->add_flag("--json", inspect_json, "Print JSON");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    // inspect: 0 ok (also for unknown formats), 2 usage or I/O error
+    return (rc != 0 && inspect->parsed()) ? 2 : rc;
+  }
 
   if (*mount) {
     for (const auto& list : opt_lists) {
@@ -55,5 +68,6 @@ int main(int argc, char** argv) {
   if (*umount) return ckptfs::RunUmount(um_path, lazy, timeout);
   if (*stats) return ckptfs::RunStats(stats_path, stats_json);
   if (*fsck) return ckptfs::RunFsck(fsck_path, fsck_json);
+  if (*inspect) return ckptfs::RunInspect(inspect_path, inspect_json);
   return 2;
 }
