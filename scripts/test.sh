@@ -21,7 +21,8 @@ fi
 
 echo "=== integration tests (pytest, real FUSE mount) ==="
 # Debian's interpreter via the project venv (sees python3-torch 1.13); never
-# a pyenv/conda python from PATH.
+# a pyenv/conda python from PATH. test_clients.py runs its PyPI clients with
+# .venv-pypi/bin/python (CKPTFS_SKIP_PYPI=1 skips them).
 export PYTHONDONTWRITEBYTECODE=1
 pytest_args=(-q -p no:cacheprovider)
 # Backing stores need a disk filesystem (user xattrs, O_DIRECT): keep pytest's
