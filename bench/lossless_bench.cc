@@ -36,6 +36,7 @@ struct Args {
   size_t chunk = 0;
   int level = 3;
   int repeats = 3;
+  std::string methods = "zrs";  // z = zstd, r = rANS, s = context split
 };
 
 bool ParseDType(const std::string& s, DType* t) {
@@ -65,6 +66,8 @@ bool ParseArgs(int argc, char** argv, Args* a) {
       a->chunk = std::stoull(v);
     } else if (k == "--level") {
       a->level = std::stoi(v);
+    } else if (k == "--methods") {
+      a->methods = v;
     } else if (k == "--repeats") {
       a->repeats = std::max(1, std::stoi(v));
     } else {
@@ -167,6 +170,9 @@ int Run(const Args& a) {
   auto chunks = Chunks(data, a.chunk);
   PlaneCodecOptions opts;
   opts.zstd_level = a.level;
+  opts.allow_zstd = a.methods.find('z') != std::string::npos;
+  opts.allow_rans = a.methods.find('r') != std::string::npos;
+  opts.allow_split = a.methods.find('s') != std::string::npos;
 
   size_t zstd = 0, grouped = 0;
   for (auto c : chunks) {

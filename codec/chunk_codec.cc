@@ -45,14 +45,24 @@ const char* ChunkCodecName(ChunkCodec c) {
       return "zstd";
     case ChunkCodec::kZero:
       return "zero";
+    case ChunkCodec::kTensor:
+      return "tensor";
   }
   return "unknown";
 }
 
-ChunkCodec EncodeChunk(std::span<const uint8_t> raw, const ChunkEncoderOptions& opts, std::vector<uint8_t>* out) {
+ChunkCodec EncodeChunk(std::span<const uint8_t> raw, const ChunkEncoderOptions& opts, std::vector<uint8_t>* out,
+                       uint64_t chunk_offset, std::span<const TensorRange> tensors) {
   if (IsAllZero(raw)) {
     out->clear();
     return ChunkCodec::kZero;
+  }
+  if (opts.tensor_codec && !tensors.empty()) {
+    out->clear();
+    TensorChunkOptions topts{opts.zstd_level, opts.planes};
+    if (EncodeTensorChunk(raw, chunk_offset, tensors, topts, out).ok() && out->size() < raw.size()) {
+      return ChunkCodec::kTensor;
+    }
   }
   ZstdContexts& ctx = ThreadZstdContexts();
   if (ctx.cctx != nullptr) {
@@ -94,6 +104,8 @@ Status DecodeChunk(ChunkCodec codec, std::span<const uint8_t> stored, std::span<
       }
       return Status::Ok();
     }
+    case ChunkCodec::kTensor:
+      return DecodeTensorChunk(stored, raw_out);
   }
   return Status::Corruption("unknown chunk codec " + std::to_string(static_cast<int>(codec)));
 }

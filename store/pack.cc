@@ -72,7 +72,8 @@ std::vector<uint8_t>& ScratchBuffer() {
 }  // namespace
 
 Result<PackStats> WritePack(Env* env, int src_fd, uint64_t size, int dst_fd, uint32_t chunk_size,
-                            const ChunkEncoderOptions& opts, const std::atomic<bool>* cancel) {
+                            const ChunkEncoderOptions& opts, const std::atomic<bool>* cancel,
+                            std::span<const TensorRange> tensors) {
   if (chunk_size == 0) return Status::InvalidArgument("pack chunk size must be positive");
   PackHeader header;
   header.chunk_size = chunk_size;
@@ -104,7 +105,7 @@ Result<PackStats> WritePack(Env* env, int src_fd, uint64_t size, int dst_fd, uin
                                        " bytes, got end of file at " + std::to_string(off + got));
     }
     ChunkEntry e;
-    e.codec = EncodeChunk(raw, opts, &out);
+    e.codec = EncodeChunk(raw, opts, &out, off, RangesOverlapping(tensors, off, off + len));
     e.offset = pos;
     e.stored_len = static_cast<uint32_t>(out.size());
     e.raw_len = static_cast<uint32_t>(len);
@@ -153,9 +154,9 @@ Result<std::shared_ptr<PackReader>> PackReader::Open(Env* env, UniqueFd fd, std:
   h.chunk_size = le::Get32(hdr, kHdrChunkSize);
   h.logical_size = le::Get64(hdr, kHdrLogical);
   h.chunk_count = le::Get64(hdr, kHdrCount);
-  if (h.version != kPackFormatVersion) {
-    return corrupt("format version " + std::to_string(h.version) + " is not supported (expected " +
-                   std::to_string(kPackFormatVersion) + ")");
+  if (h.version < kPackMinReadableVersion || h.version > kPackFormatVersion) {
+    return corrupt("format version " + std::to_string(h.version) + " is not supported (this build reads " +
+                   std::to_string(kPackMinReadableVersion) + " to " + std::to_string(kPackFormatVersion) + ")");
   }
   if (le::Get32(hdr, kHdrHeaderSize) != kPackHeaderSize) return corrupt("unexpected header size");
   if (le::Get32(hdr, kHdrFlags) != 0) return corrupt("unknown header flags");
@@ -207,6 +208,10 @@ Result<std::shared_ptr<PackReader>> PackReader::Open(Env* env, UniqueFd fd, std:
         break;
       case ChunkCodec::kZstd:
         if (e.stored_len == 0) return corrupt(at + "empty zstd payload");
+        break;
+      case ChunkCodec::kTensor:
+        if (h.version < 2) return corrupt(at + "tensor chunk in a version 1 pack");
+        if (e.stored_len == 0) return corrupt(at + "empty tensor payload");
         break;
       default:
         return corrupt(at + "unknown codec " + std::to_string(static_cast<int>(e.codec)));

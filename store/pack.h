@@ -27,8 +27,10 @@ struct PackStats {
 
 // Encodes bytes [0, size) of src_fd into dst_fd (an empty, writable file)
 // and fdatasyncs dst_fd. `cancel`, when set and true, aborts with ECANCELED.
+// `tensors` (sorted, absolute offsets) lets chunks holding them use kTensor.
 Result<PackStats> WritePack(Env* env, int src_fd, uint64_t size, int dst_fd, uint32_t chunk_size,
-                            const ChunkEncoderOptions& opts, const std::atomic<bool>* cancel = nullptr);
+                            const ChunkEncoderOptions& opts, const std::atomic<bool>* cancel = nullptr,
+                            std::span<const TensorRange> tensors = {});
 
 class PackReader {
  public:

@@ -12,7 +12,9 @@ namespace ckptfs {
 
 inline constexpr char kPackMagic[8] = {'C', 'K', 'P', 'T', 'P', 'A', 'C', 'K'};
 inline constexpr char kPackFooterMagic[8] = {'C', 'K', 'P', 'T', 'E', 'N', 'D', '1'};
-inline constexpr uint32_t kPackFormatVersion = 1;
+// Version 2 added chunk codec kTensor; version 1 packs are still read.
+inline constexpr uint32_t kPackFormatVersion = 2;
+inline constexpr uint32_t kPackMinReadableVersion = 1;
 inline constexpr uint32_t kPackHeaderSize = 64;
 inline constexpr uint32_t kPackFooterSize = 32;
 inline constexpr uint32_t kPackTableEntrySize = 40;

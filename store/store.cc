@@ -1,5 +1,8 @@
 #include "store/store.h"
 
+#include "codec/formats/layout.h"
+#include "codec/tensor_chunk.h"
+
 #include <fcntl.h>
 #include <sys/file.h>
 #include <unistd.h>
@@ -231,7 +234,17 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
     return s.WithContext(ctx);
   };
 
-  Result<PackStats> stats = WritePack(env_, src_fd, size, tmp->get(), opts_.chunk_size, opts_.encoder, cancel);
+  // Parsed now, not while the file streamed in: writers seek back, pre-extend
+  // or write their index last. Unknown formats get no ranges (generic path).
+  std::vector<TensorRange> tensors;
+  if (opts_.encoder.tensor_codec) {
+    FileLayout layout = DetectLayout(FdSource(src_fd));
+    tensors = TensorRangesOf(layout);
+    spdlog::debug("{}: format {}, {} tensor ranges{}{}", ctx, layout.format, tensors.size(),
+                  layout.note.empty() ? "" : ": ", layout.note);
+  }
+  Result<PackStats> stats =
+      WritePack(env_, src_fd, size, tmp->get(), opts_.chunk_size, opts_.encoder, cancel, tensors);
   if (!stats.ok()) return fail(stats.status());
   Result<UniqueFd> dir = PackDir(id, /*create=*/true);
   if (!dir.ok()) return fail(dir.status());

@@ -1,16 +1,18 @@
 #include "codec/lossless/plane_codec.h"
 
+#define ZSTD_STATIC_LINKING_ONLY  // ZSTD_c_literalCompressionMode
 #include <zstd.h>
 
 #include <algorithm>
-#include <bit>
-#include <cmath>
+#include <array>
 #include <cstring>
 #include <string>
 
 #include "codec/lossless/byte_io.h"
 #include "codec/lossless/entropy.h"
+#include "codec/lossless/lanes.h"
 #include "codec/lossless/rans.h"
+#include "codec/lossless/scratch.h"
 #include "codec/zstd_contexts.h"
 
 namespace ckptfs::lossless {
@@ -18,6 +20,20 @@ namespace {
 
 constexpr unsigned kMaxLane = 8;
 constexpr uint8_t kMaxDType = static_cast<uint8_t>(DType::kC128);
+// Planes above this many bytes are judged from every kSampleStride-th byte:
+// 1/8 of a 1 MiB plane still pins the entropy within ~0.01 bit/byte.
+constexpr size_t kSampleAbove = 64 << 10;
+constexpr size_t kSampleStride = 8;
+// A plane this close to 8 bits/byte cannot pay for an entropy coder's table.
+constexpr double kRawAboveBitsPerByte = 7.95;
+constexpr double kRansMinGain = 0.98;  // i.e. when Huffman lands over 2% above the entropy
+// Context split: only for planes big enough to carry B code tables, only
+// when the exponent saves this much, and only for contexts this common.
+constexpr size_t kSplitMinLanes = 32 << 10;
+// Below this the gather on decode costs more time than the bytes are worth.
+constexpr double kSplitMinGainBitsPerByte = 0.15;
+constexpr size_t kMinBucket = 4096;
+constexpr unsigned kMaxBuckets = 64;
 
 // Complex numbers are pairs of floats whose parts share statistics, so
 // they are coded as float lanes. Unknown data is coded as bytes.
@@ -38,146 +54,106 @@ unsigned LaneSize(DType t) {
 // any bit permutation within the byte leaves order-0 statistics unchanged.
 bool RotationApplies(DType t) { return DTypeIsFloat(t) && LaneSize(t) >= 2; }
 
-template <typename U>
-U LoadLe(const uint8_t* p) {
-  U v = 0;
-  for (size_t i = 0; i < sizeof(U); ++i) v |= static_cast<U>(static_cast<U>(p[i]) << (8 * i));
-  return v;
+size_t StrideFor(size_t n) { return n > kSampleAbove ? kSampleStride : 1; }
+
+Histogram SampledHistogram(std::span<const uint8_t> b) {
+  const size_t stride = StrideFor(b.size());
+  if (stride == 1) return ByteHistogram(b);
+  Histogram h{};
+  for (size_t i = 0; i < b.size(); i += stride) ++h[b[i]];
+  return h;
 }
 
-template <typename U, bool kRotate>
-void SplitLanes(const uint8_t* src, size_t lanes, uint8_t* const* planes) {
-  constexpr unsigned W = sizeof(U);
-  for (size_t i = 0; i < lanes; ++i) {
-    U v = LoadLe<U>(src + i * W);
-    if constexpr (kRotate) v = std::rotl(v, 1);
-    for (unsigned k = 0; k < W; ++k) planes[k][i] = static_cast<uint8_t>(v >> (8 * k));
-  }
+uint64_t Total(const Histogram& h) {
+  uint64_t t = 0;
+  for (uint64_t c : h) t += c;
+  return t;
 }
 
-template <typename U, bool kRotate>
-void MergeLanes(const uint8_t* const* planes, size_t lanes, uint8_t* dst) {
-  constexpr unsigned W = sizeof(U);
-  for (size_t i = 0; i < lanes; ++i) {
-    U v = 0;
-    for (unsigned k = 0; k < W; ++k) v |= static_cast<U>(static_cast<U>(planes[k][i]) << (8 * k));
-    if constexpr (kRotate) v = std::rotr(v, 1);
-    for (unsigned k = 0; k < W; ++k) dst[i * W + k] = static_cast<uint8_t>(v >> (8 * k));
-  }
+double BitsPerByte(const Histogram& h) {
+  uint64_t t = Total(h);
+  return t == 0 ? 0 : HistogramEntropyBits(h) / static_cast<double>(t);
 }
 
-template <bool kRotate>
-void Split(unsigned w, const uint8_t* src, size_t lanes, uint8_t* const* planes) {
-  if (lanes == 0) return;  // empty planes may have null data
-  switch (w) {
-    case 2:
-      SplitLanes<uint16_t, kRotate>(src, lanes, planes);
-      return;
-    case 4:
-      SplitLanes<uint32_t, kRotate>(src, lanes, planes);
-      return;
-    case 8:
-      SplitLanes<uint64_t, kRotate>(src, lanes, planes);
-      return;
-    default:
-      std::memcpy(planes[0], src, lanes);
-      return;  // w == 1: never rotated
-  }
+bool AllEqual(std::span<const uint8_t> b) {
+  return b.empty() || std::all_of(b.begin(), b.end(), [&](uint8_t x) { return x == b[0]; });
 }
 
-template <bool kRotate>
-void Merge(unsigned w, const uint8_t* const* planes, size_t lanes, uint8_t* dst) {
-  if (lanes == 0) return;
-  switch (w) {
-    case 2:
-      MergeLanes<uint16_t, kRotate>(planes, lanes, dst);
-      return;
-    case 4:
-      MergeLanes<uint32_t, kRotate>(planes, lanes, dst);
-      return;
-    case 8:
-      MergeLanes<uint64_t, kRotate>(planes, lanes, dst);
-      return;
-    default:
-      std::memcpy(dst, planes[0], lanes);
-      return;
-  }
-}
-
-struct PlaneSet {
-  std::vector<uint8_t> bytes;  // plane k at [k * lanes, (k + 1) * lanes)
-  Histogram hist[kMaxLane];
-  double entropy_bits[kMaxLane] = {};
-
-  std::span<const uint8_t> Plane(unsigned k, size_t lanes) const { return {bytes.data() + k * lanes, lanes}; }
+// Plane coding has its own compression context: its parameters (forced
+// Huffman literals) must not leak into the chunk codec's shared context.
+struct PlaneZstd {
+  ZSTD_CCtx* cctx = ZSTD_createCCtx();
+  int level = 0;
+  bool configured = false;
+  ~PlaneZstd() { ZSTD_freeCCtx(cctx); }
 };
 
-PlaneSet MakePlanes(PlaneTransform tr, unsigned w, std::span<const uint8_t> raw, size_t lanes) {
-  PlaneSet ps;
-  ps.bytes.resize(w * lanes);
-  uint8_t* ptrs[kMaxLane] = {};
-  for (unsigned k = 0; k < w; ++k) ptrs[k] = ps.bytes.data() + k * lanes;
-  if (tr == PlaneTransform::kRotl1Planes) {
-    Split<true>(w, raw.data(), lanes, ptrs);
-  } else {
-    Split<false>(w, raw.data(), lanes, ptrs);
+ZSTD_CCtx* PlaneCCtx(int level) {
+  thread_local PlaneZstd z;
+  if (z.cctx == nullptr) return nullptr;
+  if (!z.configured || z.level != level) {
+    ZSTD_CCtx_reset(z.cctx, ZSTD_reset_parameters);
+    ZSTD_CCtx_setParameter(z.cctx, ZSTD_c_compressionLevel, level);
+    ZSTD_CCtx_setParameter(z.cctx, ZSTD_c_literalCompressionMode, ZSTD_ps_enable);
+    ZSTD_CCtx_setParameter(z.cctx, ZSTD_c_contentSizeFlag, 0);
+    // Short matches in float planes are coincidences that cost more than
+    // the literals they replace; only long runs are worth a sequence.
+    ZSTD_CCtx_setParameter(z.cctx, ZSTD_c_minMatch, 7);
+    ZSTD_CCtx_setParameter(z.cctx, ZSTD_c_checksumFlag, 0);
+    z.level = level;
+    z.configured = true;
   }
-  for (unsigned k = 0; k < w; ++k) {
-    ps.hist[k] = ByteHistogram(ps.Plane(k, lanes));
-    ps.entropy_bits[k] = HistogramEntropyBits(ps.hist[k]);
-  }
-  return ps;
-}
-
-// What rANS would roughly cost, capped at raw: picks the transform without
-// coding every plane twice. zstd can beat this on structured data, but
-// both transforms see the same structure, so the estimate still ranks them.
-double EstimatedBytes(const PlaneSet& ps, unsigned w, size_t lanes) {
-  double total = 0;
-  for (unsigned k = 0; k < w; ++k) total += std::min(ps.entropy_bits[k] / 8.0, static_cast<double>(lanes));
-  return total;
+  return z.cctx;
 }
 
 struct CodedPlane {
   PlaneMethod method = PlaneMethod::kRaw;
   std::vector<uint8_t> bytes;  // empty for kRaw: the plane itself is copied
+  size_t StoredSize(size_t raw) const { return method == PlaneMethod::kRaw ? raw : bytes.size(); }
 };
 
-CodedPlane CodePlane(std::span<const uint8_t> plane, const Histogram& hist, double entropy_bits,
-                     const PlaneCodecOptions& opts) {
+void KeepIfSmaller(CodedPlane* best, size_t* best_size, PlaneMethod m, std::vector<uint8_t>&& b) {
+  if (b.size() < *best_size) {
+    *best_size = b.size();
+    best->method = m;
+    best->bytes = std::move(b);
+  }
+}
+
+// Codes one byte stream given its (possibly sampled) histogram.
+CodedPlane CodeBytes(std::span<const uint8_t> plane, const Histogram& hist, const PlaneCodecOptions& opts) {
   CodedPlane best;
-  size_t best_size = plane.size();
-  if (DistinctSymbols(hist) <= 1) {
+  if (plane.empty()) return best;
+  if (DistinctSymbols(hist) <= 1 && AllEqual(plane)) {
     best.method = PlaneMethod::kConst;
-    best.bytes.assign(1, plane.empty() ? 0 : plane[0]);
+    best.bytes.assign(1, plane[0]);
     return best;
   }
-  // rANS cannot code below the order-0 entropy, so skip it when that
-  // already matches raw (mantissa planes are usually like that).
-  if (entropy_bits / 8.0 < static_cast<double>(plane.size())) {
-    std::vector<uint8_t> r;
-    RansEncode(plane, &r, &hist);
-    if (r.size() < best_size) {
-      best_size = r.size();
-      best.method = PlaneMethod::kRans;
-      best.bytes = std::move(r);
+  const double bpb = BitsPerByte(hist);
+  if (bpb > kRawAboveBitsPerByte) return best;
+  size_t best_size = plane.size();
+  if (opts.allow_zstd) {
+    if (ZSTD_CCtx* cctx = PlaneCCtx(opts.zstd_level)) {
+      std::span<uint8_t> z = Scratch(ScratchSlot::kCoder, ZSTD_compressBound(plane.size()));
+      size_t n = ZSTD_compress2(cctx, z.data(), z.size(), plane.data(), plane.size());
+      if (!ZSTD_isError(n) && n < best_size) {
+        KeepIfSmaller(&best, &best_size, PlaneMethod::kZstd, std::vector<uint8_t>(z.begin(), z.begin() + n));
+      }
     }
   }
-  if (opts.allow_zstd_fallback && ThreadZstdContexts().cctx != nullptr) {
-    std::vector<uint8_t> z(ZSTD_compressBound(plane.size()));
-    size_t n =
-        ZSTD_compressCCtx(ThreadZstdContexts().cctx, z.data(), z.size(), plane.data(), plane.size(), opts.zstd_level);
-    if (!ZSTD_isError(n) && n < best_size) {
-      z.resize(n);
-      best_size = n;
-      best.method = PlaneMethod::kZstd;
-      best.bytes = std::move(z);
-    }
+  // rANS reaches the entropy where Huffman cannot (it spends a whole bit on
+  // a symbol of probability 0.9), but decodes at half zstd's speed: only
+  // worth it when the entropy promises a clearly smaller plane.
+  const double rans_estimate = bpb / 8 * static_cast<double>(plane.size()) + 64;
+  if (opts.allow_rans && (!opts.allow_zstd || rans_estimate < kRansMinGain * static_cast<double>(best_size))) {
+    std::vector<uint8_t> r;
+    RansEncode(plane, &r);
+    KeepIfSmaller(&best, &best_size, PlaneMethod::kRans, std::move(r));
   }
   return best;
 }
 
-Status DecodePlane(PlaneMethod m, std::span<const uint8_t> stored, std::span<uint8_t> plane) {
+Status DecodeBytes(PlaneMethod m, std::span<const uint8_t> stored, std::span<uint8_t> plane) {
   switch (m) {
     case PlaneMethod::kConst:
       if (stored.size() != 1)
@@ -204,9 +180,116 @@ Status DecodePlane(PlaneMethod m, std::span<const uint8_t> stored, std::span<uin
       }
       return Status::Ok();
     }
+    case PlaneMethod::kSplit:
+      break;
   }
-  return Status::Corruption("unknown plane method " + std::to_string(static_cast<int>(m)));
+  return Status::Corruption("plane method " + std::to_string(static_cast<int>(m)) + " not valid here");
 }
+
+// ---- context split -----------------------------------------------------------
+
+struct BucketMap {
+  unsigned count = 1;
+  std::array<uint8_t, 256> of{};  // context byte -> bucket; bucket 0 pools the rare ones
+};
+
+BucketMap MakeBuckets(const Histogram& ctx_hist, size_t lanes) {
+  BucketMap m;
+  const uint64_t min_size = std::max<uint64_t>(kMinBucket, lanes / kMaxBuckets);
+  for (unsigned c = 0; c < 256 && m.count < kMaxBuckets; ++c) {
+    if (ctx_hist[c] >= min_size) m.of[c] = static_cast<uint8_t>(m.count++);
+  }
+  return m;
+}
+
+std::array<size_t, kMaxBuckets + 1> BucketStarts(const BucketMap& m, const Histogram& ctx_hist) {
+  std::array<size_t, kMaxBuckets + 1> start{};
+  for (unsigned c = 0; c < 256; ++c) start[m.of[c] + 1] += ctx_hist[c];
+  for (unsigned b = 0; b < m.count; ++b) start[b + 1] += start[b];
+  return start;
+}
+
+// Estimated bits per byte of `plane` once its bucket (by the context byte
+// of the same lane) is known: the order-0 entropy of each bucket, from a
+// sample, which is what coding the buckets separately can reach.
+double SplitBitsPerByte(std::span<const uint8_t> plane, std::span<const uint8_t> ctx, const BucketMap& map) {
+  std::vector<Histogram> hist(map.count, Histogram{});
+  const size_t stride = StrideFor(plane.size());
+  uint64_t n = 0;
+  for (size_t i = 0; i < plane.size(); i += stride, ++n) ++hist[map.of[ctx[i]]][plane[i]];
+  double bits = 0;
+  for (const Histogram& h : hist) bits += HistogramEntropyBits(h);
+  return n == 0 ? 0 : bits / static_cast<double>(n);
+}
+
+// Returns false (and leaves *out alone) when the split would not pay.
+bool CodeSplit(std::span<const uint8_t> plane, std::span<const uint8_t> ctx, const BucketMap& map,
+               const Histogram& ctx_hist, size_t best_so_far, const PlaneCodecOptions& opts, CodedPlane* out) {
+  auto start = BucketStarts(map, ctx_hist);
+  std::span<uint8_t> sorted = Scratch(ScratchSlot::kSplit, plane.size());
+  auto cursor = start;
+  for (size_t i = 0; i < plane.size(); ++i) sorted[cursor[map.of[ctx[i]]]++] = plane[i];
+
+  std::vector<uint8_t> blob;
+  PutByte(&blob, static_cast<uint8_t>(map.count));
+  blob.insert(blob.end(), map.of.begin(), map.of.end());
+  std::vector<CodedPlane> coded(map.count);
+  for (unsigned b = 0; b < map.count; ++b) {
+    std::span<const uint8_t> bucket(sorted.data() + start[b], start[b + 1] - start[b]);
+    coded[b] = CodeBytes(bucket, SampledHistogram(bucket), opts);
+    PutByte(&blob, static_cast<uint8_t>(coded[b].method));
+    PutVarint(&blob, coded[b].StoredSize(bucket.size()));
+  }
+  for (unsigned b = 0; b < map.count; ++b) {
+    if (coded[b].method == PlaneMethod::kRaw) {
+      blob.insert(blob.end(), sorted.begin() + start[b], sorted.begin() + start[b + 1]);
+    } else {
+      blob.insert(blob.end(), coded[b].bytes.begin(), coded[b].bytes.end());
+    }
+    if (blob.size() >= best_so_far) return false;
+  }
+  out->method = PlaneMethod::kSplit;
+  out->bytes = std::move(blob);
+  return true;
+}
+
+Status DecodeSplit(std::span<const uint8_t> stored, std::span<const uint8_t> ctx, std::span<uint8_t> plane) {
+  ByteReader r(stored);
+  uint8_t count = 0;
+  RETURN_IF_ERROR(r.Byte(&count, "bucket count"));
+  if (count < 2 || count > kMaxBuckets) return Status::Corruption("bucket count " + std::to_string(count));
+  std::span<const uint8_t> of_bytes;
+  RETURN_IF_ERROR(r.Bytes(256, &of_bytes, "bucket map"));
+  BucketMap map;
+  map.count = count;
+  for (unsigned c = 0; c < 256; ++c) {
+    if (of_bytes[c] >= count) return Status::Corruption("bucket map names bucket " + std::to_string(of_bytes[c]));
+    map.of[c] = of_bytes[c];
+  }
+  PlaneMethod method[kMaxBuckets];
+  uint64_t len[kMaxBuckets];
+  for (unsigned b = 0; b < count; ++b) {
+    uint8_t m = 0;
+    RETURN_IF_ERROR(r.Byte(&m, "bucket method"));
+    if (m >= static_cast<uint8_t>(PlaneMethod::kSplit)) return Status::Corruption("bucket method " + std::to_string(m));
+    method[b] = static_cast<PlaneMethod>(m);
+    RETURN_IF_ERROR(r.Varint(&len[b], "bucket length"));
+  }
+  auto start = BucketStarts(map, ByteHistogram(ctx));
+  std::span<uint8_t> sorted = Scratch(ScratchSlot::kSplit, plane.size());
+  for (unsigned b = 0; b < count; ++b) {
+    std::span<const uint8_t> payload;
+    RETURN_IF_ERROR(r.Bytes(len[b], &payload, "bucket payload"));
+    std::span<uint8_t> dst(sorted.data() + start[b], start[b + 1] - start[b]);
+    RETURN_IF_ERROR(DecodeBytes(method[b], payload, dst).WithContext("bucket " + std::to_string(b)));
+  }
+  if (r.remaining() != 0) return Status::Corruption("bytes left after the last bucket");
+  auto cursor = start;
+  for (size_t i = 0; i < plane.size(); ++i) plane[i] = sorted[cursor[map.of[ctx[i]]]++];
+  return Status::Ok();
+}
+
+// ---- blob header ---------------------------------------------------------------
 
 struct Header {
   DType dtype = DType::kUnknown;
@@ -221,7 +304,7 @@ struct Header {
 Status ReadHeader(ByteReader* r, size_t raw_size, Header* h) {
   uint8_t magic = 0, dtype = 0, transform = 0, planes = 0;
   RETURN_IF_ERROR(r->Byte(&magic, "magic"));
-  if (magic != kPlaneBlobMagicV1) {
+  if (magic != kPlaneBlobMagicV2) {
     return Status::Corruption("not a lossless tensor blob (magic " + std::to_string(magic) + ")");
   }
   RETURN_IF_ERROR(r->Byte(&dtype, "dtype"));
@@ -247,8 +330,10 @@ Status ReadHeader(ByteReader* r, size_t raw_size, Header* h) {
   for (unsigned k = 0; k < h->lane; ++k) {
     uint8_t m = 0;
     RETURN_IF_ERROR(r->Byte(&m, "plane method"));
-    if (m > static_cast<uint8_t>(PlaneMethod::kZstd))
-      return Status::Corruption("unknown plane method " + std::to_string(m));
+    if (m > static_cast<uint8_t>(PlaneMethod::kSplit) ||
+        (m == static_cast<uint8_t>(PlaneMethod::kSplit) && k + 1 >= h->lane)) {
+      return Status::Corruption("plane method " + std::to_string(m) + " invalid for plane " + std::to_string(k));
+    }
     h->method[k] = static_cast<PlaneMethod>(m);
     RETURN_IF_ERROR(r->Varint(&h->stored_len[k], "plane length"));
   }
@@ -267,6 +352,8 @@ const char* PlaneMethodName(PlaneMethod m) {
       return "rans";
     case PlaneMethod::kZstd:
       return "zstd";
+    case PlaneMethod::kSplit:
+      return "split";
   }
   return "unknown";
 }
@@ -279,23 +366,38 @@ Status EncodeTensorBytes(DType t, std::span<const uint8_t> raw, const PlaneCodec
   const unsigned w = LaneSize(t);
   const size_t lanes = raw.size() / w;
   const size_t tail = raw.size() - lanes * w;
+  const PlaneTransform tr = RotationApplies(t) ? PlaneTransform::kRotl1Planes : PlaneTransform::kBytePlanes;
 
-  PlaneTransform tr = PlaneTransform::kBytePlanes;
-  PlaneSet planes = MakePlanes(tr, w, raw, lanes);
-  if (RotationApplies(t) && lanes > 0) {
-    PlaneSet rotated = MakePlanes(PlaneTransform::kRotl1Planes, w, raw, lanes);
-    if (EstimatedBytes(rotated, w, lanes) < EstimatedBytes(planes, w, lanes)) {
-      tr = PlaneTransform::kRotl1Planes;
-      planes = std::move(rotated);
-    }
+  // A single plane is the input itself; only multi-byte lanes need copying.
+  std::span<uint8_t> split;
+  std::span<const uint8_t> plane[kMaxLane];
+  if (w == 1) {
+    plane[0] = raw.first(lanes);
+  } else {
+    split = Scratch(ScratchSlot::kPlanes, w * lanes);
+    uint8_t* ptrs[kMaxLane] = {};
+    for (unsigned k = 0; k < w; ++k) ptrs[k] = split.data() + k * lanes;
+    SplitLanes(w, tr == PlaneTransform::kRotl1Planes, raw.data(), lanes, ptrs);
+    for (unsigned k = 0; k < w; ++k) plane[k] = {ptrs[k], lanes};
   }
 
   CodedPlane coded[kMaxLane];
+  Histogram hist[kMaxLane];
   for (unsigned k = 0; k < w; ++k) {
-    coded[k] = CodePlane(planes.Plane(k, lanes), planes.hist[k], planes.entropy_bits[k], opts);
+    hist[k] = SampledHistogram(plane[k]);
+    coded[k] = CodeBytes(plane[k], hist[k], opts);
+  }
+  if (opts.allow_split && w >= 2 && lanes >= kSplitMinLanes) {
+    const unsigned k = w - 2, top = w - 1;
+    const Histogram top_hist = ByteHistogram(plane[top]);
+    const BucketMap map = MakeBuckets(top_hist, lanes);
+    if (map.count >= 2 &&
+        BitsPerByte(hist[k]) - SplitBitsPerByte(plane[k], plane[top], map) >= kSplitMinGainBitsPerByte) {
+      CodeSplit(plane[k], plane[top], map, top_hist, coded[k].StoredSize(lanes), opts, &coded[k]);
+    }
   }
 
-  PutByte(out, kPlaneBlobMagicV1);
+  PutByte(out, kPlaneBlobMagicV2);
   PutByte(out, static_cast<uint8_t>(t));
   PutByte(out, static_cast<uint8_t>(tr));
   PutVarint(out, lanes);
@@ -303,11 +405,10 @@ Status EncodeTensorBytes(DType t, std::span<const uint8_t> raw, const PlaneCodec
   PutByte(out, static_cast<uint8_t>(w));
   for (unsigned k = 0; k < w; ++k) {
     PutByte(out, static_cast<uint8_t>(coded[k].method));
-    PutVarint(out, coded[k].method == PlaneMethod::kRaw ? lanes : coded[k].bytes.size());
+    PutVarint(out, coded[k].StoredSize(lanes));
   }
   for (unsigned k = 0; k < w; ++k) {
-    std::span<const uint8_t> payload =
-        coded[k].method == PlaneMethod::kRaw ? planes.Plane(k, lanes) : std::span<const uint8_t>(coded[k].bytes);
+    std::span<const uint8_t> payload = coded[k].method == PlaneMethod::kRaw ? plane[k] : coded[k].bytes;
     out->insert(out->end(), payload.begin(), payload.end());
   }
   out->insert(out->end(), raw.end() - static_cast<ptrdiff_t>(tail), raw.end());
@@ -316,8 +417,7 @@ Status EncodeTensorBytes(DType t, std::span<const uint8_t> raw, const PlaneCodec
     stats->transform = tr;
     stats->planes.clear();
     for (unsigned k = 0; k < w; ++k) {
-      size_t stored = coded[k].method == PlaneMethod::kRaw ? lanes : coded[k].bytes.size();
-      stats->planes.push_back({coded[k].method, lanes, stored, planes.entropy_bits[k]});
+      stats->planes.push_back({coded[k].method, lanes, coded[k].StoredSize(lanes), BitsPerByte(hist[k]) * lanes});
     }
   }
   return Status::Ok();
@@ -336,19 +436,24 @@ Status DecodeTensorBytes(std::span<const uint8_t> blob, std::span<uint8_t> raw_o
 
   const size_t lanes = h.lanes;
   if (h.lane == 1) {
-    RETURN_IF_ERROR(DecodePlane(h.method[0], stored[0], raw_out.first(lanes)));
+    RETURN_IF_ERROR(DecodeBytes(h.method[0], stored[0], raw_out.first(lanes)));
   } else {
-    std::vector<uint8_t> planes(h.lane * lanes);
-    uint8_t* ptrs[kMaxLane] = {};
-    for (unsigned k = 0; k < h.lane; ++k) {
-      ptrs[k] = planes.data() + k * lanes;
-      RETURN_IF_ERROR(DecodePlane(h.method[k], stored[k], {ptrs[k], lanes}).WithContext("plane " + std::to_string(k)));
+    // Raw planes are read in place; the rest are decoded into scratch.
+    std::span<uint8_t> scratch = Scratch(ScratchSlot::kPlanes, h.lane * lanes);
+    const uint8_t* ptrs[kMaxLane] = {};
+    for (int k = static_cast<int>(h.lane) - 1; k >= 0; --k) {
+      if (h.method[k] == PlaneMethod::kRaw) {
+        if (stored[k].size() != lanes) return Status::Corruption("raw plane " + std::to_string(k) + " has wrong size");
+        ptrs[k] = stored[k].data();
+        continue;
+      }
+      std::span<uint8_t> dst(scratch.data() + k * lanes, lanes);
+      Status s = h.method[k] == PlaneMethod::kSplit ? DecodeSplit(stored[k], {ptrs[h.lane - 1], lanes}, dst)
+                                                    : DecodeBytes(h.method[k], stored[k], dst);
+      RETURN_IF_ERROR(s.WithContext("plane " + std::to_string(k)));
+      ptrs[k] = dst.data();
     }
-    if (h.transform == PlaneTransform::kRotl1Planes) {
-      Merge<true>(h.lane, ptrs, lanes, raw_out.data());
-    } else {
-      Merge<false>(h.lane, ptrs, lanes, raw_out.data());
-    }
+    MergeLanes(h.lane, h.transform == PlaneTransform::kRotl1Planes, ptrs, lanes, raw_out.data());
   }
   if (!tail.empty()) std::memcpy(raw_out.data() + lanes * h.lane, tail.data(), tail.size());
   return Status::Ok();

@@ -1,9 +1,13 @@
-// Lossless tensor codec: splits elements into byte planes (optionally after
-// moving each float's whole exponent into one byte), then codes each plane
-// with whichever of rANS order-0, zstd, raw or a constant run is smallest.
+// Lossless tensor codec: splits elements into byte planes (floats rotated
+// left by one bit first, so the exponent fills the top plane), then codes
+// each plane with whichever of a constant, raw bytes, zstd with Huffman
+// literals, or rANS is smallest. The plane below the exponent can also be
+// split into sub-streams by the exponent byte of the same element, which
+// codes it at its entropy *given* the exponent (a static order-1 model that
+// needs no adaptive coder, so decoding stays table-driven and fast).
 //
-// Blob layout (all integers little-endian / LEB128 varints):
-//   u8      magic/version (kPlaneBlobMagicV1)
+// Blob layout (little-endian, LEB128 varints), documented in docs/FORMAT.md:
+//   u8      magic/version (kPlaneBlobMagicV2)
 //   u8      dtype (DType value)
 //   u8      transform (PlaneTransform)
 //   varint  lane count
@@ -12,6 +16,9 @@
 //   per plane: u8 method (PlaneMethod), varint stored length
 //   plane payloads, in plane order
 //   tail bytes
+// A kSplit payload is: u8 bucket count B (2..64), 256 x u8 bucket of each
+// context byte value, B x (u8 method, varint stored length), B payloads.
+// Its context is the top plane, which is never itself split.
 //
 // A lane is one element, except for complex types, whose real and
 // imaginary parts are coded as separate float lanes (they share statistics).
@@ -26,27 +33,31 @@
 
 namespace ckptfs::lossless {
 
-inline constexpr uint8_t kPlaneBlobMagicV1 = 0xB1;
+inline constexpr uint8_t kPlaneBlobMagicV2 = 0xB2;
 
 enum class PlaneTransform : uint8_t {
   kBytePlanes = 0,  // plane k = byte k of each little-endian lane
-  // Lane rotated left by one bit first: the sign moves to the bottom and
-  // the exponent becomes the top bits (bf16: byte 1 = whole exponent).
-  kRotl1Planes = 1,
+  kRotl1Planes = 1,  // lane rotated left by one bit first (floats)
 };
 
 enum class PlaneMethod : uint8_t {
   kConst = 0,  // one byte: every byte of the plane has this value
   kRaw = 1,
-  kRans = 2,
-  kZstd = 3,
+  kRans = 2,   // codec/lossless/rans.h blob
+  kZstd = 3,   // one zstd frame
+  kSplit = 4,  // sub-streams by the top plane's byte (see above)
 };
 
 const char* PlaneMethodName(PlaneMethod m);
 
 struct PlaneCodecOptions {
-  bool allow_zstd_fallback = true;
-  int zstd_level = 3;
+  // zstd level for planes: a strongly negative level skips match search
+  // quickly and Huffman-coded literals are forced on, so zstd acts as a
+  // fast Huffman coder that still catches long runs.
+  int zstd_level = -500;
+  bool allow_zstd = true;
+  bool allow_rans = true;   // tried when the entropy promises 2% less than zstd
+  bool allow_split = true;  // context split of the plane below the top
 };
 
 // What the encoder chose, for benches and tests.
@@ -54,7 +65,7 @@ struct PlaneStats {
   PlaneMethod method = PlaneMethod::kRaw;
   uint64_t raw_bytes = 0;
   uint64_t stored_bytes = 0;
-  double entropy_bits = 0;  // order-0 entropy of the plane's bytes
+  double entropy_bits = 0;  // order-0 entropy of the plane's bytes (estimate from a sample on big planes)
 };
 struct EncodeStats {
   PlaneTransform transform = PlaneTransform::kBytePlanes;

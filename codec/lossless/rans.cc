@@ -1,25 +1,27 @@
 #include "codec/lossless/rans.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
 #include <string>
 
 #include "codec/lossless/byte_io.h"
+#include "codec/lossless/scratch.h"
 
 namespace ckptfs::lossless {
 namespace {
 
 // States live in [kL, kL << 8); byte-wise renormalization keeps them there.
-constexpr uint32_t kL = 1u << 23;
-constexpr int kStates = 4;
+// 32-bit states kept in [kL, 2^32) with 16-bit renormalization: one
+// conditional word read per symbol, and eight interleaved states so the
+// decoder's dependency chains overlap.
+constexpr uint32_t kL = 1u << 16;
+constexpr int kStates = 8;
 constexpr uint8_t kModeRun = 0;
 constexpr uint8_t kModeRans = 1;
-// Below this many distinct symbols, listing them is smaller than a bitmap.
 constexpr unsigned kListedSymbolsMax = 32;
 
-// Small inputs get a coarser scale: their frequencies then fit in fewer
-// varint bytes, and quantization error is small next to the table cost.
 unsigned ScaleBitsFor(uint64_t n) {
   unsigned bits = static_cast<unsigned>(std::bit_width(n));
   if (bits < kRansMinScaleBits) return kRansMinScaleBits;
@@ -27,44 +29,19 @@ unsigned ScaleBitsFor(uint64_t n) {
   return bits;
 }
 
-// Per-symbol encoder constants; division by freq is replaced by a
-// multiply with a rounded-up reciprocal (exact for x < 2^31, see
-// F. Giesen, "rans_byte.h").
 struct EncSymbol {
-  uint32_t x_max;
-  uint32_t rcp_freq;
-  uint32_t bias;
-  uint16_t cmpl_freq;
-  uint16_t rcp_shift;
+  uint32_t x_max = 0;
+  uint32_t freq = 1;
+  uint32_t start = 0;
 };
 
-EncSymbol MakeEncSymbol(uint32_t start, uint32_t freq, unsigned scale_bits) {
-  EncSymbol s{};
-  s.x_max = ((kL >> scale_bits) << 8) * freq;
-  s.cmpl_freq = static_cast<uint16_t>((1u << scale_bits) - freq);
-  if (freq < 2) {
-    // q = x - 1 via rcp ~0, and bias folds in the remaining x*(M-1) term.
-    s.rcp_freq = ~0u;
-    s.rcp_shift = 0;
-    s.bias = start + (1u << scale_bits) - 1;
-  } else {
-    uint32_t shift = 0;
-    while (freq > (1u << shift)) ++shift;
-    s.rcp_freq = static_cast<uint32_t>(((uint64_t{1} << (shift + 31)) + freq - 1) / freq);
-    s.rcp_shift = static_cast<uint16_t>(shift - 1);
-    s.bias = start;
-  }
-  return s;
-}
-
-inline void EncPut(uint32_t* state, uint8_t** ptr, const EncSymbol& sym) {
+inline void EncPut(uint32_t* state, uint16_t** ptr, const EncSymbol& sym, unsigned scale) {
   uint32_t x = *state;
-  while (x >= sym.x_max) {
-    *--*ptr = static_cast<uint8_t>(x);
-    x >>= 8;
+  if (x >= sym.x_max) {
+    *--*ptr = static_cast<uint16_t>(x);
+    x >>= 16;
   }
-  uint32_t q = static_cast<uint32_t>((uint64_t{x} * sym.rcp_freq) >> 32) >> sym.rcp_shift;
-  *state = x + sym.bias + q * sym.cmpl_freq;
+  *state = ((x / sym.freq) << scale) + (x % sym.freq) + sym.start;
 }
 
 void WriteSymbolSet(const std::array<uint32_t, 256>& freq, unsigned distinct, std::vector<uint8_t>* out) {
@@ -95,18 +72,17 @@ inline double CodeCost(uint64_t c, uint32_t f) { return -static_cast<double>(c) 
 
 // Per-symbol freq/start plus a slot -> symbol map: 256-entry tables and a
 // byte per slot stay in L1, where a per-slot (freq, bias) table would not.
+// One word per slot: symbol (bits 0-7), frequency (8-19), slot - start (20-31).
 struct DecodeTables {
   unsigned scale_bits = 0;
-  std::vector<uint8_t> sym;  // slot -> symbol
-  uint32_t freq[256] = {};
-  uint32_t start[256] = {};
+  std::vector<uint32_t> slot;
 };
 
 Status ReadTables(ByteReader* r, DecodeTables* t) {
   uint8_t scale = 0, distinct_m1 = 0;
   RETURN_IF_ERROR(r->Byte(&scale, "rANS scale"));
   if (scale < kRansMinScaleBits || scale > kRansMaxScaleBits) {
-    return Status::Corruption("rANS scale_bits " + std::to_string(scale) + " outside [8, 15]");
+    return Status::Corruption("rANS scale_bits " + std::to_string(scale) + " outside [8, 12]");
   }
   RETURN_IF_ERROR(r->Byte(&distinct_m1, "rANS symbol count"));
   unsigned distinct = distinct_m1 + 1u;
@@ -145,68 +121,87 @@ Status ReadTables(ByteReader* r, DecodeTables* t) {
   freq[distinct - 1] = static_cast<uint32_t>(total - sum);  // > 0 by the check above
 
   t->scale_bits = scale;
-  t->sym.resize(total);
+  t->slot.resize(total);
   uint32_t start = 0;
   for (unsigned i = 0; i < distinct; ++i) {
-    std::memset(t->sym.data() + start, symbols[i], freq[i]);
-    t->freq[symbols[i]] = freq[i];
-    t->start[symbols[i]] = start;
+    for (uint32_t j = 0; j < freq[i]; ++j) t->slot[start + j] = symbols[i] | (freq[i] << 8) | (j << 20);
     start += freq[i];
   }
   return Status::Ok();
 }
 
-Status DecodePayload(const DecodeTables& t, uint32_t states[kStates], std::span<const uint8_t> payload,
-                     std::span<uint8_t> out) {
-  // Everything hot lives in locals: stores through the uint8_t output
-  // pointer may alias anything, which would otherwise force reloads.
+inline uint16_t LoadU16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
+
+inline uint8_t Step(uint32_t& x, const uint32_t* slot, uint32_t mask, unsigned scale) {
+  uint32_t e = slot[x & mask];
+  x = ((e >> 8) & 0xFFF) * (x >> scale) + (e >> 20);
+  return static_cast<uint8_t>(e);
+}
+
+// Branch-free: whether a state needs a word is data-dependent and would
+// mispredict often; arithmetic instead of ?: keeps the compiler from branching.
+inline const uint8_t* Refill(uint32_t& x, const uint8_t* p) {
+  uint32_t need = x < kL;
+  uint32_t w = LoadU16(p);
+  x = (x << (16 * need)) | (w & (0u - need));
+  return p + 2 * need;
+}
+
+
+Status DecodePayload(const DecodeTables& t, uint32_t states[kStates], const uint8_t* const begin[kStates],
+                     const uint8_t* const end[kStates], std::span<uint8_t> out) {
   const unsigned scale = t.scale_bits;
   const uint32_t mask = (1u << scale) - 1;
-  const uint8_t* const sym = t.sym.data();
-  const uint32_t* const freq = t.freq;
-  const uint32_t* const start = t.start;
-  const uint8_t* p = payload.data();
-  const uint8_t* const end = p + payload.size();
+  const uint32_t* const slot = t.slot.data();
   uint8_t* const o = out.data();
   const size_t n = out.size();
-  uint32_t x0 = states[0], x1 = states[1], x2 = states[2], x3 = states[3];
-
-  auto step = [&](uint32_t& x, uint8_t* dst) {
-    uint32_t slot = x & mask;
-    uint8_t s = sym[slot];
-    *dst = s;
-    x = freq[s] * (x >> scale) + slot - start[s];
-  };
-  // A symbol consumes at most 2 bytes (the state falls no lower than
-  // kL >> 15 = 2^8), so 4 symbols need at most 8 bytes: no checks needed.
-  auto refill = [&](uint32_t& x) {
-    while (x < kL) x = (x << 8) | *p++;
-  };
-  size_t i = 0;
-  for (; i + kStates <= n && end - p >= 2 * kStates; i += kStates) {
-    step(x0, o + i);
-    step(x1, o + i + 1);
-    step(x2, o + i + 2);
-    step(x3, o + i + 3);
-    refill(x0);
-    refill(x1);
-    refill(x2);
-    refill(x3);
+  const uint8_t* p[kStates];
+  uint32_t x[kStates];
+  for (int k = 0; k < kStates; ++k) {
+    p[k] = begin[k];
+    x[k] = states[k];
   }
-  states[0] = x0, states[1] = x1, states[2] = x2, states[3] = x3;
+
+  size_t i = 0;
+  // Unchecked rounds: a round reads at most one word per stream, so as many
+  // rounds as the shortest stream has words are safe.
+  while (i + kStates <= n) {
+    size_t rounds = (n - i) / kStates;
+    for (int k = 0; k < kStates; ++k) rounds = std::min<size_t>(rounds, static_cast<size_t>(end[k] - p[k]) / 2);
+    if (rounds == 0) break;
+    uint32_t x0 = x[0], x1 = x[1], x2 = x[2], x3 = x[3], x4 = x[4], x5 = x[5], x6 = x[6], x7 = x[7];
+    const uint8_t *p0 = p[0], *p1 = p[1], *p2 = p[2], *p3 = p[3], *p4 = p[4], *p5 = p[5], *p6 = p[6], *p7 = p[7];
+    for (size_t r = 0; r < rounds; ++r, i += kStates) {
+      // One 8-byte store: byte stores could alias the payload and tables.
+      uint64_t sym8 = uint64_t{Step(x0, slot, mask, scale)} | uint64_t{Step(x1, slot, mask, scale)} << 8 |
+                      uint64_t{Step(x2, slot, mask, scale)} << 16 | uint64_t{Step(x3, slot, mask, scale)} << 24 |
+                      uint64_t{Step(x4, slot, mask, scale)} << 32 | uint64_t{Step(x5, slot, mask, scale)} << 40 |
+                      uint64_t{Step(x6, slot, mask, scale)} << 48 | uint64_t{Step(x7, slot, mask, scale)} << 56;
+      std::memcpy(o + i, &sym8, 8);
+      p0 = Refill(x0, p0);
+      p1 = Refill(x1, p1);
+      p2 = Refill(x2, p2);
+      p3 = Refill(x3, p3);
+      p4 = Refill(x4, p4);
+      p5 = Refill(x5, p5);
+      p6 = Refill(x6, p6);
+      p7 = Refill(x7, p7);
+    }
+    x[0] = x0, x[1] = x1, x[2] = x2, x[3] = x3, x[4] = x4, x[5] = x5, x[6] = x6, x[7] = x7;
+    p[0] = p0, p[1] = p1, p[2] = p2, p[3] = p3, p[4] = p4, p[5] = p5, p[6] = p6, p[7] = p7;
+  }
   for (; i < n; ++i) {
-    uint32_t& x = states[i % kStates];
-    step(x, o + i);
-    while (x < kL) {
-      if (p == end) return Status::Corruption("rANS payload ends early at symbol " + std::to_string(i));
-      x = (x << 8) | *p++;
+    const int k = static_cast<int>(i % kStates);
+    o[i] = Step(x[k], slot, mask, scale);
+    if (x[k] < kL) {
+      if (end[k] - p[k] < 2) return Status::Corruption("rANS stream " + std::to_string(k) + " ends early");
+      x[k] = (x[k] << 16) | LoadU16(p[k]);
+      p[k] += 2;
     }
   }
-  if (p != end) {
-    return Status::Corruption("rANS payload has " + std::to_string(end - p) + " unread bytes");
-  }
   for (int k = 0; k < kStates; ++k) {
-    if (states[k] != kL) return Status::Corruption("rANS final state mismatch (payload corrupt)");
+    if (p[k] != end[k]) return Status::Corruption("rANS stream " + std::to_string(k) + " has unread bytes");
+    if (x[k] != kL) return Status::Corruption("rANS final state mismatch (payload corrupt)");
   }
   return Status::Ok();
 }
@@ -274,31 +269,30 @@ void RansEncode(std::span<const uint8_t> in, std::vector<uint8_t>* out, const Hi
   EncSymbol syms[256];
   uint32_t start = 0;
   for (int s = 0; s < 256; ++s) {
-    syms[s] = freq[s] != 0 ? MakeEncSymbol(start, freq[s], scale) : EncSymbol{};
+    if (freq[s] != 0) syms[s] = {((kL >> scale) << 16) * freq[s], freq[s], start};
     start += freq[s];
   }
 
-  // At most 2 bytes per symbol (freq >= 1 at scale <= 15), written backwards.
-  std::vector<uint8_t> buf(2 * n + 16);
-  uint8_t* const buf_end = buf.data() + buf.size();
-  uint8_t* ptr = buf_end;
-  uint32_t states[kStates] = {kL, kL, kL, kL};
-  // Symbols go in reverse so the decoder emits them forwards; symbol i
-  // always uses state i % 4 on both sides.
-  size_t i = n;
-  while (i % kStates != 0) {
-    --i;
-    EncPut(&states[i % kStates], &ptr, syms[in[i]]);
+  // One word stream per state, so the decoder's states share no read
+  // pointer; each symbol emits at most one 16-bit word into its stream.
+  const size_t per_stream = n / kStates + 2;
+  std::span<uint8_t> bytes = Scratch(ScratchSlot::kRans, per_stream * kStates * sizeof(uint16_t));
+  std::span<uint16_t> buf(reinterpret_cast<uint16_t*>(bytes.data()), per_stream * kStates);
+  uint16_t* ptr[kStates];
+  uint32_t states[kStates];
+  for (int k = 0; k < kStates; ++k) {
+    ptr[k] = buf.data() + (k + 1) * per_stream;
+    states[k] = kL;
   }
-  while (i > 0) {
-    i -= kStates;
-    EncPut(&states[3], &ptr, syms[in[i + 3]]);
-    EncPut(&states[2], &ptr, syms[in[i + 2]]);
-    EncPut(&states[1], &ptr, syms[in[i + 1]]);
-    EncPut(&states[0], &ptr, syms[in[i]]);
-  }
+  for (size_t i = n; i-- > 0;) EncPut(&states[i % kStates], &ptr[i % kStates], syms[in[i]], scale);
   for (int k = 0; k < kStates; ++k) PutU32(out, states[k]);
-  out->insert(out->end(), ptr, buf_end);
+  for (int k = 0; k < kStates; ++k) PutVarint(out, static_cast<uint64_t>(buf.data() + (k + 1) * per_stream - ptr[k]));
+  for (int k = 0; k < kStates; ++k) {
+    for (const uint16_t* w = ptr[k]; w != buf.data() + (k + 1) * per_stream; ++w) {
+      PutByte(out, static_cast<uint8_t>(*w));
+      PutByte(out, static_cast<uint8_t>(*w >> 8));
+    }
+  }
 }
 
 Result<uint64_t> RansDecodedSize(std::span<const uint8_t> blob) {
@@ -336,11 +330,23 @@ Status RansDecode(std::span<const uint8_t> blob, std::span<uint8_t> out) {
   uint32_t states[kStates];
   for (int k = 0; k < kStates; ++k) {
     RETURN_IF_ERROR(r.U32(&states[k], "rANS state"));
-    if (states[k] < kL || states[k] >= (kL << 8)) {
+    if (states[k] < kL) {
       return Status::Corruption("rANS initial state out of range");
     }
   }
-  return DecodePayload(tables, states, r.Rest(), out);
+  uint64_t words[kStates];
+  for (int k = 0; k < kStates; ++k) RETURN_IF_ERROR(r.Varint(&words[k], "rANS stream length"));
+  const uint8_t* begin[kStates];
+  const uint8_t* end[kStates];
+  for (int k = 0; k < kStates; ++k) {
+    if (words[k] > r.remaining() / 2) return Status::Corruption("rANS stream longer than the blob");
+    std::span<const uint8_t> stream;
+    RETURN_IF_ERROR(r.Bytes(2 * words[k], &stream, "rANS stream"));
+    begin[k] = stream.data();
+    end[k] = stream.data() + stream.size();
+  }
+  if (r.remaining() != 0) return Status::Corruption("rANS blob has " + std::to_string(r.remaining()) + " trailing bytes");
+  return DecodePayload(tables, states, begin, end, out);
 }
 
 }  // namespace ckptfs::lossless

@@ -1,15 +1,17 @@
-// Order-0 rANS byte coder (32-bit states, byte-wise renormalization, four
+// Order-0 rANS byte coder (32-bit states, 16-bit renormalization, eight
 // interleaved states). Produces a self-describing blob:
 //
 //   varint  symbol_count                (0: nothing follows)
 //   u8      mode                        0 = run of one symbol, 1 = rANS
 //   run:    u8 symbol
-//   rANS:   u8 scale_bits (8..15)
+//   rANS:   u8 scale_bits (8..12)
 //           u8 distinct_symbols - 1
 //           symbol set: ascending list if <= 32 distinct, else 32-byte bitmap
 //           varint freq-1 for each present symbol but the last (implied)
-//           4 x u32 final encoder states
-//           payload bytes (the rest of the blob)
+//           8 x u32 final encoder states
+//           8 x varint stream length in 16-bit words
+//           8 streams of little-endian 16-bit words, one per state
+//           (symbol i belongs to state i % 8)
 //
 // Decoding is memory-safe on arbitrary input: every read is bounds-checked,
 // and a stream whose states do not return to their initial value or that
@@ -26,7 +28,7 @@
 
 namespace ckptfs::lossless {
 
-inline constexpr unsigned kRansMaxScaleBits = 15;
+inline constexpr unsigned kRansMaxScaleBits = 12;
 inline constexpr unsigned kRansMinScaleBits = 8;
 
 // Scales `h` (which must count `total` > 0 symbols) to frequencies summing

@@ -212,7 +212,7 @@ TEST(PlaneCodecTest, RoundTripsEveryDTypeAndOddSizes) {
       ExpectTensorRoundTrip(t, RandomBytes(n, n + static_cast<uint64_t>(t)));
       ExpectTensorRoundTrip(t, SkewedBytes(n, 0.5, n));
       ExpectTensorRoundTrip(t, std::vector<uint8_t>(n, 0));
-      ExpectTensorRoundTrip(t, SkewedBytes(n, 0.5, n), {.allow_zstd_fallback = false});
+      ExpectTensorRoundTrip(t, SkewedBytes(n, 0.5, n), {.allow_zstd = false});
     }
   }
 }
@@ -278,10 +278,10 @@ TEST(PlaneCodecTest, ZstdFallbackOnRepetitiveData) {
   bool used_zstd = false;
   for (const PlaneStats& p : stats.planes) used_zstd |= p.method == PlaneMethod::kZstd;
   EXPECT_TRUE(used_zstd);
-  std::vector<uint8_t> without = Encode(DType::kI32, AsBytes(pattern), &stats, {.allow_zstd_fallback = false});
+  std::vector<uint8_t> without = Encode(DType::kI32, AsBytes(pattern), &stats, {.allow_zstd = false});
   for (const PlaneStats& p : stats.planes) EXPECT_NE(p.method, PlaneMethod::kZstd);
   EXPECT_LT(with.size(), without.size());
-  ExpectTensorRoundTrip(DType::kI32, AsBytes(pattern), {.allow_zstd_fallback = false});
+  ExpectTensorRoundTrip(DType::kI32, AsBytes(pattern), {.allow_zstd = false});
 }
 
 // The milestone's acceptance bound: each plane within 2% of its order-0

@@ -1,0 +1,161 @@
+#include "codec/lossless/lanes.h"
+
+#include <bit>
+#include <cstring>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+namespace ckptfs::lossless {
+namespace {
+
+template <typename U>
+U LoadLe(const uint8_t* p) {
+  U v = 0;
+  for (size_t i = 0; i < sizeof(U); ++i) v |= static_cast<U>(static_cast<U>(p[i]) << (8 * i));
+  return v;
+}
+
+// Portable reference loops; the SIMD paths below hand them their tails.
+template <typename U>
+void SplitScalar(bool rotate, const uint8_t* src, size_t begin, size_t lanes, uint8_t* const* planes) {
+  constexpr unsigned W = sizeof(U);
+  for (size_t i = begin; i < lanes; ++i) {
+    U v = LoadLe<U>(src + i * W);
+    if (rotate) v = std::rotl(v, 1);
+    for (unsigned k = 0; k < W; ++k) planes[k][i] = static_cast<uint8_t>(v >> (8 * k));
+  }
+}
+
+template <typename U>
+void MergeScalar(bool rotate, const uint8_t* const* planes, size_t begin, size_t lanes, uint8_t* dst) {
+  constexpr unsigned W = sizeof(U);
+  for (size_t i = begin; i < lanes; ++i) {
+    U v = 0;
+    for (unsigned k = 0; k < W; ++k) v |= static_cast<U>(static_cast<U>(planes[k][i]) << (8 * k));
+    if (rotate) v = std::rotr(v, 1);
+    for (unsigned k = 0; k < W; ++k) dst[i * W + k] = static_cast<uint8_t>(v >> (8 * k));
+  }
+}
+
+#if defined(__SSE2__)
+// SSE2 is part of x86-64, so no runtime dispatch is needed.
+inline __m128i Load(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
+inline void Store(uint8_t* p, __m128i v) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), v); }
+
+size_t Split16(bool rotate, const uint8_t* src, size_t lanes, uint8_t* const* planes) {
+  const __m128i lo_mask = _mm_set1_epi16(0xFF);
+  size_t i = 0;
+  for (; i + 16 <= lanes; i += 16) {
+    __m128i a = Load(src + 2 * i), b = Load(src + 2 * i + 16);
+    if (rotate) {
+      a = _mm_or_si128(_mm_slli_epi16(a, 1), _mm_srli_epi16(a, 15));
+      b = _mm_or_si128(_mm_slli_epi16(b, 1), _mm_srli_epi16(b, 15));
+    }
+    Store(planes[0] + i, _mm_packus_epi16(_mm_and_si128(a, lo_mask), _mm_and_si128(b, lo_mask)));
+    Store(planes[1] + i, _mm_packus_epi16(_mm_srli_epi16(a, 8), _mm_srli_epi16(b, 8)));
+  }
+  return i;
+}
+
+size_t Merge16(bool rotate, const uint8_t* const* planes, size_t lanes, uint8_t* dst) {
+  size_t i = 0;
+  for (; i + 16 <= lanes; i += 16) {
+    __m128i lo = Load(planes[0] + i), hi = Load(planes[1] + i);
+    __m128i a = _mm_unpacklo_epi8(lo, hi), b = _mm_unpackhi_epi8(lo, hi);
+    if (rotate) {
+      a = _mm_or_si128(_mm_srli_epi16(a, 1), _mm_slli_epi16(a, 15));
+      b = _mm_or_si128(_mm_srli_epi16(b, 1), _mm_slli_epi16(b, 15));
+    }
+    Store(dst + 2 * i, a);
+    Store(dst + 2 * i + 16, b);
+  }
+  return i;
+}
+
+inline __m128i Rotl32(__m128i v) { return _mm_or_si128(_mm_slli_epi32(v, 1), _mm_srli_epi32(v, 31)); }
+inline __m128i Rotr32(__m128i v) { return _mm_or_si128(_mm_srli_epi32(v, 1), _mm_slli_epi32(v, 31)); }
+
+// Byte k of four registers of 32-bit lanes, packed into 16 bytes.
+inline __m128i PlaneOf(const __m128i* v, int shift) {
+  const __m128i m = _mm_set1_epi32(0xFF);
+  __m128i x0 = _mm_and_si128(_mm_srl_epi32(v[0], _mm_cvtsi32_si128(shift)), m);
+  __m128i x1 = _mm_and_si128(_mm_srl_epi32(v[1], _mm_cvtsi32_si128(shift)), m);
+  __m128i x2 = _mm_and_si128(_mm_srl_epi32(v[2], _mm_cvtsi32_si128(shift)), m);
+  __m128i x3 = _mm_and_si128(_mm_srl_epi32(v[3], _mm_cvtsi32_si128(shift)), m);
+  return _mm_packus_epi16(_mm_packs_epi32(x0, x1), _mm_packs_epi32(x2, x3));
+}
+
+size_t Split32(bool rotate, const uint8_t* src, size_t lanes, uint8_t* const* planes) {
+  size_t i = 0;
+  for (; i + 16 <= lanes; i += 16) {
+    __m128i v[4];
+    for (int j = 0; j < 4; ++j) {
+      v[j] = Load(src + 4 * i + 16 * j);
+      if (rotate) v[j] = Rotl32(v[j]);
+    }
+    for (int k = 0; k < 4; ++k) Store(planes[k] + i, PlaneOf(v, 8 * k));
+  }
+  return i;
+}
+
+size_t Merge32(bool rotate, const uint8_t* const* planes, size_t lanes, uint8_t* dst) {
+  size_t i = 0;
+  for (; i + 16 <= lanes; i += 16) {
+    __m128i p0 = Load(planes[0] + i), p1 = Load(planes[1] + i);
+    __m128i p2 = Load(planes[2] + i), p3 = Load(planes[3] + i);
+    __m128i lo01 = _mm_unpacklo_epi8(p0, p1), hi01 = _mm_unpackhi_epi8(p0, p1);
+    __m128i lo23 = _mm_unpacklo_epi8(p2, p3), hi23 = _mm_unpackhi_epi8(p2, p3);
+    __m128i r[4] = {_mm_unpacklo_epi16(lo01, lo23), _mm_unpackhi_epi16(lo01, lo23), _mm_unpacklo_epi16(hi01, hi23),
+                    _mm_unpackhi_epi16(hi01, hi23)};
+    for (int j = 0; j < 4; ++j) Store(dst + 4 * i + 16 * j, rotate ? Rotr32(r[j]) : r[j]);
+  }
+  return i;
+}
+#else
+size_t Split16(bool, const uint8_t*, size_t, uint8_t* const*) { return 0; }
+size_t Merge16(bool, const uint8_t* const*, size_t, uint8_t*) { return 0; }
+size_t Split32(bool, const uint8_t*, size_t, uint8_t* const*) { return 0; }
+size_t Merge32(bool, const uint8_t* const*, size_t, uint8_t*) { return 0; }
+#endif
+
+}  // namespace
+
+void SplitLanes(unsigned w, bool rotate, const uint8_t* src, size_t lanes, uint8_t* const* planes) {
+  if (lanes == 0) return;
+  switch (w) {
+    case 2:
+      SplitScalar<uint16_t>(rotate, src, Split16(rotate, src, lanes, planes), lanes, planes);
+      return;
+    case 4:
+      SplitScalar<uint32_t>(rotate, src, Split32(rotate, src, lanes, planes), lanes, planes);
+      return;
+    case 8:
+      SplitScalar<uint64_t>(rotate, src, 0, lanes, planes);
+      return;
+    default:
+      std::memcpy(planes[0], src, lanes);
+      return;
+  }
+}
+
+void MergeLanes(unsigned w, bool rotate, const uint8_t* const* planes, size_t lanes, uint8_t* dst) {
+  if (lanes == 0) return;
+  switch (w) {
+    case 2:
+      MergeScalar<uint16_t>(rotate, planes, Merge16(rotate, planes, lanes, dst), lanes, dst);
+      return;
+    case 4:
+      MergeScalar<uint32_t>(rotate, planes, Merge32(rotate, planes, lanes, dst), lanes, dst);
+      return;
+    case 8:
+      MergeScalar<uint64_t>(rotate, planes, 0, lanes, dst);
+      return;
+    default:
+      std::memcpy(dst, planes[0], lanes);
+      return;
+  }
+}
+
+}  // namespace ckptfs::lossless

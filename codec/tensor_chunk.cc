@@ -1,0 +1,163 @@
+#include "codec/tensor_chunk.h"
+
+#include <zstd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "codec/lossless/byte_io.h"
+#include "codec/zstd_contexts.h"
+
+namespace ckptfs {
+namespace {
+
+using lossless::ByteReader;
+using lossless::PutByte;
+using lossless::PutVarint;
+
+// Below this a tensor piece is cheaper to leave with the metadata: a plane
+// blob has a header per plane and the entropy coders need a sample.
+constexpr uint64_t kMinTensorPiece = 4096;
+
+}  // namespace
+
+std::vector<ChunkPiece> CutChunk(uint64_t chunk_offset, uint64_t len, std::span<const TensorRange> ranges) {
+  std::vector<ChunkPiece> pieces;
+  uint64_t pos = 0;
+  for (const TensorRange& r : ranges) {
+    const uint64_t w = std::max<uint64_t>(DTypeSize(r.dtype), 1);
+    uint64_t rb = std::max(r.offset, chunk_offset);
+    // Start at a whole element, so planes line up with the element's bytes.
+    rb += (w - (rb - r.offset) % w) % w;
+    const uint64_t re = std::min(r.offset + r.length, chunk_offset + len);
+    if (rb >= re || re - rb < kMinTensorPiece) continue;
+    const uint64_t b = rb - chunk_offset, e = re - chunk_offset;
+    if (b < pos) continue;  // overlapping ranges: keep the first
+    if (b > pos) pieces.push_back({pos, b, DType::kUnknown});
+    pieces.push_back({b, e, r.dtype});
+    pos = e;
+  }
+  if (pos < len) pieces.push_back({pos, len, DType::kUnknown});
+  return pieces;
+}
+
+namespace {
+
+SegmentKind CodeMeta(std::span<const uint8_t> raw, int level, std::vector<uint8_t>* out) {
+  ZstdContexts& ctx = ThreadZstdContexts();
+  if (ctx.cctx != nullptr) {
+    std::vector<uint8_t> z(ZSTD_compressBound(raw.size()));
+    size_t n = ZSTD_compressCCtx(ctx.cctx, z.data(), z.size(), raw.data(), raw.size(), level);
+    if (!ZSTD_isError(n) && n < raw.size()) {
+      out->assign(z.begin(), z.begin() + static_cast<ptrdiff_t>(n));
+      return SegmentKind::kZstdBytes;
+    }
+  }
+  out->assign(raw.begin(), raw.end());
+  return SegmentKind::kRawBytes;
+}
+
+Status DecodeSegment(SegmentKind kind, std::span<const uint8_t> stored, std::span<uint8_t> raw) {
+  switch (kind) {
+    case SegmentKind::kRawBytes:
+      if (stored.size() != raw.size()) return Status::Corruption("raw segment length mismatch");
+      if (!raw.empty()) std::memcpy(raw.data(), stored.data(), raw.size());
+      return Status::Ok();
+    case SegmentKind::kZstdBytes: {
+      ZSTD_DCtx* dctx = ThreadZstdContexts().dctx;
+      if (dctx == nullptr) return Status::Error(ENOMEM, "cannot allocate a zstd decompression context");
+      size_t n = ZSTD_decompressDCtx(dctx, raw.data(), raw.size(), stored.data(), stored.size());
+      if (ZSTD_isError(n)) return Status::Corruption(std::string("zstd segment: ") + ZSTD_getErrorName(n));
+      if (n != raw.size()) return Status::Corruption("zstd segment decoded to the wrong length");
+      return Status::Ok();
+    }
+    case SegmentKind::kTensor:
+      return lossless::DecodeTensorBytes(stored, raw);
+  }
+  return Status::Corruption("unknown segment kind " + std::to_string(static_cast<int>(kind)));
+}
+
+}  // namespace
+
+std::vector<TensorRange> TensorRangesOf(const FileLayout& layout) {
+  std::vector<TensorRange> out;
+  for (const TensorRegion& t : layout.tensors) {
+    if (t.dtype == DType::kUnknown || t.length < kMinTensorPiece) continue;
+    out.push_back({t.offset, t.length, t.dtype});
+  }
+  std::sort(out.begin(), out.end(), [](const TensorRange& a, const TensorRange& b) { return a.offset < b.offset; });
+  return out;
+}
+
+std::span<const TensorRange> RangesOverlapping(std::span<const TensorRange> sorted, uint64_t begin, uint64_t end) {
+  // Ranges do not overlap each other, so their ends are sorted too.
+  auto first = std::partition_point(sorted.begin(), sorted.end(),
+                                    [&](const TensorRange& r) { return r.offset + r.length <= begin; });
+  auto last = std::partition_point(first, sorted.end(), [&](const TensorRange& r) { return r.offset < end; });
+  return {first, last};
+}
+
+Status EncodeTensorChunk(std::span<const uint8_t> raw, uint64_t chunk_offset, std::span<const TensorRange> ranges,
+                         const TensorChunkOptions& opts, std::vector<uint8_t>* out) {
+  std::vector<ChunkPiece> pieces = CutChunk(chunk_offset, raw.size(), ranges);
+  std::vector<std::vector<uint8_t>> coded(pieces.size());
+  std::vector<SegmentKind> kinds(pieces.size());
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    std::span<const uint8_t> bytes = raw.subspan(pieces[i].begin, pieces[i].end - pieces[i].begin);
+    if (pieces[i].dtype == DType::kUnknown) {
+      kinds[i] = CodeMeta(bytes, opts.zstd_level, &coded[i]);
+      continue;
+    }
+    kinds[i] = SegmentKind::kTensor;
+    RETURN_IF_ERROR(lossless::EncodeTensorBytes(pieces[i].dtype, bytes, opts.planes, &coded[i]));
+  }
+  PutByte(out, kTensorChunkVersion);
+  PutVarint(out, pieces.size());
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    PutByte(out, static_cast<uint8_t>(kinds[i]));
+    PutVarint(out, pieces[i].end - pieces[i].begin);
+    PutVarint(out, coded[i].size());
+  }
+  for (const auto& c : coded) out->insert(out->end(), c.begin(), c.end());
+  return Status::Ok();
+}
+
+Status DecodeTensorChunk(std::span<const uint8_t> stored, std::span<uint8_t> raw_out) {
+  ByteReader r(stored);
+  uint8_t version = 0;
+  RETURN_IF_ERROR(r.Byte(&version, "tensor chunk version"));
+  if (version != kTensorChunkVersion) {
+    return Status::Corruption("tensor chunk version " + std::to_string(version) + " is not supported");
+  }
+  uint64_t count = 0;
+  RETURN_IF_ERROR(r.Varint(&count, "segment count"));
+  // Every segment has a 3-byte descriptor at least, which bounds the count.
+  if (count > r.remaining() / 3 || count > raw_out.size()) return Status::Corruption("segment count too large");
+  std::vector<uint64_t> raw_len(count), stored_len(count);
+  std::vector<SegmentKind> kind(count);
+  uint64_t total = 0;
+  for (uint64_t i = 0; i < count; ++i) {
+    uint8_t k = 0;
+    RETURN_IF_ERROR(r.Byte(&k, "segment kind"));
+    if (k > static_cast<uint8_t>(SegmentKind::kTensor)) return Status::Corruption("segment kind " + std::to_string(k));
+    kind[i] = static_cast<SegmentKind>(k);
+    RETURN_IF_ERROR(r.Varint(&raw_len[i], "segment raw length"));
+    RETURN_IF_ERROR(r.Varint(&stored_len[i], "segment stored length"));
+    if (raw_len[i] > raw_out.size() - total) return Status::Corruption("segments exceed the chunk");
+    total += raw_len[i];
+  }
+  if (total != raw_out.size()) return Status::Corruption("segments do not cover the chunk");
+  uint64_t pos = 0;
+  for (uint64_t i = 0; i < count; ++i) {
+    std::span<const uint8_t> payload;
+    RETURN_IF_ERROR(r.Bytes(stored_len[i], &payload, "segment payload"));
+    RETURN_IF_ERROR(DecodeSegment(kind[i], payload, raw_out.subspan(pos, raw_len[i]))
+                        .WithContext("segment " + std::to_string(i) + " at chunk byte " + std::to_string(pos)));
+    pos += raw_len[i];
+  }
+  if (r.remaining() != 0) return Status::Corruption("bytes left after the last segment");
+  return Status::Ok();
+}
+
+}  // namespace ckptfs
