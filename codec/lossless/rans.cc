@@ -29,11 +29,24 @@ unsigned ScaleBitsFor(uint64_t n) {
   return bits;
 }
 
+// Division by the frequency as a multiply: with m = floor(2^64 / f) + 1,
+// x / f == high 64 bits of x * m for every 32-bit x (the error stays below
+// 2^-32 <= 1/f). f == 1 would need m = 2^64, so it keeps rcp 0 and q = x.
 struct EncSymbol {
   uint32_t x_max = 0;
   uint32_t freq = 1;
   uint32_t start = 0;
+  uint64_t rcp = 0;
 };
+
+EncSymbol MakeEncSymbol(uint32_t freq, uint32_t start, unsigned scale) {
+  EncSymbol e;
+  e.x_max = ((kL >> scale) << 16) * freq;
+  e.freq = freq;
+  e.start = start;
+  e.rcp = freq == 1 ? 0 : ~uint64_t{0} / freq + 1;
+  return e;
+}
 
 inline void EncPut(uint32_t* state, uint16_t** ptr, const EncSymbol& sym, unsigned scale) {
   uint32_t x = *state;
@@ -41,7 +54,9 @@ inline void EncPut(uint32_t* state, uint16_t** ptr, const EncSymbol& sym, unsign
     *--*ptr = static_cast<uint16_t>(x);
     x >>= 16;
   }
-  *state = ((x / sym.freq) << scale) + (x % sym.freq) + sym.start;
+  const uint32_t q =
+      sym.rcp == 0 ? x : static_cast<uint32_t>((static_cast<unsigned __int128>(x) * sym.rcp) >> 64);
+  *state = (q << scale) + (x - q * sym.freq) + sym.start;
 }
 
 void WriteSymbolSet(const std::array<uint32_t, 256>& freq, unsigned distinct, std::vector<uint8_t>* out) {
@@ -269,7 +284,7 @@ void RansEncode(std::span<const uint8_t> in, std::vector<uint8_t>* out, const Hi
   EncSymbol syms[256];
   uint32_t start = 0;
   for (int s = 0; s < 256; ++s) {
-    if (freq[s] != 0) syms[s] = {((kL >> scale) << 16) * freq[s], freq[s], start};
+    if (freq[s] != 0) syms[s] = MakeEncSymbol(freq[s], start, scale);
     start += freq[s];
   }
 
