@@ -123,6 +123,12 @@ Status ApplyOption(const std::string& opt, MountOptions* out) {
     RETURN_IF_ERROR(need_val());
     ASSIGN_OR_RETURN(long n, ParseInt(key, val, -7, 22));
     out->zstd_level = static_cast<int>(n);
+  } else if (key == "tensor_codec") {
+    RETURN_IF_ERROR(need_val());
+    if (val != "0" && val != "1")
+      return Status::InvalidArgument("option tensor_codec=" + val +
+                                     ": use 1 (tensor-aware coding of recognised checkpoint files) or 0 (zstd only)");
+    out->tensor_codec = val == "1";
   } else if (key == "seal_threads") {
     RETURN_IF_ERROR(need_val());
     ASSIGN_OR_RETURN(long n, ParseInt(key, val, 1, 64));
@@ -215,6 +221,8 @@ std::string MountOptionsHelp() {
          "  cache_size=SIZE     decoded-chunk cache limit (default 128M)\n"
          "  chunk_size=SIZE     chunk size for new packs, power of two (default 4M)\n"
          "  zstd_level=N        zstd level for new packs (default 3)\n"
+         "  tensor_codec=0|1    1: code the tensors of recognised checkpoint formats\n"
+         "                      by element type (lossless); 0: zstd only (default 1)\n"
          "  seal_threads=N      background sealing threads (default 1)\n"
          "  max_threads=N       FUSE worker threads (default 8)\n"
          "  read_ahead=SIZE     kernel readahead for the mount (default 4M)\n"
@@ -352,6 +360,7 @@ int RunMount(MountOptions opts) {
   StoreOptions so;
   so.chunk_size = opts.chunk_size;
   so.encoder.zstd_level = opts.zstd_level;
+  so.encoder.tensor_codec = opts.tensor_codec;
   auto store = Store::Open(Env::Default(), backing, so);
   if (!store.ok()) return Fail(store.status().message());
 

@@ -19,6 +19,7 @@ struct MountOptions {
   FsConfig fs;
   uint32_t chunk_size = 4u << 20;
   int zstd_level = 3;
+  bool tensor_codec = true;  // kTensor chunks for files whose format names tensors
   int max_threads = 8;
   uint64_t read_ahead = 4u << 20;  // kernel readahead window for the mount
   std::string log_path;            // default: BACKING/ckptfs.log

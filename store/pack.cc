@@ -90,6 +90,7 @@ Result<PackStats> WritePack(Env* env, int src_fd, uint64_t size, int dst_fd, uin
   std::vector<uint8_t> out;
   std::vector<uint8_t> table(header.chunk_count * kPackTableEntrySize);
   uint64_t pos = kPackHeaderSize;
+  bool used_tensor_codec = false;
   for (uint64_t i = 0; i < header.chunk_count; ++i) {
     if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) {
       return Status::Error(ECANCELED, "pack write cancelled");
@@ -106,6 +107,7 @@ Result<PackStats> WritePack(Env* env, int src_fd, uint64_t size, int dst_fd, uin
     }
     ChunkEntry e;
     e.codec = EncodeChunk(raw, opts, &out, off, RangesOverlapping(tensors, off, off + len));
+    used_tensor_codec |= e.codec == ChunkCodec::kTensor;
     e.offset = pos;
     e.stored_len = static_cast<uint32_t>(out.size());
     e.raw_len = static_cast<uint32_t>(len);
@@ -114,6 +116,14 @@ Result<PackStats> WritePack(Env* env, int src_fd, uint64_t size, int dst_fd, uin
     if (!out.empty()) RETURN_IF_ERROR(env->PWriteAll(dst_fd, out, pos));
     pos += out.size();
     EncodeEntry(e, std::span<uint8_t>(table).subspan(i * kPackTableEntrySize, kPackTableEntrySize));
+  }
+
+  // A pack without tensor chunks stays readable by version-1 builds, so
+  // turning tensor_codec off (or storing only unknown files) allows a downgrade.
+  if (!used_tensor_codec) {
+    header.version = 1;
+    EncodeHeader(header, hdr);
+    RETURN_IF_ERROR(env->PWriteAll(dst_fd, hdr, 0));
   }
 
   const uint64_t table_offset = pos;

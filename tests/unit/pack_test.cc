@@ -3,8 +3,12 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cstring>
+#include <random>
+#include <set>
 
+#include "base/hash.h"
 #include "store/env.h"
 #include "tests/unit/test_util.h"
 
@@ -19,12 +23,23 @@ class PackTest : public ::testing::Test {
  protected:
   // Writes `content` as a pack at dir/name; returns the stats.
   Result<PackStats> Write(const std::vector<uint8_t>& content, uint32_t chunk_size, const std::string& name = "p",
-                          const std::atomic<bool>* cancel = nullptr, uint64_t size_override = UINT64_MAX) {
+                          const std::atomic<bool>* cancel = nullptr, uint64_t size_override = UINT64_MAX,
+                          std::span<const TensorRange> tensors = {}) {
     test::WriteFileBytes(dir_.Sub("src"), content);
     ASSIGN_OR_RETURN(UniqueFd src, env_->OpenAt(AT_FDCWD, dir_.Sub("src"), O_RDONLY));
     ASSIGN_OR_RETURN(UniqueFd dst, env_->OpenAt(AT_FDCWD, dir_.Sub(name), O_CREAT | O_TRUNC | O_RDWR, 0644));
     uint64_t size = size_override == UINT64_MAX ? content.size() : size_override;
-    return WritePack(env_, src.get(), size, dst.get(), chunk_size, {}, cancel);
+    return WritePack(env_, src.get(), size, dst.get(), chunk_size, {}, cancel, tensors);
+  }
+  // Rewrites the header's version field (offset 8) and its checksum (offset
+  // 56: XXH3-64 of bytes 0..55, seed kSeedHeader), as store/pack.cc writes them.
+  void SetHeaderVersion(uint32_t version, const std::string& name = "p") {
+    std::vector<uint8_t> b = test::ReadFileBytes(dir_.Sub(name));
+    ASSERT_GE(b.size(), kPackHeaderSize);
+    for (int i = 0; i < 4; ++i) b[8 + i] = static_cast<uint8_t>(version >> (8 * i));
+    const uint64_t sum = Checksum64(std::span<const uint8_t>(b.data(), 56), kSeedHeader);
+    for (int i = 0; i < 8; ++i) b[56 + i] = static_cast<uint8_t>(sum >> (8 * i));
+    test::WriteFileBytes(dir_.Sub(name), b);
   }
   Result<std::shared_ptr<PackReader>> Open(const std::string& name = "p") {
     ASSIGN_OR_RETURN(UniqueFd fd, env_->OpenAt(AT_FDCWD, dir_.Sub(name), O_RDONLY));
@@ -212,6 +227,99 @@ TEST_F(PackTest, TruncationAndAppendAreDetected) {
   longer.push_back(0);
   test::WriteFileBytes(dir_.Sub("p"), longer);
   EXPECT_FALSE(Open().ok());
+}
+
+// ---- format versions -----------------------------------------------------------
+
+// f32 weights drawn from a normal distribution: chunks of them take kTensor.
+std::vector<uint8_t> FloatWeights(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 0.02f);
+  std::vector<uint8_t> b;
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t x = std::bit_cast<uint32_t>(dist(rng));
+    for (int k = 0; k < 4; ++k) b.push_back(static_cast<uint8_t>(x >> (8 * k)));
+  }
+  return b;
+}
+
+// Only packs that use kTensor need version 2; the rest stay readable by
+// version-1 builds, so a downgrade after tensor_codec=0 loses nothing.
+TEST_F(PackTest, PacksWithoutTensorChunksAreVersion1) {
+  ASSERT_TRUE(Write(RandomBytes(100, 12), 4096).ok());
+  auto b = test::ReadFileBytes(dir_.Sub("p"));
+  EXPECT_EQ(b[8] | b[9] << 8 | b[10] << 16 | b[11] << 24, 1);
+  auto r = Open();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ((*r)->header().version, 1u);
+  EXPECT_EQ(kPackFormatVersion, 2u);
+  EXPECT_EQ(kPackMinReadableVersion, 1u);
+}
+
+TEST_F(PackTest, PacksWithTensorChunksAreVersion2) {
+  std::vector<uint8_t> content = FloatWeights(3 * 1024, 16);
+  const std::vector<TensorRange> tensors = {{0, content.size(), DType::kF32}};
+  ASSERT_TRUE(Write(content, 4096, "p", nullptr, UINT64_MAX, tensors).ok());
+  auto r = Open();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ((*r)->header().version, 2u);
+}
+
+// A version 1 pack (raw, zstd and zero chunks only) written by an older
+// build is still read.
+TEST_F(PackTest, Version1PackIsStillReadable) {
+  std::vector<uint8_t> content = test::MixedContent(4096, 13);
+  ASSERT_TRUE(Write(content, 4096).ok());
+  SetHeaderVersion(1);
+  auto r = Open();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ((*r)->header().version, 1u);
+  std::set<ChunkCodec> codecs;
+  for (const ChunkEntry& e : (*r)->chunks()) codecs.insert(e.codec);
+  EXPECT_EQ(codecs, (std::set<ChunkCodec>{ChunkCodec::kRaw, ChunkCodec::kZstd, ChunkCodec::kZero}));
+  Result<std::vector<uint8_t>> back = ReadAll(**r);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, content);
+  EXPECT_TRUE((*r)->VerifyAll().ok());
+}
+
+// kTensor did not exist in version 1: a v1 table naming it is corrupt.
+TEST_F(PackTest, Version1PackWithTensorChunkIsRejected) {
+  std::vector<uint8_t> content = FloatWeights(3 * 1024, 14);  // three 4 KiB chunks of f32
+  const std::vector<TensorRange> tensors = {{0, content.size(), DType::kF32}};
+  ASSERT_TRUE(Write(content, 4096, "p", nullptr, UINT64_MAX, tensors).ok());
+  {
+    auto r = Open();
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    size_t tensor_chunks = 0;
+    for (const ChunkEntry& e : (*r)->chunks()) tensor_chunks += e.codec == ChunkCodec::kTensor;
+    ASSERT_GT(tensor_chunks, 0u) << "the test needs a kTensor chunk";
+    Result<std::vector<uint8_t>> back = ReadAll(**r);
+    ASSERT_TRUE(back.ok()) << back.status().ToString();
+    EXPECT_EQ(*back, content);
+  }
+  SetHeaderVersion(1);
+  auto r = Open();
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), EIO);
+  EXPECT_NE(r.status().message().find("pack p: chunk 0: tensor chunk in a version 1 pack"), std::string::npos)
+      << r.status().message();
+}
+
+TEST_F(PackTest, UnknownVersionsAreRejected) {
+  ASSERT_TRUE(Write(RandomBytes(5000, 15), 4096).ok());
+  for (uint32_t v : {3u, 0u, 0xffffffffu}) {
+    SetHeaderVersion(v);
+    auto r = Open();
+    ASSERT_FALSE(r.ok()) << "version " << v;
+    EXPECT_EQ(r.status().code(), EIO);
+    EXPECT_NE(r.status().message().find("format version " + std::to_string(v) +
+                                        " is not supported (this build reads 1 to 2)"),
+              std::string::npos)
+        << r.status().message();
+  }
+  SetHeaderVersion(2);
+  EXPECT_TRUE(Open().ok());
 }
 
 }  // namespace
