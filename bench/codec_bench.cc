@@ -253,7 +253,7 @@ nlohmann::json MethodJson(const Method& m, uint64_t size) {
           {"dec_mbps", m.dec_s > 0 ? double(size) / 1e6 / m.dec_s : 0.0}};
 }
 
-int BenchFile(const std::string& path, int repeats, bool zstd19, bool planes) {
+int BenchFile(const std::string& path, int repeats, bool zstd19, bool planes, bool only_ckptfs) {
   std::ifstream f(path, std::ios::binary);
   Bytes data((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   if (!f.good() && !f.eof()) {
@@ -274,10 +274,14 @@ int BenchFile(const std::string& path, int repeats, bool zstd19, bool planes) {
                       {"size", data.size()},
                       {"format", layout.format},
                       {"tensor_bytes", tensor_bytes},
-                      {"zstd3", MethodJson(MeasureZstd(chunks, 3, repeats, &ok), data.size())},
-                      {"bytegroup", MethodJson(MeasureByteGroup(chunks, ranges, repeats, &ok), data.size())},
-                      {"ckptfs", MethodJson(MeasureCkptfs(chunks, ranges, repeats, &ok, &codecs), data.size())},
-                      {"entropy_bound", EntropyBoundBytes(chunks, ranges)}};
+                      {"ckptfs", MethodJson(MeasureCkptfs(chunks, ranges, repeats, &ok, &codecs), data.size())}};
+  if (only_ckptfs) {
+    std::printf("%s\n", j.dump().c_str());
+    return ok ? 0 : 1;
+  }
+  j["zstd3"] = MethodJson(MeasureZstd(chunks, 3, repeats, &ok), data.size());
+  j["bytegroup"] = MethodJson(MeasureByteGroup(chunks, ranges, repeats, &ok), data.size());
+  j["entropy_bound"] = EntropyBoundBytes(chunks, ranges);
   if (planes) j["planes"] = PlaneReport(chunks, ranges);
   if (zstd19) j["zstd19"] = MethodJson(MeasureZstd(chunks, 19, 1, &ok), data.size());
   j["ckptfs_chunks"] = codecs;
@@ -294,11 +298,14 @@ int main(int argc, char** argv) {
   int repeats = 3;
   bool zstd19 = true;
   bool planes = false;
+  bool only_ckptfs = false;  // for profiling the codec alone
   std::vector<std::string> files;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--repeats" && i + 1 < argc) {
       repeats = std::max(1, std::atoi(argv[++i]));
+    } else if (a == "--only-ckptfs") {
+      only_ckptfs = true;
     } else if (a == "--planes") {
       planes = true;
     } else if (a == "--no-zstd19") {
@@ -315,6 +322,6 @@ int main(int argc, char** argv) {
     return 2;
   }
   int rc = 0;
-  for (const std::string& f : files) rc = std::max(rc, ckptfs::BenchFile(f, repeats, zstd19, planes));
+  for (const std::string& f : files) rc = std::max(rc, ckptfs::BenchFile(f, repeats, zstd19, planes, only_ckptfs));
   return rc;
 }

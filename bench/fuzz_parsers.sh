@@ -25,7 +25,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=$ROOT/build-fuzz
 SEEDS=$BUILD/seeds
 TARGETS=(fuzz_layout fuzz_pickle fuzz_torch_zip fuzz_torch_legacy fuzz_dcp fuzz_safetensors fuzz_npy fuzz_npz
-  fuzz_gguf fuzz_tf_index fuzz_lossless_decode)
+  fuzz_gguf fuzz_tf_index fuzz_lossless_decode fuzz_tensor_chunk)
 command -v clang++ >/dev/null || { echo "clang++ not found (apt-get install -y clang)" >&2; exit 1; }
 
 cmake -S "$ROOT" -B "$BUILD" -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
@@ -35,7 +35,7 @@ cmake --build "$BUILD" -j1 --target "${TARGETS[@]}"
 rm -rf "$SEEDS"
 for t in "${TARGETS[@]}"; do mkdir -p "$SEEDS/${t#fuzz_}"; done
 if cmake --build "$BUILD" -j1 --target lossless_seed_gen >/dev/null 2>&1; then
-  "$BUILD/tests/fuzz/lossless_seed_gen" "$SEEDS/lossless_decode"
+  "$BUILD/tests/fuzz/lossless_seed_gen" "$SEEDS/lossless_decode" "$SEEDS/tensor_chunk"
 else
   echo "lossless_seed_gen did not build; fuzz_lossless_decode starts from a handmade seed" >&2
 fi

@@ -44,6 +44,52 @@ std::vector<ChunkPiece> CutChunk(uint64_t chunk_offset, uint64_t len, std::span<
 
 namespace {
 
+// Long zero runs inside tensors (optimizer state of embedding rows no batch
+// touched, zero-initialised tensors) cost nothing as their own segments,
+// and keep them out of the plane statistics.
+constexpr uint64_t kMinZeroRun = 64 << 10;
+
+// Exits at the first non-zero 64 bytes: tensor data almost always fails at
+// once, so the scan costs little outside the zero runs themselves.
+bool IsZero(const uint8_t* p, size_t n) {
+  size_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    uint64_t w[8];
+    std::memcpy(w, p + i, sizeof(w));
+    if ((w[0] | w[1] | w[2] | w[3] | w[4] | w[5] | w[6] | w[7]) != 0) return false;
+  }
+  for (; i < n; ++i) {
+    if (p[i] != 0) return false;
+  }
+  return true;
+}
+
+// Splits a tensor piece around zero runs of at least kMinZeroRun bytes,
+// found on a 4 KiB grid (a multiple of every element size).
+void SplitZeroRuns(std::span<const uint8_t> chunk, const ChunkPiece& piece, std::vector<ChunkPiece>* out) {
+  constexpr uint64_t kGrid = 4096;
+  uint64_t pos = piece.begin;       // start of the not yet emitted part
+  uint64_t run = 0, run_len = 0;    // current zero run on the grid
+  auto flush = [&] {  // a long enough run: [pos, run) as tensor, the run as zeros
+    if (run_len >= kMinZeroRun) {
+      if (run > pos) out->push_back({pos, run, piece.dtype});
+      out->push_back({run, run + run_len, DType::kUnknown, true});
+      pos = run + run_len;
+    }
+    run_len = 0;
+  };
+  for (uint64_t b = piece.begin; b + kGrid <= piece.end; b += kGrid) {
+    if (IsZero(chunk.data() + b, kGrid)) {
+      if (run_len == 0) run = b;
+      run_len += kGrid;
+    } else {
+      flush();
+    }
+  }
+  flush();
+  if (pos < piece.end) out->push_back({pos, piece.end, piece.dtype});
+}
+
 SegmentKind CodeMeta(std::span<const uint8_t> raw, int level, std::vector<uint8_t>* out) {
   ZstdContexts& ctx = ThreadZstdContexts();
   if (ctx.cctx != nullptr) {
@@ -74,6 +120,10 @@ Status DecodeSegment(SegmentKind kind, std::span<const uint8_t> stored, std::spa
     }
     case SegmentKind::kTensor:
       return lossless::DecodeTensorBytes(stored, raw);
+    case SegmentKind::kZero:
+      if (!stored.empty()) return Status::Corruption("zero segment stores bytes");
+      if (!raw.empty()) std::memset(raw.data(), 0, raw.size());
+      return Status::Ok();
   }
   return Status::Corruption("unknown segment kind " + std::to_string(static_cast<int>(kind)));
 }
@@ -100,11 +150,22 @@ std::span<const TensorRange> RangesOverlapping(std::span<const TensorRange> sort
 
 Status EncodeTensorChunk(std::span<const uint8_t> raw, uint64_t chunk_offset, std::span<const TensorRange> ranges,
                          const TensorChunkOptions& opts, std::vector<uint8_t>* out) {
-  std::vector<ChunkPiece> pieces = CutChunk(chunk_offset, raw.size(), ranges);
+  std::vector<ChunkPiece> pieces;
+  for (const ChunkPiece& p : CutChunk(chunk_offset, raw.size(), ranges)) {
+    if (p.dtype == DType::kUnknown) {
+      pieces.push_back(p);
+    } else {
+      SplitZeroRuns(raw, p, &pieces);
+    }
+  }
   std::vector<std::vector<uint8_t>> coded(pieces.size());
   std::vector<SegmentKind> kinds(pieces.size());
   for (size_t i = 0; i < pieces.size(); ++i) {
     std::span<const uint8_t> bytes = raw.subspan(pieces[i].begin, pieces[i].end - pieces[i].begin);
+    if (pieces[i].zero) {
+      kinds[i] = SegmentKind::kZero;
+      continue;
+    }
     if (pieces[i].dtype == DType::kUnknown) {
       kinds[i] = CodeMeta(bytes, opts.zstd_level, &coded[i]);
       continue;
@@ -140,7 +201,7 @@ Status DecodeTensorChunk(std::span<const uint8_t> stored, std::span<uint8_t> raw
   for (uint64_t i = 0; i < count; ++i) {
     uint8_t k = 0;
     RETURN_IF_ERROR(r.Byte(&k, "segment kind"));
-    if (k > static_cast<uint8_t>(SegmentKind::kTensor)) return Status::Corruption("segment kind " + std::to_string(k));
+    if (k > static_cast<uint8_t>(SegmentKind::kZero)) return Status::Corruption("segment kind " + std::to_string(k));
     kind[i] = static_cast<SegmentKind>(k);
     RETURN_IF_ERROR(r.Varint(&raw_len[i], "segment raw length"));
     RETURN_IF_ERROR(r.Varint(&stored_len[i], "segment stored length"));

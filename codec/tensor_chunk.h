@@ -28,6 +28,7 @@ enum class SegmentKind : uint8_t {
   kRawBytes = 0,
   kZstdBytes = 1,
   kTensor = 2,  // a lossless::EncodeTensorBytes blob
+  kZero = 3,    // all bytes zero, nothing stored (untouched optimizer rows, padding)
 };
 
 // A run of elements of one type at an absolute file offset.
@@ -49,6 +50,7 @@ struct ChunkPiece {
   uint64_t begin = 0;
   uint64_t end = 0;
   DType dtype = DType::kUnknown;
+  bool zero = false;  // a run of zero bytes inside a tensor (encoder only)
 };
 
 // How the encoder cuts the chunk [chunk_offset, chunk_offset + len): pieces

@@ -5,6 +5,7 @@
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
+#include <tmmintrin.h>
 #endif
 
 namespace ckptfs::lossless {
@@ -100,6 +101,35 @@ size_t Split32(bool rotate, const uint8_t* src, size_t lanes, uint8_t* const* pl
   return i;
 }
 
+// With SSSE3, one byte shuffle per register groups each byte position of
+// its four lanes, and a 4x4 transpose of 32-bit words makes the planes:
+// about half the instructions of the SSE2 pack sequence.
+__attribute__((target("ssse3"))) size_t Split32Ssse3(bool rotate, const uint8_t* src, size_t lanes,
+                                                      uint8_t* const* planes) {
+  const __m128i group = _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  size_t i = 0;
+  for (; i + 16 <= lanes; i += 16) {
+    __m128i v[4];
+    for (int j = 0; j < 4; ++j) {
+      v[j] = Load(src + 4 * i + 16 * j);
+      if (rotate) v[j] = Rotl32(v[j]);
+      v[j] = _mm_shuffle_epi8(v[j], group);  // [b0 x4 | b1 x4 | b2 x4 | b3 x4]
+    }
+    __m128i t0 = _mm_unpacklo_epi32(v[0], v[1]), t1 = _mm_unpacklo_epi32(v[2], v[3]);
+    __m128i t2 = _mm_unpackhi_epi32(v[0], v[1]), t3 = _mm_unpackhi_epi32(v[2], v[3]);
+    Store(planes[0] + i, _mm_unpacklo_epi64(t0, t1));
+    Store(planes[1] + i, _mm_unpackhi_epi64(t0, t1));
+    Store(planes[2] + i, _mm_unpacklo_epi64(t2, t3));
+    Store(planes[3] + i, _mm_unpackhi_epi64(t2, t3));
+  }
+  return i;
+}
+
+bool HaveSsse3() {
+  static const bool have = __builtin_cpu_supports("ssse3");
+  return have;
+}
+
 size_t Merge32(bool rotate, const uint8_t* const* planes, size_t lanes, uint8_t* dst) {
   size_t i = 0;
   for (; i + 16 <= lanes; i += 16) {
@@ -117,6 +147,8 @@ size_t Merge32(bool rotate, const uint8_t* const* planes, size_t lanes, uint8_t*
 size_t Split16(bool, const uint8_t*, size_t, uint8_t* const*) { return 0; }
 size_t Merge16(bool, const uint8_t* const*, size_t, uint8_t*) { return 0; }
 size_t Split32(bool, const uint8_t*, size_t, uint8_t* const*) { return 0; }
+size_t Split32Ssse3(bool, const uint8_t*, size_t, uint8_t* const*) { return 0; }
+bool HaveSsse3() { return false; }
 size_t Merge32(bool, const uint8_t* const*, size_t, uint8_t*) { return 0; }
 #endif
 
@@ -129,7 +161,9 @@ void SplitLanes(unsigned w, bool rotate, const uint8_t* src, size_t lanes, uint8
       SplitScalar<uint16_t>(rotate, src, Split16(rotate, src, lanes, planes), lanes, planes);
       return;
     case 4:
-      SplitScalar<uint32_t>(rotate, src, Split32(rotate, src, lanes, planes), lanes, planes);
+      SplitScalar<uint32_t>(rotate, src, HaveSsse3() ? Split32Ssse3(rotate, src, lanes, planes)
+                                                     : Split32(rotate, src, lanes, planes),
+                            lanes, planes);
       return;
     case 8:
       SplitScalar<uint64_t>(rotate, src, 0, lanes, planes);

@@ -1,6 +1,8 @@
 // Writes seeds for fuzz_lossless_decode: real blobs from the encoder for
 // each dtype and a few kinds of content, each prefixed with the raw size
-// (u32 LE) as the fuzz target expects. Usage: lossless_seed_gen OUT_DIR
+// (u32 LE) as the fuzz target expects; with a second directory, also
+// tensor chunk payloads for fuzz_tensor_chunk.
+// Usage: lossless_seed_gen OUT_DIR [CHUNK_OUT_DIR]
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -11,12 +13,13 @@
 
 #include "codec/dtype.h"
 #include "codec/lossless/plane_codec.h"
+#include "codec/tensor_chunk.h"
 
 using ckptfs::DType;
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: %s OUT_DIR\n", argv[0]);
+  if (argc != 2 && argc != 3) {
+    std::fprintf(stderr, "usage: %s OUT_DIR [CHUNK_OUT_DIR]\n", argv[0]);
     return 2;
   }
   std::mt19937 rng(1);
@@ -25,12 +28,13 @@ int main(int argc, char** argv) {
                           DType::kU8,  DType::kC64,  DType::kBool, DType::kUnknown};
   int written = 0;
   for (DType t : kTypes) {
-    for (int kind = 0; kind < 3; ++kind) {
-      // Normal weights, a constant run, and an odd length with a partial element.
-      size_t n = kind == 2 ? 1001 : 4096;
+    for (int kind = 0; kind < 4; ++kind) {
+      // Normal weights, a constant run, an odd length with a partial element,
+      // and a plane big enough for the exponent split and rANS.
+      size_t n = kind == 2 ? 1001 : kind == 3 ? 160000 : 4096;
       std::vector<uint8_t> raw(n);
       for (size_t i = 0; i + 4 <= n; i += 4) {
-        float v = kind == 1 ? 1.0f : normal(rng);
+        float v = kind == 1 ? 1.0f : kind == 3 ? normal(rng) * normal(rng) * 1e-3f : normal(rng);
         if (t == DType::kBF16 || t == DType::kF16) v = std::ldexp(v, 16);  // spread the high bytes
         std::memcpy(raw.data() + i, &v, 4);
       }
@@ -43,6 +47,30 @@ int main(int argc, char** argv) {
       if (!f || std::fwrite(seed.data(), 1, seed.size(), f) != seed.size() || std::fclose(f) != 0) return 1;
       ++written;
     }
+  }
+  if (argc == 3) {
+    // A chunk with metadata around an f32 and a bf16 tensor.
+    std::vector<uint8_t> chunk(200000);
+    for (size_t i = 0; i < 300; ++i) chunk[i] = static_cast<uint8_t>("PK\3\4{\"dtype\":"[i % 14]);
+    for (size_t i = 300; i + 4 <= 120300; i += 4) {
+      float v = normal(rng);
+      std::memcpy(chunk.data() + i, &v, 4);
+    }
+    for (size_t i = 120300; i + 2 <= 199000; i += 2) {
+      float v = normal(rng);
+      uint32_t u;
+      std::memcpy(&u, &v, 4);
+      chunk[i] = static_cast<uint8_t>(u >> 16);
+      chunk[i + 1] = static_cast<uint8_t>(u >> 24);
+    }
+    const ckptfs::TensorRange ranges[] = {{300, 120000, DType::kF32}, {120300, 78700, DType::kBF16}};
+    std::vector<uint8_t> payload;
+    if (!ckptfs::EncodeTensorChunk(chunk, 0, ranges, {}, &payload).ok()) return 1;
+    size_t n = chunk.size();
+    std::vector<uint8_t> seed = {uint8_t(n), uint8_t(n >> 8), uint8_t(n >> 16), uint8_t(n >> 24)};
+    seed.insert(seed.end(), payload.begin(), payload.end());
+    FILE* f = std::fopen((std::string(argv[2]) + "/mixed").c_str(), "wb");
+    if (!f || std::fwrite(seed.data(), 1, seed.size(), f) != seed.size() || std::fclose(f) != 0) return 1;
   }
   std::printf("%d lossless seeds\n", written);
   return written > 0 ? 0 : 1;

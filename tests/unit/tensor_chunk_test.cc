@@ -763,12 +763,31 @@ TEST(TensorChunkMalformedTest, SegmentsMustCoverTheChunk) {
   ExpectCorrupt(Decode(b, 10), "segments exceed the chunk", "overflowing lengths");
 }
 
+// Zero runs inside a tensor become zero segments that store nothing.
+TEST(TensorChunkTest, ZeroRunsInsideTensorsAreFree) {
+  Bytes raw = TensorBytes(DType::kF32, 256 * 1024, 21);  // 1 MiB of normal floats
+  std::fill(raw.begin() + 100000, raw.begin() + 900000, 0);
+  const std::vector<TensorRange> ranges = {{0, raw.size(), DType::kF32}};
+  Bytes payload = Encode(raw, 0, ranges);
+  bool saw_zero = false;
+  for (const Segment& s : ParseSegments(payload)) saw_zero |= s.kind == SegmentKind::kZero && s.stored_len == 0;
+  EXPECT_TRUE(saw_zero);
+  EXPECT_LT(payload.size(), 240000u);  // ~230 KB of floats left, at ~1.2x
+  Bytes back(raw.size());
+  ASSERT_TRUE(DecodeTensorChunk(payload, back).ok());
+  EXPECT_EQ(back, raw);
+}
+
 TEST(TensorChunkMalformedTest, BadSegments) {
   const Bytes data = {1, 2, 3, 4, 5, 6, 7, 8};
   // Unknown kind.
-  Bytes b = {kTensorChunkVersion, 1, 3, 8, 8};
+  Bytes b = {kTensorChunkVersion, 1, 4, 8, 8};
   b.insert(b.end(), data.begin(), data.end());
-  ExpectCorrupt(Decode(b, 8), "segment kind 3", "kind 3");
+  ExpectCorrupt(Decode(b, 8), "segment kind 4", "kind 4");
+  // Zero segment that stores bytes.
+  b = {kTensorChunkVersion, 1, 3, 8, 8};
+  b.insert(b.end(), data.begin(), data.end());
+  ExpectCorrupt(Decode(b, 8), "zero segment stores bytes", "zero with payload");
   // Raw segment whose stored length differs from its raw length.
   b = {kTensorChunkVersion, 1, 0, 8, 7};
   b.insert(b.end(), data.begin(), data.end() - 1);
