@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -169,6 +170,15 @@ Method MeasureByteGroup(const std::vector<Chunk>& chunks, std::span<const Tensor
 Method MeasureCkptfs(const std::vector<Chunk>& chunks, std::span<const TensorRange> ranges, int repeats, bool* ok,
                      nlohmann::json* codecs) {
   ChunkEncoderOptions opts;
+  // Experiment knobs, e.g. CODEC_BENCH_METHODS=z for zstd-only planes.
+  if (const char* m = std::getenv("CODEC_BENCH_METHODS")) {
+    std::string ms = m;
+    opts.planes.allow_zstd = ms.find('z') != std::string::npos;
+    opts.planes.allow_rans = ms.find('r') != std::string::npos;
+    opts.planes.allow_split = ms.find('s') != std::string::npos;
+  }
+  if (const char* g = std::getenv("CODEC_BENCH_RANS_MAX")) opts.planes.rans_max_size = std::atof(g);
+  if (const char* g = std::getenv("CODEC_BENCH_SPLIT_GAIN")) opts.planes.split_min_gain_bits = std::atof(g);
   std::vector<Bytes> stored(chunks.size());
   std::vector<ChunkCodec> codec(chunks.size());
   Method m;
@@ -254,9 +264,9 @@ nlohmann::json MethodJson(const Method& m, uint64_t size) {
 }
 
 int BenchFile(const std::string& path, int repeats, bool zstd19, bool planes, bool only_ckptfs) {
-  std::ifstream f(path, std::ios::binary);
-  Bytes data((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  if (!f.good() && !f.eof()) {
+  std::ifstream f(path, std::ios::binary | std::ios::ate);
+  Bytes data(f ? static_cast<size_t>(f.tellg()) : 0);
+  if (!f || !f.seekg(0) || !f.read(reinterpret_cast<char*>(data.data()), static_cast<std::streamsize>(data.size()))) {
     std::fprintf(stderr, "codec_bench: cannot read %s\n", path.c_str());
     return 2;
   }

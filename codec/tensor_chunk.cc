@@ -158,7 +158,10 @@ Status EncodeTensorChunk(std::span<const uint8_t> raw, uint64_t chunk_offset, st
       SplitZeroRuns(raw, p, &pieces);
     }
   }
-  std::vector<std::vector<uint8_t>> coded(pieces.size());
+  // Per-thread piece buffers keep their capacity from chunk to chunk.
+  thread_local std::vector<std::vector<uint8_t>> coded;
+  if (coded.size() < pieces.size()) coded.resize(pieces.size());
+  for (size_t i = 0; i < pieces.size(); ++i) coded[i].clear();
   std::vector<SegmentKind> kinds(pieces.size());
   for (size_t i = 0; i < pieces.size(); ++i) {
     std::span<const uint8_t> bytes = raw.subspan(pieces[i].begin, pieces[i].end - pieces[i].begin);
@@ -180,7 +183,10 @@ Status EncodeTensorChunk(std::span<const uint8_t> raw, uint64_t chunk_offset, st
     PutVarint(out, pieces[i].end - pieces[i].begin);
     PutVarint(out, coded[i].size());
   }
-  for (const auto& c : coded) out->insert(out->end(), c.begin(), c.end());
+  size_t total = 0;
+  for (size_t i = 0; i < pieces.size(); ++i) total += coded[i].size();
+  out->reserve(out->size() + total);
+  for (size_t i = 0; i < pieces.size(); ++i) out->insert(out->end(), coded[i].begin(), coded[i].end());
   return Status::Ok();
 }
 

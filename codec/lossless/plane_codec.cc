@@ -26,13 +26,9 @@ constexpr size_t kSampleAbove = 64 << 10;
 constexpr size_t kSampleStride = 8;
 // A plane this close to 8 bits/byte cannot pay for an entropy coder's table.
 constexpr double kRawAboveBitsPerByte = 7.95;
-// rANS decodes at about half zstd's Huffman speed, so it must save 4%.
-constexpr double kRansMinGain = 0.96;
 // Context split: only for planes big enough to carry B code tables, only
 // when the exponent saves this much, and only for contexts this common.
 constexpr size_t kSplitMinLanes = 32 << 10;
-// Below this the gather on decode costs more time than the bytes are worth.
-constexpr double kSplitMinGainBitsPerByte = 0.15;
 constexpr size_t kMinBucket = 4096;
 constexpr unsigned kMaxBuckets = 64;
 
@@ -113,45 +109,54 @@ struct CodedPlane {
   size_t StoredSize(size_t raw) const { return method == PlaneMethod::kRaw ? raw : bytes.size(); }
 };
 
-void KeepIfSmaller(CodedPlane* best, size_t* best_size, PlaneMethod m, std::vector<uint8_t>&& b) {
+void KeepIfSmaller(CodedPlane* best, size_t* best_size, PlaneMethod m, std::span<const uint8_t> b) {
   if (b.size() < *best_size) {
     *best_size = b.size();
     best->method = m;
-    best->bytes = std::move(b);
+    best->bytes.assign(b.begin(), b.end());  // reuses the pooled capacity
   }
 }
 
-// Codes one byte stream given its (possibly sampled) histogram.
-CodedPlane CodeBytes(std::span<const uint8_t> plane, const Histogram& hist, const PlaneCodecOptions& opts) {
-  CodedPlane best;
-  if (plane.empty()) return best;
+// Coded planes outlive the coding of the next plane, so each lane position
+// has its own per-thread buffer (the daemon maps every large allocation
+// fresh, which would cost page faults per chunk).
+std::vector<uint8_t>& PlanePool(unsigned k) {
+  thread_local std::vector<uint8_t> pool[kMaxLane];
+  return pool[k];
+}
+
+// Codes one byte stream given its (possibly sampled) histogram into *best,
+// whose byte buffer is reused.
+void CodeBytes(std::span<const uint8_t> plane, const Histogram& hist, const PlaneCodecOptions& opts,
+               CodedPlane* best) {
+  best->method = PlaneMethod::kRaw;
+  best->bytes.clear();
+  if (plane.empty()) return;
   if (DistinctSymbols(hist) <= 1 && AllEqual(plane)) {
-    best.method = PlaneMethod::kConst;
-    best.bytes.assign(1, plane[0]);
-    return best;
+    best->method = PlaneMethod::kConst;
+    best->bytes.assign(1, plane[0]);
+    return;
   }
   const double bpb = BitsPerByte(hist);
-  if (bpb > kRawAboveBitsPerByte) return best;
+  if (bpb > kRawAboveBitsPerByte) return;
   size_t best_size = plane.size();
   if (opts.allow_zstd) {
     if (ZSTD_CCtx* cctx = PlaneCCtx(opts.zstd_level)) {
       std::span<uint8_t> z = Scratch(ScratchSlot::kCoder, ZSTD_compressBound(plane.size()));
       size_t n = ZSTD_compress2(cctx, z.data(), z.size(), plane.data(), plane.size());
-      if (!ZSTD_isError(n) && n < best_size) {
-        KeepIfSmaller(&best, &best_size, PlaneMethod::kZstd, std::vector<uint8_t>(z.begin(), z.begin() + n));
-      }
+      if (!ZSTD_isError(n)) KeepIfSmaller(best, &best_size, PlaneMethod::kZstd, z.first(n));
     }
   }
   // rANS reaches the entropy where Huffman cannot (it spends a whole bit on
   // a symbol of probability 0.9), but decodes at half zstd's speed: only
   // worth it when the entropy promises a clearly smaller plane.
   const double rans_estimate = bpb / 8 * static_cast<double>(plane.size()) + 64;
-  if (opts.allow_rans && (!opts.allow_zstd || rans_estimate < kRansMinGain * static_cast<double>(best_size))) {
-    std::vector<uint8_t> r;
+  if (opts.allow_rans && (!opts.allow_zstd || rans_estimate < opts.rans_max_size * static_cast<double>(best_size))) {
+    thread_local std::vector<uint8_t> r;
+    r.clear();
     RansEncode(plane, &r);
-    KeepIfSmaller(&best, &best_size, PlaneMethod::kRans, std::move(r));
+    KeepIfSmaller(best, &best_size, PlaneMethod::kRans, r);
   }
-  return best;
 }
 
 Status DecodeBytes(PlaneMethod m, std::span<const uint8_t> stored, std::span<uint8_t> plane) {
@@ -231,13 +236,17 @@ bool CodeSplit(std::span<const uint8_t> plane, std::span<const uint8_t> ctx, con
   auto cursor = start;
   for (size_t i = 0; i < plane.size(); ++i) sorted[cursor[map.of[ctx[i]]]++] = plane[i];
 
-  std::vector<uint8_t> blob;
+  // Per-thread, swapped with the caller's pooled buffer on success, so both
+  // keep their capacity.
+  thread_local std::vector<uint8_t> blob;
+  blob.clear();
+  blob.reserve(plane.size() + 4 * kMaxBuckets + 512);
   PutByte(&blob, static_cast<uint8_t>(map.count));
   blob.insert(blob.end(), map.of.begin(), map.of.end());
   std::vector<CodedPlane> coded(map.count);
   for (unsigned b = 0; b < map.count; ++b) {
     std::span<const uint8_t> bucket(sorted.data() + start[b], start[b + 1] - start[b]);
-    coded[b] = CodeBytes(bucket, SampledHistogram(bucket), opts);
+    CodeBytes(bucket, SampledHistogram(bucket), opts, &coded[b]);
     PutByte(&blob, static_cast<uint8_t>(coded[b].method));
     PutVarint(&blob, coded[b].StoredSize(bucket.size()));
   }
@@ -250,7 +259,7 @@ bool CodeSplit(std::span<const uint8_t> plane, std::span<const uint8_t> ctx, con
     if (blob.size() >= best_so_far) return false;
   }
   out->method = PlaneMethod::kSplit;
-  out->bytes = std::move(blob);
+  out->bytes.swap(blob);
   return true;
 }
 
@@ -385,9 +394,11 @@ Status EncodeTensorBytes(DType t, std::span<const uint8_t> raw, const PlaneCodec
   CodedPlane coded[kMaxLane];
   Histogram hist[kMaxLane];
   for (unsigned k = 0; k < w; ++k) {
+    coded[k].bytes.swap(PlanePool(k));
     hist[k] = SampledHistogram(plane[k]);
-    coded[k] = CodeBytes(plane[k], hist[k], opts);
+    CodeBytes(plane[k], hist[k], opts, &coded[k]);
   }
+  out->reserve(out->size() + raw.size() + 16 * w + 32);
   if (opts.allow_split && w >= 2 && lanes >= kSplitMinLanes) {
     const unsigned k = w - 2, top = w - 1;
     // Buckets from the sampled histogram: the full one is only needed (for
@@ -396,7 +407,7 @@ Status EncodeTensorBytes(DType t, std::span<const uint8_t> raw, const PlaneCodec
     for (uint64_t& c : scaled) c *= StrideFor(lanes);
     const BucketMap map = MakeBuckets(scaled, lanes);
     if (map.count >= 2 &&
-        BitsPerByte(hist[k]) - SplitBitsPerByte(plane[k], plane[top], map) >= kSplitMinGainBitsPerByte) {
+        BitsPerByte(hist[k]) - SplitBitsPerByte(plane[k], plane[top], map) >= opts.split_min_gain_bits) {
       CodeSplit(plane[k], plane[top], map, ByteHistogram(plane[top]), coded[k].StoredSize(lanes), opts, &coded[k]);
     }
   }
@@ -424,6 +435,7 @@ Status EncodeTensorBytes(DType t, std::span<const uint8_t> raw, const PlaneCodec
       stats->planes.push_back({coded[k].method, lanes, coded[k].StoredSize(lanes), BitsPerByte(hist[k]) * lanes});
     }
   }
+  for (unsigned k = 0; k < w; ++k) coded[k].bytes.swap(PlanePool(k));
   return Status::Ok();
 }
 

@@ -56,8 +56,14 @@ struct PlaneCodecOptions {
   // fast Huffman coder that still catches long runs.
   int zstd_level = -500;
   bool allow_zstd = true;
-  bool allow_rans = true;   // tried when the entropy promises 2% less than zstd
+  bool allow_rans = true;   // see rans_max_size
   bool allow_split = true;  // context split of the plane below the top
+  // rANS decodes at about half the speed of zstd's Huffman coder, so it is
+  // used only when the entropy promises at most this fraction of zstd's size.
+  double rans_max_size = 0.92;
+  // The split costs a gather per element on decode; it is used only when
+  // the exponent context saves at least this many bits per byte.
+  double split_min_gain_bits = 0.25;
 };
 
 // What the encoder chose, for benches and tests.
