@@ -26,6 +26,7 @@ constexpr size_t kSampleAbove = 64 << 10;
 constexpr size_t kSampleStride = 8;
 // A plane this close to 8 bits/byte cannot pay for an entropy coder's table.
 constexpr double kRawAboveBitsPerByte = 7.95;
+constexpr double kDenseBitsPerByte = 4.5;
 // Context split: only for planes big enough to carry B code tables, only
 // when the exponent saves this much, and only for contexts this common.
 constexpr size_t kSplitMinLanes = 32 << 10;
@@ -85,8 +86,10 @@ struct PlaneZstd {
   ~PlaneZstd() { ZSTD_freeCCtx(cctx); }
 };
 
+// Two contexts per thread, as planes alternate between two levels.
 ZSTD_CCtx* PlaneCCtx(int level) {
-  thread_local PlaneZstd z;
+  thread_local PlaneZstd ctx[2];
+  PlaneZstd& z = ctx[level > 0 ? 1 : 0];
   if (z.cctx == nullptr) return nullptr;
   if (!z.configured || z.level != level) {
     ZSTD_CCtx_reset(z.cctx, ZSTD_reset_parameters);
@@ -141,7 +144,11 @@ void CodeBytes(std::span<const uint8_t> plane, const Histogram& hist, const Plan
   if (bpb > kRawAboveBitsPerByte) return;
   size_t best_size = plane.size();
   if (opts.allow_zstd) {
-    if (ZSTD_CCtx* cctx = PlaneCCtx(opts.zstd_level)) {
+    // Dense planes (fp16's exponent and top mantissa bits) rarely repeat:
+    // zstd's level-1 path codes them as fast Huffman literals, faster than
+    // the negative levels, which suit the skewed exponent planes.
+    const int level = bpb >= kDenseBitsPerByte ? opts.dense_zstd_level : opts.zstd_level;
+    if (ZSTD_CCtx* cctx = PlaneCCtx(level)) {
       std::span<uint8_t> z = Scratch(ScratchSlot::kCoder, ZSTD_compressBound(plane.size()));
       size_t n = ZSTD_compress2(cctx, z.data(), z.size(), plane.data(), plane.size());
       if (!ZSTD_isError(n)) KeepIfSmaller(best, &best_size, PlaneMethod::kZstd, z.first(n));

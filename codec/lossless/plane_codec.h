@@ -55,6 +55,9 @@ struct PlaneCodecOptions {
   // quickly and Huffman-coded literals are forced on, so zstd acts as a
   // fast Huffman coder that still catches long runs.
   int zstd_level = -500;
+  // For planes above 4.5 bits/byte, where level 1 finds no harmful matches
+  // and runs faster.
+  int dense_zstd_level = 1;
   bool allow_zstd = true;
   bool allow_rans = true;   // see rans_max_size
   bool allow_split = true;  // context split of the plane below the top
