@@ -9,6 +9,7 @@
 #include <zstd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -16,7 +17,6 @@
 #include <fstream>
 #include <functional>
 #include <map>
-#include <array>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -77,7 +77,8 @@ Method MeasureZstd(const std::vector<Chunk>& chunks, int level, int repeats, boo
   for (auto& b : z) m.stored += b.size();
   Bytes back(kDefaultChunkSize);
   m.dec_s = BestOf(repeats, [&] {
-    for (size_t i = 0; i < chunks.size(); ++i) ZSTD_decompressDCtx(dctx, back.data(), back.size(), z[i].data(), z[i].size());
+    for (size_t i = 0; i < chunks.size(); ++i)
+      ZSTD_decompressDCtx(dctx, back.data(), back.size(), z[i].data(), z[i].size());
   });
   for (size_t i = 0; i < chunks.size(); ++i) {
     size_t n = ZSTD_decompressDCtx(dctx, back.data(), back.size(), z[i].data(), z[i].size());
@@ -90,8 +91,7 @@ Method MeasureZstd(const std::vector<Chunk>& chunks, int level, int repeats, boo
 
 // ZipNN's recipe: within each tensor piece, byte k of every element into
 // plane k (no bit rotation), each plane through zstd; metadata through zstd.
-Method MeasureByteGroup(const std::vector<Chunk>& chunks, std::span<const TensorRange> ranges, int repeats,
-                        bool* ok) {
+Method MeasureByteGroup(const std::vector<Chunk>& chunks, std::span<const TensorRange> ranges, int repeats, bool* ok) {
   struct Coded {
     std::vector<Bytes> parts;
   };
@@ -185,8 +185,8 @@ Method MeasureCkptfs(const std::vector<Chunk>& chunks, std::span<const TensorRan
   m.enc_s = BestOf(repeats, [&] {
     for (size_t i = 0; i < chunks.size(); ++i) {
       const uint64_t off = chunks[i].offset;
-      codec[i] = EncodeChunk(chunks[i].raw, opts, &stored[i], off,
-                             RangesOverlapping(ranges, off, off + chunks[i].raw.size()));
+      codec[i] =
+          EncodeChunk(chunks[i].raw, opts, &stored[i], off, RangesOverlapping(ranges, off, off + chunks[i].raw.size()));
     }
   });
   for (size_t i = 0; i < chunks.size(); ++i) {
@@ -213,7 +213,8 @@ double EntropyBoundBytes(const std::vector<Chunk>& chunks, std::span<const Tenso
   double total = 0;
   Bytes planes(kDefaultChunkSize);
   for (const Chunk& c : chunks) {
-    for (const ChunkPiece& p : CutChunk(c.offset, c.raw.size(), RangesOverlapping(ranges, c.offset, c.offset + c.raw.size()))) {
+    for (const ChunkPiece& p :
+         CutChunk(c.offset, c.raw.size(), RangesOverlapping(ranges, c.offset, c.offset + c.raw.size()))) {
       auto bytes = c.raw.subspan(p.begin, p.end - p.begin);
       if (p.dtype == DType::kUnknown) {
         Bytes z(ZSTD_compressBound(bytes.size()));
@@ -237,7 +238,8 @@ double EntropyBoundBytes(const std::vector<Chunk>& chunks, std::span<const Tenso
 nlohmann::json PlaneReport(const std::vector<Chunk>& chunks, std::span<const TensorRange> ranges) {
   std::map<std::string, std::array<double, 3>> agg;  // "dtype plane k method" -> raw, stored, entropy
   for (const Chunk& c : chunks) {
-    for (const ChunkPiece& p : CutChunk(c.offset, c.raw.size(), RangesOverlapping(ranges, c.offset, c.offset + c.raw.size()))) {
+    for (const ChunkPiece& p :
+         CutChunk(c.offset, c.raw.size(), RangesOverlapping(ranges, c.offset, c.offset + c.raw.size()))) {
       if (p.dtype == DType::kUnknown) continue;
       Bytes out;
       lossless::EncodeStats st;
@@ -274,7 +276,8 @@ int BenchFile(const std::string& path, int repeats, bool zstd19, bool planes, bo
   std::vector<TensorRange> ranges = TensorRangesOf(layout);
   std::vector<Chunk> chunks;
   for (uint64_t off = 0; off < data.size(); off += kDefaultChunkSize) {
-    chunks.push_back({off, std::span<const uint8_t>(data).subspan(off, std::min<uint64_t>(kDefaultChunkSize, data.size() - off))});
+    chunks.push_back(
+        {off, std::span<const uint8_t>(data).subspan(off, std::min<uint64_t>(kDefaultChunkSize, data.size() - off))});
   }
   uint64_t tensor_bytes = 0;
   for (const TensorRange& r : ranges) tensor_bytes += r.length;

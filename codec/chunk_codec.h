@@ -15,7 +15,7 @@ namespace ckptfs {
 enum class ChunkCodec : uint8_t {
   kRaw = 0,
   kZstd = 1,
-  kZero = 2,  // all bytes zero: nothing stored (sparse holes cost nothing)
+  kZero = 2,    // all bytes zero: nothing stored (sparse holes cost nothing)
   kTensor = 3,  // segments, tensor bytes through the lossless plane codec (pack format >= 2)
 };
 

@@ -68,9 +68,9 @@ bool IsZero(const uint8_t* p, size_t n) {
 // found on a 4 KiB grid (a multiple of every element size).
 void SplitZeroRuns(std::span<const uint8_t> chunk, const ChunkPiece& piece, std::vector<ChunkPiece>* out) {
   constexpr uint64_t kGrid = 4096;
-  uint64_t pos = piece.begin;       // start of the not yet emitted part
-  uint64_t run = 0, run_len = 0;    // current zero run on the grid
-  auto flush = [&] {  // a long enough run: [pos, run) as tensor, the run as zeros
+  uint64_t pos = piece.begin;     // start of the not yet emitted part
+  uint64_t run = 0, run_len = 0;  // current zero run on the grid
+  auto flush = [&] {              // a long enough run: [pos, run) as tensor, the run as zeros
     if (run_len >= kMinZeroRun) {
       if (run > pos) out->push_back({pos, run, piece.dtype});
       out->push_back({run, run + run_len, DType::kUnknown, true});
@@ -128,6 +128,22 @@ Status DecodeSegment(SegmentKind kind, std::span<const uint8_t> stored, std::spa
   return Status::Corruption("unknown segment kind " + std::to_string(static_cast<int>(kind)));
 }
 
+// The common case, a chunk wholly inside one tensor: the blob is coded
+// straight into `out` behind a descriptor whose stored length is a padded
+// varint patched in afterwards, instead of being coded aside and copied.
+Status EncodeWholeTensorChunk(std::span<const uint8_t> raw, DType dtype, const TensorChunkOptions& opts,
+                              std::vector<uint8_t>* out) {
+  PutByte(out, kTensorChunkVersion);
+  PutVarint(out, 1);
+  PutByte(out, static_cast<uint8_t>(SegmentKind::kTensor));
+  PutVarint(out, raw.size());
+  const size_t len_at = out->size();
+  out->resize(len_at + 10);
+  RETURN_IF_ERROR(lossless::EncodeTensorBytes(dtype, raw, opts.planes, out));
+  lossless::PutVarint10At(out, len_at, out->size() - len_at - 10);
+  return Status::Ok();
+}
+
 }  // namespace
 
 std::vector<TensorRange> TensorRangesOf(const FileLayout& layout) {
@@ -157,6 +173,9 @@ Status EncodeTensorChunk(std::span<const uint8_t> raw, uint64_t chunk_offset, st
     } else {
       SplitZeroRuns(raw, p, &pieces);
     }
+  }
+  if (pieces.size() == 1 && !pieces[0].zero && pieces[0].dtype != DType::kUnknown) {
+    return EncodeWholeTensorChunk(raw, pieces[0].dtype, opts, out);
   }
   // Per-thread piece buffers keep their capacity from chunk to chunk.
   thread_local std::vector<std::vector<uint8_t>> coded;

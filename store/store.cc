@@ -1,8 +1,5 @@
 #include "store/store.h"
 
-#include "codec/formats/layout.h"
-#include "codec/tensor_chunk.h"
-
 #include <fcntl.h>
 #include <sys/file.h>
 #include <unistd.h>
@@ -10,6 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include "base/log.h"
+#include "codec/formats/layout.h"
+#include "codec/tensor_chunk.h"
 #include "store/store_internal.h"
 
 namespace ckptfs {
@@ -243,8 +242,7 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
     spdlog::debug("{}: format {}, {} tensor ranges{}{}", ctx, layout.format, tensors.size(),
                   layout.note.empty() ? "" : ": ", layout.note);
   }
-  Result<PackStats> stats =
-      WritePack(env_, src_fd, size, tmp->get(), opts_.chunk_size, opts_.encoder, cancel, tensors);
+  Result<PackStats> stats = WritePack(env_, src_fd, size, tmp->get(), opts_.chunk_size, opts_.encoder, cancel, tensors);
   if (!stats.ok()) return fail(stats.status());
   Result<UniqueFd> dir = PackDir(id, /*create=*/true);
   if (!dir.ok()) return fail(dir.status());

@@ -28,6 +28,17 @@ inline void PutVarint(std::vector<uint8_t>* out, uint64_t v) {
   out->push_back(static_cast<uint8_t>(v));
 }
 
+// A varint padded to exactly 10 bytes (redundant continuation groups), so a
+// length can be patched in after the bytes it describes were appended.
+// Readers decode it like any other varint.
+inline void PutVarint10At(std::vector<uint8_t>* out, size_t at, uint64_t v) {
+  for (int i = 0; i < 9; ++i) {
+    (*out)[at + i] = static_cast<uint8_t>((v & 0x7F) | 0x80);
+    v >>= 7;
+  }
+  (*out)[at + 9] = static_cast<uint8_t>(v & 0x7F);
+}
+
 class ByteReader {
  public:
   explicit ByteReader(std::span<const uint8_t> b) : b_(b) {}

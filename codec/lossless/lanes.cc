@@ -105,7 +105,7 @@ size_t Split32(bool rotate, const uint8_t* src, size_t lanes, uint8_t* const* pl
 // its four lanes, and a 4x4 transpose of 32-bit words makes the planes:
 // about half the instructions of the SSE2 pack sequence.
 __attribute__((target("ssse3"))) size_t Split32Ssse3(bool rotate, const uint8_t* src, size_t lanes,
-                                                      uint8_t* const* planes) {
+                                                     uint8_t* const* planes) {
   const __m128i group = _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
   size_t i = 0;
   for (; i + 16 <= lanes; i += 16) {
@@ -161,9 +161,9 @@ void SplitLanes(unsigned w, bool rotate, const uint8_t* src, size_t lanes, uint8
       SplitScalar<uint16_t>(rotate, src, Split16(rotate, src, lanes, planes), lanes, planes);
       return;
     case 4:
-      SplitScalar<uint32_t>(rotate, src, HaveSsse3() ? Split32Ssse3(rotate, src, lanes, planes)
-                                                     : Split32(rotate, src, lanes, planes),
-                            lanes, planes);
+      SplitScalar<uint32_t>(
+          rotate, src, HaveSsse3() ? Split32Ssse3(rotate, src, lanes, planes) : Split32(rotate, src, lanes, planes),
+          lanes, planes);
       return;
     case 8:
       SplitScalar<uint64_t>(rotate, src, 0, lanes, planes);

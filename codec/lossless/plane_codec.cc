@@ -130,8 +130,7 @@ std::vector<uint8_t>& PlanePool(unsigned k) {
 
 // Codes one byte stream given its (possibly sampled) histogram into *best,
 // whose byte buffer is reused.
-void CodeBytes(std::span<const uint8_t> plane, const Histogram& hist, const PlaneCodecOptions& opts,
-               CodedPlane* best) {
+void CodeBytes(std::span<const uint8_t> plane, const Histogram& hist, const PlaneCodecOptions& opts, CodedPlane* best) {
   best->method = PlaneMethod::kRaw;
   best->bytes.clear();
   if (plane.empty()) return;

@@ -36,7 +36,7 @@ namespace ckptfs::lossless {
 inline constexpr uint8_t kPlaneBlobMagicV2 = 0xB2;
 
 enum class PlaneTransform : uint8_t {
-  kBytePlanes = 0,  // plane k = byte k of each little-endian lane
+  kBytePlanes = 0,   // plane k = byte k of each little-endian lane
   kRotl1Planes = 1,  // lane rotated left by one bit first (floats)
 };
 

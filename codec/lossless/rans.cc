@@ -54,8 +54,7 @@ inline void EncPut(uint32_t* state, uint16_t** ptr, const EncSymbol& sym, unsign
     *--*ptr = static_cast<uint16_t>(x);
     x >>= 16;
   }
-  const uint32_t q =
-      sym.rcp == 0 ? x : static_cast<uint32_t>((static_cast<unsigned __int128>(x) * sym.rcp) >> 64);
+  const uint32_t q = sym.rcp == 0 ? x : static_cast<uint32_t>((static_cast<unsigned __int128>(x) * sym.rcp) >> 64);
   *state = (q << scale) + (x - q * sym.freq) + sym.start;
 }
 
@@ -161,7 +160,6 @@ inline const uint8_t* Refill(uint32_t& x, const uint8_t* p) {
   x = (x << (16 * need)) | (w & (0u - need));
   return p + 2 * need;
 }
-
 
 Status DecodePayload(const DecodeTables& t, uint32_t states[kStates], const uint8_t* const begin[kStates],
                      const uint8_t* const end[kStates], std::span<uint8_t> out) {
@@ -360,7 +358,8 @@ Status RansDecode(std::span<const uint8_t> blob, std::span<uint8_t> out) {
     begin[k] = stream.data();
     end[k] = stream.data() + stream.size();
   }
-  if (r.remaining() != 0) return Status::Corruption("rANS blob has " + std::to_string(r.remaining()) + " trailing bytes");
+  if (r.remaining() != 0)
+    return Status::Corruption("rANS blob has " + std::to_string(r.remaining()) + " trailing bytes");
   return DecodePayload(tables, states, begin, end, out);
 }
 
