@@ -93,17 +93,8 @@ Status DecodeChunk(ChunkCodec codec, std::span<const uint8_t> stored, std::span<
       }
       if (!stored.empty()) std::memcpy(raw_out.data(), stored.data(), stored.size());
       return Status::Ok();
-    case ChunkCodec::kZstd: {
-      ZstdContexts& ctx = ThreadZstdContexts();
-      if (ctx.dctx == nullptr) return Status::Error(ENOMEM, "cannot allocate a zstd decompression context");
-      size_t n = ZSTD_decompressDCtx(ctx.dctx, raw_out.data(), raw_out.size(), stored.data(), stored.size());
-      if (ZSTD_isError(n)) return Status::Corruption(std::string("zstd: ") + ZSTD_getErrorName(n));
-      if (n != raw_out.size()) {
-        return Status::Corruption("zstd chunk decoded to " + std::to_string(n) + " bytes, expected " +
-                                  std::to_string(raw_out.size()));
-      }
-      return Status::Ok();
-    }
+    case ChunkCodec::kZstd:
+      return ZstdDecompressExact(stored, raw_out, "zstd chunk");
     case ChunkCodec::kTensor:
       return DecodeTensorChunk(stored, raw_out);
   }

@@ -110,14 +110,8 @@ Status DecodeSegment(SegmentKind kind, std::span<const uint8_t> stored, std::spa
       if (stored.size() != raw.size()) return Status::Corruption("raw segment length mismatch");
       if (!raw.empty()) std::memcpy(raw.data(), stored.data(), raw.size());
       return Status::Ok();
-    case SegmentKind::kZstdBytes: {
-      ZSTD_DCtx* dctx = ThreadZstdContexts().dctx;
-      if (dctx == nullptr) return Status::Error(ENOMEM, "cannot allocate a zstd decompression context");
-      size_t n = ZSTD_decompressDCtx(dctx, raw.data(), raw.size(), stored.data(), stored.size());
-      if (ZSTD_isError(n)) return Status::Corruption(std::string("zstd segment: ") + ZSTD_getErrorName(n));
-      if (n != raw.size()) return Status::Corruption("zstd segment decoded to the wrong length");
-      return Status::Ok();
-    }
+    case SegmentKind::kZstdBytes:
+      return ZstdDecompressExact(stored, raw, "zstd segment");
     case SegmentKind::kTensor:
       return lossless::DecodeTensorBytes(stored, raw);
     case SegmentKind::kZero:

@@ -6,6 +6,13 @@
 
 #include <zstd.h>
 
+#include <cerrno>
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "base/status.h"
+
 namespace ckptfs {
 
 struct ZstdContexts {
@@ -23,6 +30,20 @@ struct ZstdContexts {
 inline ZstdContexts& ThreadZstdContexts() {
   thread_local ZstdContexts ctx;
   return ctx;
+}
+
+// Decompresses one zstd frame into exactly out.size() bytes with the
+// thread's context; any error or other length is Corruption naming `what`.
+inline Status ZstdDecompressExact(std::span<const uint8_t> stored, std::span<uint8_t> out, const char* what) {
+  ZSTD_DCtx* dctx = ThreadZstdContexts().dctx;
+  if (dctx == nullptr) return Status::Error(ENOMEM, "cannot allocate a zstd decompression context");
+  size_t n = ZSTD_decompressDCtx(dctx, out.data(), out.size(), stored.data(), stored.size());
+  if (ZSTD_isError(n)) return Status::Corruption(std::string(what) + ": " + ZSTD_getErrorName(n));
+  if (n != out.size()) {
+    return Status::Corruption(std::string(what) + " decoded to " + std::to_string(n) + " bytes, expected " +
+                              std::to_string(out.size()));
+  }
+  return Status::Ok();
 }
 
 }  // namespace ckptfs

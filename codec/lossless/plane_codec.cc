@@ -181,17 +181,8 @@ Status DecodeBytes(PlaneMethod m, std::span<const uint8_t> stored, std::span<uin
       return Status::Ok();
     case PlaneMethod::kRans:
       return RansDecode(stored, plane);
-    case PlaneMethod::kZstd: {
-      ZSTD_DCtx* dctx = ThreadZstdContexts().dctx;
-      if (dctx == nullptr) return Status::Error(ENOMEM, "cannot allocate a zstd decompression context");
-      size_t n = ZSTD_decompressDCtx(dctx, plane.data(), plane.size(), stored.data(), stored.size());
-      if (ZSTD_isError(n)) return Status::Corruption(std::string("zstd plane: ") + ZSTD_getErrorName(n));
-      if (n != plane.size()) {
-        return Status::Corruption("zstd plane decoded to " + std::to_string(n) + " bytes, expected " +
-                                  std::to_string(plane.size()));
-      }
-      return Status::Ok();
-    }
+    case PlaneMethod::kZstd:
+      return ZstdDecompressExact(stored, plane, "zstd plane");
     case PlaneMethod::kSplit:
       break;
   }
