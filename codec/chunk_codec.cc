@@ -8,7 +8,7 @@
 #include "codec/zstd_contexts.h"
 
 namespace ckptfs {
-namespace {
+namespace {}  // namespace
 
 // Word-at-a-time scan with early exit: most non-zero chunks fail within the
 // first few words, and all-zero chunks run at memory bandwidth.
@@ -35,8 +35,6 @@ bool IsAllZero(std::span<const uint8_t> b) {
   return true;
 }
 
-}  // namespace
-
 const char* ChunkCodecName(ChunkCodec c) {
   switch (c) {
     case ChunkCodec::kRaw:
@@ -47,6 +45,10 @@ const char* ChunkCodecName(ChunkCodec c) {
       return "zero";
     case ChunkCodec::kTensor:
       return "tensor";
+    case ChunkCodec::kRef:
+      return "ref";
+    case ChunkCodec::kDelta:
+      return "delta";
   }
   return "unknown";
 }
@@ -97,6 +99,9 @@ Status DecodeChunk(ChunkCodec codec, std::span<const uint8_t> stored, std::span<
       return ZstdDecompressExact(stored, raw_out, "zstd chunk");
     case ChunkCodec::kTensor:
       return DecodeTensorChunk(stored, raw_out);
+    case ChunkCodec::kRef:
+    case ChunkCodec::kDelta:
+      return Status::Corruption(std::string(ChunkCodecName(codec)) + " chunk needs its base pack to decode");
   }
   return Status::Corruption("unknown chunk codec " + std::to_string(static_cast<int>(codec)));
 }

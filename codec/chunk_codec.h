@@ -17,9 +17,18 @@ enum class ChunkCodec : uint8_t {
   kZstd = 1,
   kZero = 2,    // all bytes zero: nothing stored (sparse holes cost nothing)
   kTensor = 3,  // segments, tensor bytes through the lossless plane codec (pack format >= 2)
+  // Chunks that need bytes of another pack (pack format >= 3); PackReader
+  // decodes them, DecodeChunk refuses them. Payload starts with
+  // u64 base pack id | u64 offset in that pack's logical bytes.
+  kRef = 4,    // identical to the base bytes: nothing else stored (dedup)
+  kDelta = 5,  // a codec/delta_chunk.h payload against the base bytes follows
 };
+inline constexpr size_t kBaseRefSize = 16;
 
 const char* ChunkCodecName(ChunkCodec c);
+
+// Whether every byte is zero (such chunks are stored as kZero, for free).
+bool IsAllZero(std::span<const uint8_t> b);
 
 struct ChunkEncoderOptions {
   int zstd_level = 3;

@@ -68,7 +68,7 @@ Result<ChunkBytes> FileContent::LoadChunk(const std::shared_ptr<PackReader>& pac
   return cache_->GetOrLoad(ChunkKey{id, index}, [&]() -> Result<ChunkBytes> {
     pack->Prefetch(index + 1);  // reads are mostly sequential: overlap disk and decode
     auto bytes = std::make_shared<std::vector<uint8_t>>();
-    RETURN_IF_ERROR(pack->ReadChunk(index, bytes.get()));
+    RETURN_IF_ERROR(pack->ReadChunk(index, bytes.get(), store_));
     return ChunkBytes(std::move(bytes));
   });
 }
@@ -154,7 +154,7 @@ Status FileContent::EnsureStagedLocked(uint64_t keep_bytes) {
     // Drop the old pack only once no durable record can point at it.
     if (env->Fsync(stub_fd_.get()).ok()) {
       stub_synced_ = true;
-      (void)store_->DeletePack(old.object);
+      (void)store_->ReleasePack(old.object);
     }
     cache_->ErasePack(old.object);
   }

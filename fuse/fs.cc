@@ -7,7 +7,11 @@
 namespace ckptfs {
 
 Filesystem::Filesystem(Store* store, const FsConfig& cfg, UniqueFd ns_root)
-    : store_(store), cfg_(cfg), cache_(cfg.cache_bytes), inodes_(std::move(ns_root)), seals_(cfg.seal_threads) {}
+    : store_(store), cfg_(cfg), cache_(cfg.cache_bytes), inodes_(std::move(ns_root)), seals_(cfg.seal_threads) {
+  // Bases of deltas and references are decoded chunks like any other: one
+  // cache bounds them all.
+  store_->SetBaseCache(&cache_);
+}
 
 Result<std::shared_ptr<FileContent>> Filesystem::ContentOf(Inode& inode) {
   std::lock_guard lk(inode.content_mu);

@@ -129,6 +129,17 @@ Status ApplyOption(const std::string& opt, MountOptions* out) {
       return Status::InvalidArgument("option tensor_codec=" + val +
                                      ": use 1 (tensor-aware coding of recognised checkpoint files) or 0 (zstd only)");
     out->tensor_codec = val == "1";
+  } else if (key == "delta") {
+    RETURN_IF_ERROR(need_val());
+    if (val != "0" && val != "1")
+      return Status::InvalidArgument("option delta=" + val +
+                                     ": use 1 (store checkpoints against their predecessor and shared chunks "
+                                     "once) or 0 (every file on its own)");
+    out->delta = val == "1";
+  } else if (key == "keyframe_every") {
+    RETURN_IF_ERROR(need_val());
+    ASSIGN_OR_RETURN(long n, ParseInt(key, val, 0, 64));
+    out->keyframe_every = static_cast<uint32_t>(n);
   } else if (key == "seal_threads") {
     RETURN_IF_ERROR(need_val());
     ASSIGN_OR_RETURN(long n, ParseInt(key, val, 1, 64));
@@ -223,6 +234,9 @@ std::string MountOptionsHelp() {
          "  zstd_level=N        zstd level for new packs (default 3)\n"
          "  tensor_codec=0|1    1: code the tensors of recognised checkpoint formats\n"
          "                      by element type (lossless); 0: zstd only (default 1)\n"
+         "  delta=0|1           1: store each checkpoint as a delta against its\n"
+         "                      predecessor and identical chunks once (default 1)\n"
+         "  keyframe_every=K    longest delta chain, 0..64; 0: dedup only (default 8)\n"
          "  seal_threads=N      background sealing threads (default 1)\n"
          "  max_threads=N       FUSE worker threads (default 8)\n"
          "  read_ahead=SIZE     kernel readahead for the mount (default 4M)\n"
@@ -361,6 +375,8 @@ int RunMount(MountOptions opts) {
   so.chunk_size = opts.chunk_size;
   so.encoder.zstd_level = opts.zstd_level;
   so.encoder.tensor_codec = opts.tensor_codec;
+  so.delta = opts.delta;
+  so.keyframe_every = opts.keyframe_every;
   auto store = Store::Open(Env::Default(), backing, so);
   if (!store.ok()) return Fail(store.status().message());
 

@@ -20,6 +20,8 @@ struct MountOptions {
   uint32_t chunk_size = 4u << 20;
   int zstd_level = 3;
   bool tensor_codec = true;  // kTensor chunks for files whose format names tensors
+  bool delta = true;            // StoreOptions::delta
+  uint32_t keyframe_every = 8;  // StoreOptions::keyframe_every
   int max_threads = 8;
   uint64_t read_ahead = 4u << 20;  // kernel readahead window for the mount
   std::string log_path;            // default: BACKING/ckptfs.log

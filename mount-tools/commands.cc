@@ -154,22 +154,58 @@ int RunStats(const std::string& path, bool json) {
     logical += f.logical;
     stored += f.stored;
   }
+  std::unordered_map<ObjectId, std::string> file_of_pack;
+  for (const auto& f : usage.value())
+    if (f.pack != 0 && !f.staged) file_of_pack.emplace(f.pack, f.path);
+  auto base_name = [&](const FileUsage& f) -> std::string {
+    if (f.base == 0) return "";
+    auto it = file_of_pack.find(f.base);
+    return it != file_of_pack.end() ? it->second : "(deleted file, pack " + ObjectIdHex(f.base) + ")";
+  };
   if (json) {
     nlohmann::json out;
     out["files"] = nlohmann::json::array();
     for (const auto& f : usage.value())
-      out["files"].push_back({{"path", f.path}, {"logical", f.logical}, {"stored", f.stored}, {"staged", f.staged}});
+      out["files"].push_back({{"path", f.path},
+                              {"logical", f.logical},
+                              {"stored", f.stored},
+                              {"ratio", Ratio(f.logical, f.stored)},
+                              {"staged", f.staged},
+                              {"base", base_name(f)},
+                              {"depth", f.depth}});
     out["total"] = {
         {"logical", logical}, {"stored", stored}, {"ratio", Ratio(logical, stored)}, {"files", usage->size()}};
     std::cout << out.dump(2) << "\n";
     return 0;
   }
-  std::printf("%-50s %12s %12s %8s %s\n", "file", "logical", "stored", "ratio", "state");
+  std::printf("%-50s %12s %12s %8s %-7s %5s %s\n", "file", "logical", "stored", "ratio", "state", "depth", "base");
   for (const auto& f : usage.value())
-    std::printf("%-50s %12s %12s %7.2fx %s\n", f.path.c_str(), Human(f.logical).c_str(), Human(f.stored).c_str(),
-                Ratio(f.logical, f.stored), f.staged ? "staged" : "sealed");
+    std::printf("%-50s %12s %12s %7.2fx %-7s %5u %s\n", f.path.c_str(), Human(f.logical).c_str(),
+                Human(f.stored).c_str(), Ratio(f.logical, f.stored), f.staged ? "staged" : "sealed",
+                static_cast<unsigned>(f.depth), base_name(f).c_str());
   std::printf("%-50s %12s %12s %7.2fx %zu files\n", "total", Human(logical).c_str(), Human(stored).c_str(),
               Ratio(logical, stored), usage->size());
+  return 0;
+}
+
+int RunGc(const std::string& backing) {
+  StoreOptions so;
+  so.create_if_missing = false;
+  auto store = Store::Open(Env::Default(), Normal(backing), so);
+  if (!store.ok()) {
+    std::cerr << "ckptfs gc: " << store.status().message();
+    if (store.status().code() == EBUSY) std::cerr << " (a mounted store collects its own garbage as files are deleted)";
+    std::cerr << "\n";
+    return 2;
+  }
+  auto rep = store.value()->Recover();
+  if (!rep.ok()) {
+    std::cerr << "ckptfs gc: " << rep.status().message() << "\n";
+    return 2;
+  }
+  for (const std::string& line : rep->actions) std::cout << line << "\n";
+  std::cout << "gc: removed " << rep->orphan_packs_removed << " pack(s) and " << rep->orphan_staging_removed
+            << " staging file(s) that nothing needs; " << store.value()->index().size() << " pack(s) kept\n";
   return 0;
 }
 

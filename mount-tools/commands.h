@@ -12,6 +12,9 @@ int RunUmount(const std::string& mountpoint, bool lazy, double timeout_s);
 int RunStats(const std::string& path, bool json);
 // Verifies every checksum in BACKING. 0 clean, 1 problems found, 2 could not run.
 int RunFsck(const std::string& backing, bool json);
+// Full garbage collection of an unmounted store (the mark-and-sweep that
+// recovery runs at every mount). 0 done, 2 could not run (e.g. mounted).
+int RunGc(const std::string& backing);
 // Runs the content-based format parsers on FILE and prints format, note and
 // tensor regions. 0 ok (an unrecognised file is format "unknown"), 2 error.
 int RunInspect(const std::string& path, bool json);

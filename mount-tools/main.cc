@@ -39,6 +39,10 @@ int main(int argc, char** argv) {
   fsck->add_option("BACKING", fsck_path, "The backing store directory")->required();
   fsck->add_flag("--json", fsck_json, "Print JSON");
 
+  std::string gc_path;
+  auto* gc = app.add_subcommand("gc", "Delete packs nothing needs in an unmounted store (mounts do this themselves)");
+  gc->add_option("BACKING", gc_path, "The backing store directory")->required();
+
   std::string inspect_path;
   bool inspect_json = false;
   auto* inspect = app.add_subcommand(
@@ -68,6 +72,7 @@ int main(int argc, char** argv) {
   if (*umount) return ckptfs::RunUmount(um_path, lazy, timeout);
   if (*stats) return ckptfs::RunStats(stats_path, stats_json);
   if (*fsck) return ckptfs::RunFsck(fsck_path, fsck_json);
+  if (*gc) return ckptfs::RunGc(gc_path);
   if (*inspect) return ckptfs::RunInspect(inspect_path, inspect_json);
   return 2;
 }

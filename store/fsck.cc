@@ -39,6 +39,7 @@ Result<FsckReport> Store::Fsck() {
 
   std::unordered_map<ObjectId, std::string> pack_owner;
   std::unordered_set<ObjectId> staging_ref;
+  std::vector<ObjectId> base_todo;  // bases of files' packs: needed though no stub names them
   auto visit = [&](const std::string& path, int fd, const Status& open_status) -> Status {
     ++rep.files_checked;
     const std::string where = "ns/" + path;
@@ -73,7 +74,8 @@ Result<FsckReport> Store::Fsck() {
       return Status::Ok();
     }
     ++rep.packs_checked;
-    if (Status s = (*pack)->VerifyAll(); !s.ok()) {
+    for (ObjectId b : (*pack)->meta().bases) base_todo.push_back(b);
+    if (Status s = (*pack)->VerifyAll(this); !s.ok()) {
       rep.errors.push_back(where + ": " + s.message());
       return Status::Ok();
     }
@@ -88,6 +90,17 @@ Result<FsckReport> Store::Fsck() {
   std::unordered_set<ino_t> seen;
   if (Status s = internal::WalkTree(env_, ns_.get(), "", visit, &seen); !s.ok()) {
     rep.errors.push_back("ns/: walk stopped early: " + s.message());
+  }
+
+  // Packs kept only as bases of others (their own file was deleted).
+  std::unordered_set<ObjectId> needed;
+  while (!base_todo.empty()) {
+    const ObjectId id = base_todo.back();
+    base_todo.pop_back();
+    if (!needed.insert(id).second) continue;
+    Result<std::shared_ptr<PackReader>> pack = OpenPack(id);
+    if (!pack.ok()) continue;  // the files that need it already failed verification
+    for (ObjectId b : (*pack)->meta().bases) base_todo.push_back(b);
   }
 
   // Orphans are not corruption: recovery removes them at the next mount.
@@ -105,7 +118,7 @@ Result<FsckReport> Store::Fsck() {
         const std::string where = "packs/" + d.name + "/" + f.name;
         if (!id || internal::PackDirName(*id) != d.name) {
           rep.warnings.push_back(where + ": unexpected file");
-        } else if (!pack_owner.count(*id)) {
+        } else if (!pack_owner.count(*id) && !needed.count(*id)) {
           rep.warnings.push_back(where + ": orphan pack (no stub refers to it; recovery removes it)");
         }
       }
@@ -162,8 +175,13 @@ Result<std::vector<FileUsage>> Store::Usage(const std::string& subpath) {
       }
     } else {
       u.logical = rec->size;
+      u.pack = rec->object;
       if (rec->object != 0) {
         if (Result<uint64_t> n = PackFileSize(rec->object); n.ok()) u.stored += *n;
+        if (Result<std::shared_ptr<PackReader>> p = OpenPack(rec->object); p.ok()) {
+          u.depth = (*p)->meta().max_depth();
+          if (!(*p)->meta().bases.empty()) u.base = (*p)->meta().bases.front();
+        }
       }
     }
     out.push_back(std::move(u));

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "base/hash.h"
+#include "codec/delta_chunk.h"
 #include "store/le.h"
 
 namespace ckptfs {
@@ -14,9 +15,10 @@ namespace {
 
 // Header (64 B): 0 magic[8] | 8 u32 version | 12 u32 header_size |
 //   16 u32 chunk_size | 20 u32 flags | 24 u64 logical_size |
-//   32 u64 chunk_count | 40..55 reserved (0) | 56 u64 Checksum64(0..55, kSeedHeader)
+//   32 u64 chunk_count | 40 u64 meta_offset | 48 u32 meta_len | 52..55 reserved (0) |
+//   56 u64 Checksum64(0..55, kSeedHeader). Versions 1 and 2 have 0 at 40..55.
 constexpr size_t kHdrVersion = 8, kHdrHeaderSize = 12, kHdrChunkSize = 16, kHdrFlags = 20, kHdrLogical = 24,
-                 kHdrCount = 32, kHdrChecksum = 56;
+                 kHdrCount = 32, kHdrMetaOffset = 40, kHdrMetaLen = 48, kHdrChecksum = 56;
 // Table entry (40 B): 0 u64 offset | 8 u32 stored_len | 12 u32 raw_len |
 //   16 u8 codec | 17..23 pad (0) | 24 u64 stored_checksum | 32 u64 raw_checksum
 constexpr size_t kEntOffset = 0, kEntStoredLen = 8, kEntRawLen = 12, kEntCodec = 16, kEntStoredSum = 24,
@@ -38,6 +40,8 @@ void EncodeHeader(const PackHeader& h, std::span<uint8_t, kPackHeaderSize> out) 
   le::Put32(out, kHdrFlags, 0);
   le::Put64(out, kHdrLogical, h.logical_size);
   le::Put64(out, kHdrCount, h.chunk_count);
+  le::Put64(out, kHdrMetaOffset, h.meta_offset);
+  le::Put32(out, kHdrMetaLen, h.meta_len);
   le::Put64(out, kHdrChecksum, Checksum64(std::span<const uint8_t>(out.data(), kHdrChecksum), kSeedHeader));
 }
 
@@ -73,7 +77,7 @@ std::vector<uint8_t>& ScratchBuffer() {
 
 Result<PackStats> WritePack(Env* env, int src_fd, uint64_t size, int dst_fd, uint32_t chunk_size,
                             const ChunkEncoderOptions& opts, const std::atomic<bool>* cancel,
-                            std::span<const TensorRange> tensors) {
+                            std::span<const TensorRange> tensors, ChunkPlanner* planner) {
   if (chunk_size == 0) return Status::InvalidArgument("pack chunk size must be positive");
   PackHeader header;
   header.chunk_size = chunk_size;
@@ -84,13 +88,17 @@ Result<PackStats> WritePack(Env* env, int src_fd, uint64_t size, int dst_fd, uin
   EncodeHeader(header, hdr);
   RETURN_IF_ERROR(env->PWriteAll(dst_fd, hdr, 0));
 
-  // Bounded memory: one raw chunk in, one encoded chunk out, and the table
-  // (40 bytes per chunk).
+  // Bounded memory: one raw chunk in, one encoded chunk out, one proposal,
+  // and the table and meta (about 50 bytes per chunk).
   std::vector<uint8_t> in(static_cast<size_t>(std::min<uint64_t>(chunk_size, size)));
   std::vector<uint8_t> out;
   std::vector<uint8_t> table(header.chunk_count * kPackTableEntrySize);
+  PackStats stats;
+  PackMeta& meta = stats.meta;
+  meta.tensors.assign(tensors.begin(), tensors.end());
+  meta.chunk_hash.resize(header.chunk_count);
+  meta.chunk_depth.resize(header.chunk_count);
   uint64_t pos = kPackHeaderSize;
-  bool used_tensor_codec = false;
   for (uint64_t i = 0; i < header.chunk_count; ++i) {
     if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) {
       return Status::Error(ECANCELED, "pack write cancelled");
@@ -105,9 +113,26 @@ Result<PackStats> WritePack(Env* env, int src_fd, uint64_t size, int dst_fd, uin
       return Status::Error(EAGAIN, "source shrank while packing: expected " + std::to_string(size) +
                                        " bytes, got end of file at " + std::to_string(off + got));
     }
+    const uint64_t hash = ChunkContentHash(raw);
+    const std::span<const TensorRange> ranges = RangesOverlapping(tensors, off, off + len);
     ChunkEntry e;
-    e.codec = EncodeChunk(raw, opts, &out, off, RangesOverlapping(tensors, off, off + len));
-    used_tensor_codec |= e.codec == ChunkCodec::kTensor;
+    std::optional<ChunkPlan> plan;
+    // Zero chunks cost nothing on their own: never make them depend on a base.
+    if (planner != nullptr && !IsAllZero(raw)) plan = planner->Plan(off, raw, hash, ranges);
+    // A delta far below the chunk size cannot lose to the standalone code:
+    // skip coding the chunk twice.
+    const bool plan_wins_outright = plan && (plan->codec == ChunkCodec::kRef || plan->payload.size() <= len / 16);
+    if (!plan_wins_outright) e.codec = EncodeChunk(raw, opts, &out, off, ranges);
+    if (plan && (plan_wins_outright || plan->payload.size() < out.size())) {
+      e.codec = plan->codec;
+      out.swap(plan->payload);
+      meta.chunk_depth[i] = plan->depth;
+      if (std::find(meta.bases.begin(), meta.bases.end(), plan->base) == meta.bases.end()) {
+        meta.bases.push_back(plan->base);
+      }
+      ++(e.codec == ChunkCodec::kRef ? stats.ref_chunks : stats.delta_chunks);
+    }
+    meta.chunk_hash[i] = hash;
     e.offset = pos;
     e.stored_len = static_cast<uint32_t>(out.size());
     e.raw_len = static_cast<uint32_t>(len);
@@ -118,13 +143,16 @@ Result<PackStats> WritePack(Env* env, int src_fd, uint64_t size, int dst_fd, uin
     EncodeEntry(e, std::span<uint8_t>(table).subspan(i * kPackTableEntrySize, kPackTableEntrySize));
   }
 
-  // A pack without tensor chunks stays readable by version-1 builds, so
-  // turning tensor_codec off (or storing only unknown files) allows a downgrade.
-  if (!used_tensor_codec) {
-    header.version = 1;
-    EncodeHeader(header, hdr);
-    RETURN_IF_ERROR(env->PWriteAll(dst_fd, hdr, 0));
-  }
+  timespec now{};
+  ::clock_gettime(CLOCK_REALTIME, &now);
+  meta.sealed_ns = static_cast<uint64_t>(now.tv_sec) * 1000000000ull + static_cast<uint64_t>(now.tv_nsec);
+  const std::vector<uint8_t> meta_bytes = EncodePackMeta(meta);
+  header.meta_offset = pos;
+  header.meta_len = static_cast<uint32_t>(meta_bytes.size());
+  RETURN_IF_ERROR(env->PWriteAll(dst_fd, meta_bytes, pos));
+  pos += meta_bytes.size();
+  EncodeHeader(header, hdr);
+  RETURN_IF_ERROR(env->PWriteAll(dst_fd, hdr, 0));
 
   const uint64_t table_offset = pos;
   if (!table.empty()) RETURN_IF_ERROR(env->PWriteAll(dst_fd, table, pos));
@@ -139,7 +167,10 @@ Result<PackStats> WritePack(Env* env, int src_fd, uint64_t size, int dst_fd, uin
   pos += footer.size();
 
   RETURN_IF_ERROR(env->Fdatasync(dst_fd));
-  return PackStats{size, pos, header.chunk_count};
+  stats.logical_size = size;
+  stats.stored_size = pos;
+  stats.chunk_count = header.chunk_count;
+  return stats;
 }
 
 Result<std::shared_ptr<PackReader>> PackReader::Open(Env* env, UniqueFd fd, std::string name) {
@@ -164,6 +195,8 @@ Result<std::shared_ptr<PackReader>> PackReader::Open(Env* env, UniqueFd fd, std:
   h.chunk_size = le::Get32(hdr, kHdrChunkSize);
   h.logical_size = le::Get64(hdr, kHdrLogical);
   h.chunk_count = le::Get64(hdr, kHdrCount);
+  h.meta_offset = le::Get64(hdr, kHdrMetaOffset);
+  h.meta_len = le::Get32(hdr, kHdrMetaLen);
   if (h.version < kPackMinReadableVersion || h.version > kPackFormatVersion) {
     return corrupt("format version " + std::to_string(h.version) + " is not supported (this build reads " +
                    std::to_string(kPackMinReadableVersion) + " to " + std::to_string(kPackFormatVersion) + ")");
@@ -171,6 +204,8 @@ Result<std::shared_ptr<PackReader>> PackReader::Open(Env* env, UniqueFd fd, std:
   if (le::Get32(hdr, kHdrHeaderSize) != kPackHeaderSize) return corrupt("unexpected header size");
   if (le::Get32(hdr, kHdrFlags) != 0) return corrupt("unknown header flags");
   if (h.chunk_size == 0) return corrupt("chunk size is 0");
+  if (h.version < 3 && (h.meta_offset != 0 || h.meta_len != 0)) return corrupt("meta block in a version < 3 pack");
+  if (h.version >= 3 && h.meta_len == 0) return corrupt("version 3 pack without a meta block");
   if (h.chunk_count != ChunkCount(h.logical_size, h.chunk_size)) {
     return corrupt("chunk count " + std::to_string(h.chunk_count) + " does not match logical size " +
                    std::to_string(h.logical_size));
@@ -198,6 +233,11 @@ Result<std::shared_ptr<PackReader>> PackReader::Open(Env* env, UniqueFd fd, std:
   // With the table trusted, check that the chunks tile the payload area and
   // the logical file exactly: no byte of the pack escapes a checksum.
   std::vector<ChunkEntry> chunks(h.chunk_count);
+  const uint64_t payload_end = h.version >= 3 ? h.meta_offset : table_offset;
+  if (h.version >= 3 && (h.meta_offset < kPackHeaderSize || h.meta_offset + h.meta_len != table_offset)) {
+    return corrupt("meta block at " + std::to_string(h.meta_offset) + " (" + std::to_string(h.meta_len) +
+                   " bytes) does not end where the chunk table starts");
+  }
   uint64_t pos = kPackHeaderSize;
   for (uint64_t i = 0; i < h.chunk_count; ++i) {
     ChunkEntry e = DecodeEntry(std::span<const uint8_t>(table).subspan(i * kPackTableEntrySize, kPackTableEntrySize));
@@ -223,25 +263,41 @@ Result<std::shared_ptr<PackReader>> PackReader::Open(Env* env, UniqueFd fd, std:
         if (h.version < 2) return corrupt(at + "tensor chunk in a version 1 pack");
         if (e.stored_len == 0) return corrupt(at + "empty tensor payload");
         break;
+      case ChunkCodec::kRef:
+      case ChunkCodec::kDelta:
+        if (h.version < 3) return corrupt(at + "base reference in a version " + std::to_string(h.version) + " pack");
+        if (e.stored_len < kBaseRefSize) return corrupt(at + "base reference shorter than 16 bytes");
+        if (e.codec == ChunkCodec::kRef && e.stored_len != kBaseRefSize)
+          return corrupt(at + "ref chunk with extra bytes");
+        break;
       default:
         return corrupt(at + "unknown codec " + std::to_string(static_cast<int>(e.codec)));
     }
     pos += e.stored_len;
-    if (pos > table_offset) return corrupt(at + "payload runs into the chunk table");
+    if (pos > payload_end) return corrupt(at + "payload runs into the chunk table");
     chunks[i] = e;
   }
-  if (pos != table_offset) {
-    return corrupt("payloads end at " + std::to_string(pos) + ", table starts at " + std::to_string(table_offset));
+  if (pos != payload_end) {
+    return corrupt("payloads end at " + std::to_string(pos) + ", expected " + std::to_string(payload_end));
+  }
+  PackMeta meta;
+  if (h.version >= 3) {
+    std::vector<uint8_t> mb(h.meta_len);
+    if (Status s = env->PReadExact(fd.get(), mb, h.meta_offset); !s.ok()) return s.WithContext(ctx);
+    Result<PackMeta> m = DecodePackMeta(mb, h.chunk_count);
+    if (!m.ok()) return m.status().WithContext(ctx);
+    meta = std::move(m).value();
   }
 
   std::shared_ptr<PackReader> r(new PackReader(env, std::move(fd), std::move(name)));
   r->header_ = h;
   r->chunks_ = std::move(chunks);
+  r->meta_ = std::move(meta);
   r->stored_size_ = size;
   return r;
 }
 
-Status PackReader::ReadChunk(uint64_t index, std::vector<uint8_t>* out) const {
+Status PackReader::ReadChunk(uint64_t index, std::vector<uint8_t>* out, BaseSource* bases) const {
   if (index >= chunks_.size()) {
     return Status::InvalidArgument("pack " + name_ + ": chunk " + std::to_string(index) + " out of range (" +
                                    std::to_string(chunks_.size()) + " chunks)");
@@ -254,20 +310,46 @@ Status PackReader::ReadChunk(uint64_t index, std::vector<uint8_t>* out) const {
     return s;
   };
 
-  std::vector<uint8_t>& scratch = ScratchBuffer();
-  scratch.resize(e.stored_len);
-  if (Status s = env_->PReadExact(fd_.get(), scratch, e.offset); !s.ok()) return fail(s.WithContext(ctx));
-  if (Checksum64(scratch, kSeedChunkStored ^ index) != e.stored_checksum) {
+  // Chunks stored against a base read that base first, which may recurse
+  // into this thread's scratch buffer: they keep their payload locally.
+  const bool needs_base = e.codec == ChunkCodec::kRef || e.codec == ChunkCodec::kDelta;
+  std::vector<uint8_t> local;
+  std::vector<uint8_t>& stored = needs_base ? local : ScratchBuffer();
+  stored.resize(e.stored_len);
+  if (Status s = env_->PReadExact(fd_.get(), stored, e.offset); !s.ok()) return fail(s.WithContext(ctx));
+  if (Checksum64(stored, kSeedChunkStored ^ index) != e.stored_checksum) {
     return fail(Status::Corruption(ctx + ": stored checksum mismatch"));
   }
   out->resize(e.raw_len);
-  if (Status s = DecodeChunk(e.codec, scratch, *out); !s.ok()) {
-    return fail(s.WithContext(ctx));
-  }
+  Status decoded = needs_base ? DecodeAgainstBase(e.codec, stored, *out, bases) : DecodeChunk(e.codec, stored, *out);
+  if (!decoded.ok()) return fail(decoded.WithContext(ctx));
   if (Checksum64(*out, kSeedChunkRaw ^ index) != e.raw_checksum) {
     return fail(Status::Corruption(ctx + ": raw checksum mismatch"));
   }
   return Status::Ok();
+}
+
+Status PackReader::DecodeAgainstBase(ChunkCodec codec, std::span<const uint8_t> stored, std::span<uint8_t> out,
+                                     BaseSource* bases) const {
+  if (bases == nullptr)
+    return Status::InvalidArgument("chunk is stored against another pack; no store to read it from");
+  const ObjectId base = le::Get64(stored, 0);
+  const uint64_t off = le::Get64(stored, 8);
+  const std::string what = std::string(ChunkCodecName(codec)) + " chunk against pack " + ObjectIdHex(base) +
+                           " offset " + std::to_string(off);
+  if (codec == ChunkCodec::kRef) return bases->ReadPackRange(base, off, out).WithContext(what);
+  std::vector<uint8_t> base_bytes(out.size());
+  RETURN_IF_ERROR(bases->ReadPackRange(base, off, base_bytes).WithContext(what));
+  return DecodeDeltaChunk(stored.subspan(kBaseRefSize), base_bytes, out).WithContext(what);
+}
+
+Result<std::pair<ObjectId, uint64_t>> PackReader::ChunkBase(uint64_t index) const {
+  if (index >= chunks_.size()) return Status::InvalidArgument("chunk index out of range");
+  const ChunkEntry& e = chunks_[index];
+  if (e.codec != ChunkCodec::kRef && e.codec != ChunkCodec::kDelta) return Status::Error(ENOENT, "chunk has no base");
+  std::array<uint8_t, kBaseRefSize> ref;
+  RETURN_IF_ERROR(env_->PReadExact(fd_.get(), ref, e.offset));
+  return std::make_pair(le::Get64(ref, 0), le::Get64(ref, 8));
 }
 
 void PackReader::Prefetch(uint64_t index) const {
@@ -276,9 +358,9 @@ void PackReader::Prefetch(uint64_t index) const {
                         static_cast<off_t>(chunks_[index].stored_len), POSIX_FADV_WILLNEED);
 }
 
-Status PackReader::VerifyAll() const {
+Status PackReader::VerifyAll(BaseSource* bases) const {
   std::vector<uint8_t> buf;
-  for (uint64_t i = 0; i < chunks_.size(); ++i) RETURN_IF_ERROR(ReadChunk(i, &buf));
+  for (uint64_t i = 0; i < chunks_.size(); ++i) RETURN_IF_ERROR(ReadChunk(i, &buf, bases));
   return Status::Ok();
 }
 

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -15,7 +16,9 @@
 #include "base/unique_fd.h"
 #include "codec/chunk_codec.h"
 #include "store/env.h"
+#include "store/object_id.h"
 #include "store/pack_format.h"
+#include "store/pack_meta.h"
 
 namespace ckptfs {
 
@@ -23,14 +26,44 @@ struct PackStats {
   uint64_t logical_size = 0;
   uint64_t stored_size = 0;  // whole pack file, headers included
   uint64_t chunk_count = 0;
+  PackMeta meta;            // as written
+  uint64_t ref_chunks = 0;  // chunks stored as kRef (dedup)
+  uint64_t delta_chunks = 0;
+};
+
+// Logical bytes of other packs, for chunks stored against them. The store
+// implements it (with the decoded-chunk cache); `depth` guards recursion.
+class BaseSource {
+ public:
+  virtual ~BaseSource() = default;
+  virtual Status ReadPackRange(ObjectId pack, uint64_t offset, std::span<uint8_t> out) = 0;
+};
+
+// What a chunk could be stored against, proposed by the store's lineage and
+// dedup indexes while a pack is written.
+struct ChunkPlan {
+  ChunkCodec codec = ChunkCodec::kRaw;  // kRef or kDelta
+  std::vector<uint8_t> payload;         // complete, base reference included
+  ObjectId base = 0;
+  uint8_t depth = 0;  // delta depth of the resulting chunk
+};
+class ChunkPlanner {
+ public:
+  virtual ~ChunkPlanner() = default;
+  // A kRef (identical bytes stored elsewhere) or kDelta proposal for the
+  // chunk at `offset`, or nothing. WritePack keeps a kDelta only when it is
+  // smaller than the chunk coded on its own.
+  virtual std::optional<ChunkPlan> Plan(uint64_t offset, std::span<const uint8_t> raw, uint64_t content_hash,
+                                        std::span<const TensorRange> ranges) = 0;
 };
 
 // Encodes bytes [0, size) of src_fd into dst_fd (an empty, writable file)
 // and fdatasyncs dst_fd. `cancel`, when set and true, aborts with ECANCELED.
-// `tensors` (sorted, absolute offsets) lets chunks holding them use kTensor.
+// `tensors` (sorted, absolute offsets) lets chunks holding them use kTensor;
+// `planner`, when set, may store chunks against other packs.
 Result<PackStats> WritePack(Env* env, int src_fd, uint64_t size, int dst_fd, uint32_t chunk_size,
                             const ChunkEncoderOptions& opts, const std::atomic<bool>* cancel = nullptr,
-                            std::span<const TensorRange> tensors = {});
+                            std::span<const TensorRange> tensors = {}, ChunkPlanner* planner = nullptr);
 
 class PackReader {
  public:
@@ -39,26 +72,34 @@ class PackReader {
 
   const PackHeader& header() const { return header_; }
   const std::vector<ChunkEntry>& chunks() const { return chunks_; }
+  // Version 3 packs; empty (no bases, no hashes) for older ones.
+  const PackMeta& meta() const { return meta_; }
   uint64_t stored_size() const { return stored_size_; }
   const std::string& name() const { return name_; }
   int fd() const { return fd_.get(); }
 
   // Decodes chunk `index` into `out` (resized to raw_len). Corruption names
-  // the pack, the chunk and its logical offset.
-  Status ReadChunk(uint64_t index, std::vector<uint8_t>* out) const;
+  // the pack, the chunk and its logical offset. kRef/kDelta chunks read
+  // their base through `bases` (an error when null).
+  Status ReadChunk(uint64_t index, std::vector<uint8_t>* out, BaseSource* bases = nullptr) const;
+  // The base pack and offset a kRef/kDelta chunk names (fsck, stats).
+  Result<std::pair<ObjectId, uint64_t>> ChunkBase(uint64_t index) const;
   // Asks the kernel to start reading chunk `index` from disk (no-op when
   // out of range), so a sequential reader finds it in the page cache.
   void Prefetch(uint64_t index) const;
   // Reads and checks every chunk (fsck).
-  Status VerifyAll() const;
+  Status VerifyAll(BaseSource* bases = nullptr) const;
 
  private:
   PackReader(Env* env, UniqueFd fd, std::string name) : env_(env), fd_(std::move(fd)), name_(std::move(name)) {}
+  Status DecodeAgainstBase(ChunkCodec codec, std::span<const uint8_t> stored, std::span<uint8_t> out,
+                           BaseSource* bases) const;
   Env* env_;
   UniqueFd fd_;
   std::string name_;
   PackHeader header_;
   std::vector<ChunkEntry> chunks_;
+  PackMeta meta_;
   uint64_t stored_size_ = 0;
 };
 

@@ -12,8 +12,9 @@ namespace ckptfs {
 
 inline constexpr char kPackMagic[8] = {'C', 'K', 'P', 'T', 'P', 'A', 'C', 'K'};
 inline constexpr char kPackFooterMagic[8] = {'C', 'K', 'P', 'T', 'E', 'N', 'D', '1'};
-// Version 2 added chunk codec kTensor; version 1 packs are still read.
-inline constexpr uint32_t kPackFormatVersion = 2;
+// Version 2 added chunk codec kTensor; version 3 the meta block and the
+// chunk codecs kRef and kDelta. Versions 1 and 2 are still read.
+inline constexpr uint32_t kPackFormatVersion = 3;
 inline constexpr uint32_t kPackMinReadableVersion = 1;
 inline constexpr uint32_t kPackHeaderSize = 64;
 inline constexpr uint32_t kPackFooterSize = 32;
@@ -30,6 +31,8 @@ struct PackHeader {
   uint32_t chunk_size = kDefaultChunkSize;
   uint64_t logical_size = 0;
   uint64_t chunk_count = 0;
+  uint64_t meta_offset = 0;  // version 3: the meta block (store/pack_meta.h) sits
+  uint32_t meta_len = 0;     // between the payloads and the chunk table
 };
 
 struct ChunkEntry {

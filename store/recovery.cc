@@ -3,6 +3,8 @@
 #include <dirent.h>
 #include <fcntl.h>
 
+#include <optional>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "base/log.h"
@@ -155,8 +157,37 @@ Result<RecoveryReport> Store::Recover() {
   if (unreadable) {
     problem(std::to_string(rep.broken_stubs) +
             " stub(s) unreadable: not deleting unreferenced packs or staging files; run fsck");
+    RETURN_IF_ERROR(CollectPacks(packs_ref, &rep, /*keep_all=*/true));
     return rep;
   }
+  RETURN_IF_ERROR(CollectPacks(packs_ref, &rep, /*keep_all=*/false));
+  ASSIGN_OR_RETURN(std::vector<DirEntry> stage_files, env_->ListDir(staging_.get()));
+  for (const DirEntry& f : stage_files) {
+    std::optional<ObjectId> id = internal::ParseObjectFileName(f.name, internal::kStagingSuffix);
+    if (!id) {
+      spdlog::warn("recovery: leaving unexpected file staging/{}", f.name);
+      continue;
+    }
+    if (staging_ref.count(*id)) continue;
+    RETURN_IF_ERROR(env_->UnlinkAt(staging_.get(), f.name).WithContext("recovery: removing orphan staging file"));
+    ++rep.orphan_staging_removed;
+    did("removed orphan staging file staging/" + f.name);
+  }
+  return rep;
+}
+
+}  // namespace ckptfs
+
+namespace ckptfs {
+
+Status Store::CollectPacks(const std::unordered_set<ObjectId>& roots, RecoveryReport* rep, bool keep_all) {
+  struct Found {
+    std::string dir, file;
+    std::optional<PackMeta> meta;  // nullopt: unreadable
+    uint64_t logical_size = 0;
+    uint32_t chunk_size = 0;
+  };
+  std::unordered_map<ObjectId, Found> found;
   ASSIGN_OR_RETURN(std::vector<DirEntry> pack_dirs, env_->ListDir(packs_.get()));
   for (const DirEntry& d : pack_dirs) {
     Result<UniqueFd> dir = env_->OpenAt(packs_.get(), d.name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
@@ -171,25 +202,52 @@ Result<RecoveryReport> Store::Recover() {
         spdlog::warn("recovery: leaving unexpected file packs/{}/{}", d.name, f.name);
         continue;
       }
-      if (packs_ref.count(*id)) continue;
-      RETURN_IF_ERROR(env_->UnlinkAt(dir->get(), f.name).WithContext("recovery: removing orphan pack"));
-      ++rep.orphan_packs_removed;
-      did("removed orphan pack packs/" + d.name + "/" + f.name);
+      Found& e = found[*id];
+      e.dir = d.name;
+      e.file = f.name;
+      if (Result<std::shared_ptr<PackReader>> r = OpenPack(*id); r.ok()) {
+        e.meta = (*r)->meta();
+        e.logical_size = (*r)->header().logical_size;
+        e.chunk_size = (*r)->header().chunk_size;
+      } else {
+        spdlog::warn("recovery: pack {} is unreadable (fsck reports it): {}", f.name, r.status().message());
+      }
     }
   }
-  ASSIGN_OR_RETURN(std::vector<DirEntry> stage_files, env_->ListDir(staging_.get()));
-  for (const DirEntry& f : stage_files) {
-    std::optional<ObjectId> id = internal::ParseObjectFileName(f.name, internal::kStagingSuffix);
-    if (!id) {
-      spdlog::warn("recovery: leaving unexpected file staging/{}", f.name);
+
+  // Mark: what stubs name, and the bases of those packs, transitively.
+  std::unordered_set<ObjectId> live;
+  std::vector<ObjectId> todo;
+  for (const auto& [id, e] : found) {
+    if (keep_all || roots.count(id)) todo.push_back(id);
+  }
+  while (!todo.empty()) {
+    const ObjectId id = todo.back();
+    todo.pop_back();
+    if (!live.insert(id).second) continue;
+    auto it = found.find(id);
+    if (it == found.end() || !it->second.meta) continue;
+    for (ObjectId b : it->second.meta->bases) todo.push_back(b);
+  }
+
+  // Sweep what nothing needs; index the rest.
+  for (const auto& [id, e] : found) {
+    if (live.count(id)) {
+      if (e.meta) index_.Add(id, *e.meta, e.logical_size, e.chunk_size);
       continue;
     }
-    if (staging_ref.count(*id)) continue;
-    RETURN_IF_ERROR(env_->UnlinkAt(staging_.get(), f.name).WithContext("recovery: removing orphan staging file"));
-    ++rep.orphan_staging_removed;
-    did("removed orphan staging file staging/" + f.name);
+    Result<UniqueFd> dir = env_->OpenAt(packs_.get(), e.dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
+    if (!dir.ok()) return dir.status().WithContext("recovery: removing orphan pack");
+    RETURN_IF_ERROR(env_->UnlinkAt(dir->get(), e.file).WithContext("recovery: removing orphan pack"));
+    ++rep->orphan_packs_removed;
+    const std::string line = "removed orphan pack packs/" + e.dir + "/" + e.file;
+    spdlog::info("recovery: {}", line);
+    rep->actions.push_back(line);
   }
-  return rep;
+  index_.RecountUsers();
+  for (ObjectId id : roots) index_.AddRoot(id);
+  index_loaded_ = true;
+  return Status::Ok();
 }
 
 }  // namespace ckptfs

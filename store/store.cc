@@ -4,11 +4,14 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "base/log.h"
+#include "cache/chunk_cache.h"
 #include "codec/formats/layout.h"
 #include "codec/tensor_chunk.h"
+#include "store/delta_planner.h"
 #include "store/store_internal.h"
 
 namespace ckptfs {
@@ -20,6 +23,11 @@ using internal::StagingFileName;
 
 constexpr const char* kLayoutDirs[] = {"ns", "packs", "staging", "tmp"};
 constexpr size_t kMaxSuperblockBytes = 64 * 1024;
+// Open base packs kept for reads through references and deltas.
+constexpr size_t kMaxOpenBasePacks = 32;
+// Reads through base references nest at most this deep: deeper means a
+// corrupt store with a reference cycle, never a real chain.
+constexpr int kMaxBaseNesting = 64;
 
 bool IsErr(const Status& s, int code) { return !s.ok() && s.code() == code; }
 
@@ -242,17 +250,113 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
     spdlog::debug("{}: format {}, {} tensor ranges{}{}", ctx, layout.format, tensors.size(),
                   layout.note.empty() ? "" : ": ", layout.note);
   }
-  Result<PackStats> stats = WritePack(env_, src_fd, size, tmp->get(), opts_.chunk_size, opts_.encoder, cancel, tensors);
-  if (!stats.ok()) return fail(stats.status());
+  // The planner pins the packs it stores chunks against until the new pack
+  // is in the index as their user, so they cannot be deleted meanwhile.
+  std::optional<DeltaPlanner> planner;
+  if (opts_.delta && index_loaded_) {
+    planner.emplace(&index_, this, tensors, opts_.encoder, opts_.keyframe_every);
+  }
+  auto release_pins = [&] {
+    if (planner) (void)DeleteDeadPacks(planner->ReleasePins());
+  };
+  Result<PackStats> stats = WritePack(env_, src_fd, size, tmp->get(), opts_.chunk_size, opts_.encoder, cancel, tensors,
+                                      planner ? &*planner : nullptr);
+  if (!stats.ok()) {
+    release_pins();
+    return fail(stats.status());
+  }
   Result<UniqueFd> dir = PackDir(id, /*create=*/true);
-  if (!dir.ok()) return fail(dir.status());
-  if (Status s = env_->RenameAt(tmp_.get(), tmpname, dir->get(), PackFileName(id)); !s.ok()) return fail(s);
+  Status published = dir.ok() ? env_->RenameAt(tmp_.get(), tmpname, dir->get(), PackFileName(id)) : dir.status();
+  if (!published.ok()) {
+    release_pins();
+    return fail(published);
+  }
   if (Status s = env_->Fsync(dir->get()); !s.ok()) {
     // Not durable, and no stub refers to it yet: drop it.
     (void)env_->UnlinkAt(dir->get(), PackFileName(id));
+    release_pins();
     return s.WithContext(ctx);
   }
+  if (index_loaded_) index_.Add(id, stats->meta, size, opts_.chunk_size);
+  if (planner && (stats->ref_chunks > 0 || stats->delta_chunks > 0)) {
+    spdlog::debug("{}: {} chunks, {} shared, {} deltas against {}", ctx, stats->chunk_count, stats->ref_chunks,
+                  stats->delta_chunks, ObjectIdHex(planner->base_pack()));
+  }
+  release_pins();
   return id;
+}
+
+Status Store::DeleteDeadPacks(const std::vector<ObjectId>& dead) {
+  Status first = Status::Ok();
+  for (ObjectId id : dead) {
+    {
+      std::lock_guard lk(readers_mu_);
+      readers_.remove_if([&](const auto& r) { return r.first == id; });
+    }
+    if (base_cache_ != nullptr) base_cache_->ErasePack(id);
+    Status s = DeletePack(id);
+    if (!s.ok() && first.ok()) first = s;
+  }
+  return first;
+}
+
+Status Store::ReleasePack(ObjectId id) {
+  if (id == 0) return Status::Ok();
+  // Without the index (a store opened without recovery) no deltas were made
+  // by this process; the pack is the stub's alone as far as we know.
+  if (!index_loaded_) return DeletePack(id);
+  return DeleteDeadPacks(index_.DropRoot(id));
+}
+
+Result<std::shared_ptr<PackReader>> Store::CachedPack(ObjectId id) {
+  {
+    std::lock_guard lk(readers_mu_);
+    for (auto it = readers_.begin(); it != readers_.end(); ++it) {
+      if (it->first != id) continue;
+      readers_.splice(readers_.begin(), readers_, it);
+      return readers_.front().second;
+    }
+  }
+  ASSIGN_OR_RETURN(std::shared_ptr<PackReader> reader, OpenPack(id));
+  std::lock_guard lk(readers_mu_);
+  readers_.emplace_front(id, reader);
+  if (readers_.size() > kMaxOpenBasePacks) readers_.pop_back();
+  return reader;
+}
+
+Status Store::ReadPackRange(ObjectId pack, uint64_t offset, std::span<uint8_t> out) {
+  thread_local int nesting = 0;
+  if (nesting >= kMaxBaseNesting) {
+    return Status::Corruption("base references nest deeper than " + std::to_string(kMaxBaseNesting) +
+                              " packs at pack " + ObjectIdHex(pack) + " (a reference cycle?)");
+  }
+  ++nesting;
+  struct Leave {
+    ~Leave() { --nesting; }
+  } leave;
+  Result<std::shared_ptr<PackReader>> reader = CachedPack(pack);
+  if (!reader.ok()) return reader.status().WithContext("base pack " + ObjectIdHex(pack));
+  const PackReader& r = **reader;
+  const uint64_t cs = r.header().chunk_size;
+  if (offset > r.header().logical_size || r.header().logical_size - offset < out.size()) {
+    return Status::Corruption("range " + std::to_string(offset) + "+" + std::to_string(out.size()) +
+                              " is outside base pack " + ObjectIdHex(pack));
+  }
+  uint64_t pos = offset;
+  while (pos < offset + out.size()) {
+    const uint64_t index = pos / cs, within = pos - index * cs;
+    const uint64_t n = std::min<uint64_t>(offset + out.size() - pos, r.chunks()[index].raw_len - within);
+    auto load = [&]() -> Result<ChunkBytes> {
+      auto bytes = std::make_shared<std::vector<uint8_t>>();
+      RETURN_IF_ERROR(r.ReadChunk(index, bytes.get(), this));
+      return ChunkBytes(std::move(bytes));
+    };
+    Result<ChunkBytes> chunk = base_cache_ != nullptr ? base_cache_->GetOrLoad(ChunkKey{pack, index}, load) : load();
+    if (!chunk.ok()) return chunk.status();
+    std::memcpy(out.data() + (pos - offset), (*chunk)->data() + within, n);
+    pos += n;
+  }
+  return Status::Ok();
 }
 
 Result<std::shared_ptr<PackReader>> Store::OpenPack(ObjectId id) {
@@ -304,7 +408,7 @@ Result<StubRecord> Store::SealStub(int stub_fd, const StubRecord& staged, int st
   }
 
   if (still_current && !still_current()) {
-    (void)DeletePack(pack);
+    (void)ReleasePack(pack);
     return Status::Error(EAGAIN, "file changed while sealing");
   }
 
@@ -314,9 +418,14 @@ Result<StubRecord> Store::SealStub(int stub_fd, const StubRecord& staged, int st
     // A failed write leaves the slot invalid (checksummed), so the stub
     // still names the staging file, unless the bytes landed after all.
     Result<StubRecord> now = ReadStub(env_, stub_fd);
-    if (now.ok() && now->object != pack) (void)DeletePack(pack);
+    if (now.ok() && now->object != pack) {
+      (void)ReleasePack(pack);
+    } else if (index_loaded_) {
+      index_.AddRoot(pack);
+    }
     return written.status().WithContext("sealing stub");
   }
+  if (index_loaded_) index_.AddRoot(pack);
   // mtime first, then one fsync covers record and times. The stub write
   // itself bumped mtime; the user's mtime is the staging file's.
   const struct timespec times[2] = {{0, UTIME_OMIT}, sst.st_mtim};
@@ -333,7 +442,7 @@ Result<StubRecord> Store::SealStub(int stub_fd, const StubRecord& staged, int st
 
 Status Store::ReleaseStubObjects(const StubRecord& rec) {
   if (rec.object == 0) return Status::Ok();
-  return rec.state == StubState::kSealed ? DeletePack(rec.object) : DeleteStaging(rec.object);
+  return rec.state == StubState::kSealed ? ReleasePack(rec.object) : DeleteStaging(rec.object);
 }
 
 }  // namespace ckptfs

@@ -12,8 +12,11 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <list>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "base/status.h"
@@ -22,6 +25,7 @@
 #include "store/env.h"
 #include "store/object_id.h"
 #include "store/pack.h"
+#include "store/pack_index.h"
 #include "store/stub.h"
 
 namespace ckptfs {
@@ -33,13 +37,19 @@ struct StoreOptions {
   bool take_lock = true;          // false for read-only tools (stats, fsck)
   uint32_t chunk_size = kDefaultChunkSize;
   ChunkEncoderOptions encoder;
+  // Store chunks against live packs: identical chunks as references, and
+  // checkpoints as deltas against their predecessor (store/delta_planner.h).
+  bool delta = true;
+  // Longest delta chain; the next version of a chunk is a keyframe (0: no
+  // deltas, dedup only).
+  uint32_t keyframe_every = 8;
 };
 
 struct RecoveryReport {
   uint64_t stubs_scanned = 0;
-  uint64_t staged_resealed = 0;    // STAGED stubs whose staging file was sealed
-  uint64_t tmp_files_removed = 0;  // unpublished packs from an interrupted seal
-  uint64_t orphan_packs_removed = 0;
+  uint64_t staged_resealed = 0;       // STAGED stubs whose staging file was sealed
+  uint64_t tmp_files_removed = 0;     // unpublished packs from an interrupted seal
+  uint64_t orphan_packs_removed = 0;  // packs no file needs, directly or as a base
   uint64_t orphan_staging_removed = 0;
   uint64_t broken_stubs = 0;         // unreadable stubs (left in place, fsck reports)
   std::vector<std::string> actions;  // one human line per thing done
@@ -58,11 +68,16 @@ struct FsckReport {
 struct FileUsage {
   std::string path;  // relative to the namespace root
   uint64_t logical = 0;
-  uint64_t stored = 0;
+  uint64_t stored = 0;  // the file's own pack: what it added to the store
   bool staged = false;
+  ObjectId pack = 0;
+  ObjectId base = 0;  // the pack most of its stored-against chunks name (0: none)
+  uint8_t depth = 0;  // longest delta chain a read of it decodes
 };
 
-class Store {
+class ChunkCache;
+
+class Store : public BaseSource {
  public:
   static Result<std::unique_ptr<Store>> Open(Env* env, const std::string& backing, const StoreOptions& opts);
 
@@ -77,7 +92,16 @@ class Store {
   // Encodes [0,size) of src_fd and publishes it as a new pack.
   Result<ObjectId> PublishPack(int src_fd, uint64_t size, const std::atomic<bool>* cancel = nullptr);
   Result<std::shared_ptr<PackReader>> OpenPack(ObjectId id);
-  Status DeletePack(ObjectId id);  // missing is fine
+  Status DeletePack(ObjectId id);  // missing is fine; the caller knows nothing needs it
+  // A stub stopped naming `id`: deletes it, and bases only it kept, unless
+  // other packs still need them (invariant 4: deleting a file never breaks
+  // another). Without a loaded index (read-only tools) nothing is deleted.
+  Status ReleasePack(ObjectId id);
+  // Bytes [offset, offset+out.size()) of a pack's logical content, through
+  // `base_cache` when set. Chunks stored against other packs use this.
+  Status ReadPackRange(ObjectId pack, uint64_t offset, std::span<uint8_t> out) override;
+  void SetBaseCache(ChunkCache* cache) { base_cache_ = cache; }
+  const PackIndex& index() const { return index_; }
   Result<uint64_t> PackFileSize(ObjectId id);
 
   // --- staging ---
@@ -99,7 +123,9 @@ class Store {
 
   // --- maintenance ---
   // Completes or rolls back interrupted work: clears tmp/, seals STAGED
-  // stubs, deletes packs and staging files no stub refers to.
+  // stubs, deletes packs no file needs (directly or as a base) and staging
+  // files no stub refers to, and loads the pack index. This is also the
+  // full garbage collection (`ckptfs gc`).
   Result<RecoveryReport> Recover();
   Result<FsckReport> Fsck();
   Result<std::vector<FileUsage>> Usage(const std::string& subpath = "");
@@ -108,6 +134,12 @@ class Store {
   Store(Env* env, std::string path, StoreOptions opts) : env_(env), path_(std::move(path)), opts_(opts) {}
   Status InitLayout();
   Result<UniqueFd> PackDir(ObjectId id, bool create);
+  Result<std::shared_ptr<PackReader>> CachedPack(ObjectId id);
+  Status DeleteDeadPacks(const std::vector<ObjectId>& dead);
+  // Recovery step 3: marks what stubs need (through pack bases), deletes the
+  // rest, and fills index_ with what is kept.
+  // With `keep_all`, nothing is deleted (a stub could not be read).
+  Status CollectPacks(const std::unordered_set<ObjectId>& roots, RecoveryReport* rep, bool keep_all);
   // Visits every stub under ns/ (depth-first); path is relative to ns/.
   Status WalkStubs(const std::function<Status(const std::string& path, int stub_fd)>& fn);
 
@@ -115,6 +147,11 @@ class Store {
   std::string path_;
   StoreOptions opts_;
   UniqueFd root_, ns_, packs_, staging_, tmp_, lock_;
+  PackIndex index_;
+  bool index_loaded_ = false;
+  ChunkCache* base_cache_ = nullptr;
+  std::mutex readers_mu_;
+  std::list<std::pair<ObjectId, std::shared_ptr<PackReader>>> readers_;  // small LRU of open base packs
 };
 
 }  // namespace ckptfs

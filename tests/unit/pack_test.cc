@@ -33,6 +33,26 @@ class PackTest : public ::testing::Test {
   }
   // Rewrites the header's version field (offset 8) and its checksum (offset
   // 56: XXH3-64 of bytes 0..55, seed kSeedHeader), as store/pack.cc writes them.
+  static uint64_t Get64(const std::vector<uint8_t>& b, size_t off) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; --i) v = (v << 8) | b[off + i];
+    return v;
+  }
+  static void Put64(std::vector<uint8_t>& b, size_t off, uint64_t v) {
+    for (int i = 0; i < 8; ++i) b[off + i] = static_cast<uint8_t>(v >> (8 * i));
+  }
+  // Rewrites a version 3 pack as an older build wrote it: without the meta
+  // block and the header fields that locate it.
+  void DowngradeTo(uint32_t version, const std::string& name = "p") {
+    std::vector<uint8_t> b = test::ReadFileBytes(dir_.Sub(name));
+    const uint64_t meta_off = Get64(b, 40), meta_len = b[48] | b[49] << 8 | b[50] << 16 | uint64_t{b[51]} << 24;
+    ASSERT_GT(meta_len, 0u);
+    b.erase(b.begin() + meta_off, b.begin() + meta_off + meta_len);
+    Put64(b, b.size() - 32, Get64(b, b.size() - 32) - meta_len);  // footer: table offset
+    std::fill(b.begin() + 40, b.begin() + 56, 0);
+    test::WriteFileBytes(dir_.Sub(name), b);
+    SetHeaderVersion(version, name);
+  }
   void SetHeaderVersion(uint32_t version, const std::string& name = "p") {
     std::vector<uint8_t> b = test::ReadFileBytes(dir_.Sub(name));
     ASSERT_GE(b.size(), kPackHeaderSize);
@@ -77,7 +97,7 @@ class PackTest : public ::testing::Test {
 TEST_F(PackTest, EmptyFile) {
   RoundTrip({}, 4096);
   auto bytes = test::ReadFileBytes(dir_.Sub("p"));
-  EXPECT_EQ(bytes.size(), kPackHeaderSize + kPackFooterSize);
+  EXPECT_EQ(bytes.size(), kPackHeaderSize + 40u + kPackFooterSize);  // header, empty meta block, footer
   EXPECT_EQ(std::memcmp(bytes.data(), "CKPTPACK", 8), 0);
   EXPECT_EQ(std::memcmp(bytes.data() + bytes.size() - 8, "CKPTEND1", 8), 0);
 }
@@ -106,8 +126,8 @@ TEST_F(PackTest, SparseFileCostsAlmostNothing) {
   RoundTrip(content, 4096);
   auto r = Open();
   ASSERT_TRUE(r.ok());
-  // Header + one tiny zstd chunk + table + footer.
-  EXPECT_LT((*r)->stored_size(), 64u + 200u + 64u * kPackTableEntrySize + 32u);
+  // Header + one tiny zstd chunk + meta (9 bytes a chunk) + table + footer.
+  EXPECT_LT((*r)->stored_size(), 64u + 200u + 40u + 64u * (kPackTableEntrySize + 9u) + 32u);
 }
 
 TEST_F(PackTest, LittleEndianLayout) {
@@ -122,8 +142,9 @@ TEST_F(PackTest, LittleEndianLayout) {
   EXPECT_EQ(u64(24), 5000u);  // logical size
   EXPECT_EQ(u64(32), 2u);     // chunk count
   const uint64_t table_offset = u64(b.size() - 32);
-  EXPECT_EQ(table_offset, 64u + 5000u);  // two raw chunks
-  EXPECT_EQ(u64(table_offset), 64u);     // first chunk's payload offset
+  EXPECT_EQ(u64(40), 64u + 5000u);                   // meta block after two raw chunks
+  EXPECT_EQ(table_offset, 64u + 5000u + 40u + 18u);  // meta: 40 fixed + 9 per chunk
+  EXPECT_EQ(u64(table_offset), 64u);                 // first chunk's payload offset
   EXPECT_EQ(table_offset + 2 * kPackTableEntrySize + kPackFooterSize, b.size());
 }
 
@@ -243,26 +264,46 @@ std::vector<uint8_t> FloatWeights(size_t n, uint64_t seed) {
   return b;
 }
 
-// Only packs that use kTensor need version 2; the rest stay readable by
-// version-1 builds, so a downgrade after tensor_codec=0 loses nothing.
-TEST_F(PackTest, PacksWithoutTensorChunksAreVersion1) {
-  ASSERT_TRUE(Write(RandomBytes(100, 12), 4096).ok());
-  auto b = test::ReadFileBytes(dir_.Sub("p"));
-  EXPECT_EQ(b[8] | b[9] << 8 | b[10] << 16 | b[11] << 24, 1);
-  auto r = Open();
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_EQ((*r)->header().version, 1u);
-  EXPECT_EQ(kPackFormatVersion, 2u);
-  EXPECT_EQ(kPackMinReadableVersion, 1u);
-}
-
-TEST_F(PackTest, PacksWithTensorChunksAreVersion2) {
+// New packs are version 3 (meta block); versions 1 and 2 are still read.
+TEST_F(PackTest, NewPacksAreVersion3WithMeta) {
   std::vector<uint8_t> content = FloatWeights(3 * 1024, 16);
   const std::vector<TensorRange> tensors = {{0, content.size(), DType::kF32}};
   ASSERT_TRUE(Write(content, 4096, "p", nullptr, UINT64_MAX, tensors).ok());
   auto r = Open();
   ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ((*r)->header().version, 3u);
+  EXPECT_EQ(kPackFormatVersion, 3u);
+  EXPECT_EQ(kPackMinReadableVersion, 1u);
+  const PackMeta& m = (*r)->meta();
+  ASSERT_EQ(m.tensors.size(), 1u);
+  EXPECT_EQ(m.tensors[0].length, content.size());
+  ASSERT_EQ(m.chunk_hash.size(), 3u);
+  EXPECT_EQ(m.chunk_hash[1], ChunkContentHash(std::span<const uint8_t>(content).subspan(4096, 4096)));
+  EXPECT_EQ(m.max_depth(), 0u);
+  EXPECT_TRUE(m.bases.empty());
+}
+
+TEST_F(PackTest, Version2PackIsStillReadable) {
+  std::vector<uint8_t> content = FloatWeights(3 * 1024, 17);
+  const std::vector<TensorRange> tensors = {{0, content.size(), DType::kF32}};
+  ASSERT_TRUE(Write(content, 4096, "p", nullptr, UINT64_MAX, tensors).ok());
+  DowngradeTo(2);
+  auto r = Open();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ((*r)->header().version, 2u);
+  Result<std::vector<uint8_t>> back = ReadAll(**r);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, content);
+}
+
+TEST_F(PackTest, CorruptMetaBlockIsRejected) {
+  ASSERT_TRUE(Write(RandomBytes(5000, 18), 4096).ok());
+  std::vector<uint8_t> b = test::ReadFileBytes(dir_.Sub("p"));
+  b[Get64(b, 40) + 9] ^= 1;  // sealed_ns, covered by the meta checksum
+  test::WriteFileBytes(dir_.Sub("p"), b);
+  auto r = Open();
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("pack meta block: checksum mismatch"), std::string::npos) << r.status().message();
 }
 
 // A version 1 pack (raw, zstd and zero chunks only) written by an older
@@ -270,7 +311,7 @@ TEST_F(PackTest, PacksWithTensorChunksAreVersion2) {
 TEST_F(PackTest, Version1PackIsStillReadable) {
   std::vector<uint8_t> content = test::MixedContent(4096, 13);
   ASSERT_TRUE(Write(content, 4096).ok());
-  SetHeaderVersion(1);
+  DowngradeTo(1);
   auto r = Open();
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ((*r)->header().version, 1u);
@@ -298,7 +339,7 @@ TEST_F(PackTest, Version1PackWithTensorChunkIsRejected) {
     ASSERT_TRUE(back.ok()) << back.status().ToString();
     EXPECT_EQ(*back, content);
   }
-  SetHeaderVersion(1);
+  DowngradeTo(1);
   auto r = Open();
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), EIO);
@@ -308,17 +349,17 @@ TEST_F(PackTest, Version1PackWithTensorChunkIsRejected) {
 
 TEST_F(PackTest, UnknownVersionsAreRejected) {
   ASSERT_TRUE(Write(RandomBytes(5000, 15), 4096).ok());
-  for (uint32_t v : {3u, 0u, 0xffffffffu}) {
+  for (uint32_t v : {4u, 0u, 0xffffffffu}) {
     SetHeaderVersion(v);
     auto r = Open();
     ASSERT_FALSE(r.ok()) << "version " << v;
     EXPECT_EQ(r.status().code(), EIO);
     EXPECT_NE(r.status().message().find("format version " + std::to_string(v) +
-                                        " is not supported (this build reads 1 to 2)"),
+                                        " is not supported (this build reads 1 to 3)"),
               std::string::npos)
         << r.status().message();
   }
-  SetHeaderVersion(2);
+  SetHeaderVersion(3);
   EXPECT_TRUE(Open().ok());
 }
 

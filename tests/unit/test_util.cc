@@ -114,7 +114,7 @@ Result<std::vector<uint8_t>> ReadContent(Store* store, int stub_fd) {
   ASSIGN_OR_RETURN(std::shared_ptr<PackReader> pack, store->OpenPack(rec.object));
   std::vector<uint8_t> chunk;
   for (uint64_t i = 0; i < pack->chunks().size(); ++i) {
-    RETURN_IF_ERROR(pack->ReadChunk(i, &chunk));
+    RETURN_IF_ERROR(pack->ReadChunk(i, &chunk, store));
     out.insert(out.end(), chunk.begin(), chunk.end());
   }
   if (out.size() != rec.size) return Status::Corruption("pack size differs from stub size");

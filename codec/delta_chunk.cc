@@ -1,0 +1,301 @@
+#include "codec/delta_chunk.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <string>
+
+#include "codec/lossless/byte_io.h"
+
+namespace ckptfs {
+namespace {
+
+using lossless::ByteReader;
+using lossless::PutByte;
+using lossless::PutVarint;
+
+static_assert(std::endian::native == std::endian::little, "lanes are loaded as little-endian integers by memcpy");
+
+// Whole lanes [begin, end) of the chunk coded as integer differences.
+struct DeltaPiece {
+  uint64_t begin = 0;
+  uint64_t end = 0;
+  unsigned width = 0;
+};
+
+// The sample that picks the kind: slices spread over the chunk, since a
+// chunk can hold a frozen tensor next to a trained one.
+constexpr uint64_t kSampleSlice = 64 << 10;
+constexpr uint64_t kSampleSlices = 4;
+
+// Complex parts are floats of their own; a lane spanning both would let the
+// borrow of the real part's difference spill into the imaginary part's.
+unsigned LaneSize(DType t) {
+  if (t == DType::kC64) return 4;
+  if (t == DType::kC128) return 8;
+  return DTypeSize(t);
+}
+
+DType UnsignedOfSize(unsigned w) {
+  switch (w) {
+    case 1:
+      return DType::kU8;
+    case 2:
+      return DType::kU16;
+    case 4:
+      return DType::kU32;
+    case 8:
+      return DType::kU64;
+    default:
+      return DType::kUnknown;
+  }
+}
+
+// Residuals are small integers and XOR noise, not floats: the plane codec's
+// float rotation would move each lane's top bit into the bottom plane and
+// smear the low bytes across planes, so the residual is coded as unsigned.
+std::vector<TensorRange> ResidualRanges(std::span<const TensorRange> ranges) {
+  std::vector<TensorRange> out(ranges.begin(), ranges.end());
+  for (TensorRange& r : out) r.dtype = UnsignedOfSize(LaneSize(r.dtype));
+  return out;
+}
+
+// The tensor pieces the tensor chunk codec will cut from the residual, less
+// 1-byte lanes (nothing to carry) and a trailing partial element.
+std::vector<DeltaPiece> IntDiffPieces(uint64_t chunk_offset, uint64_t len, std::span<const TensorRange> residual) {
+  std::vector<DeltaPiece> out;
+  for (const ChunkPiece& p : CutChunk(chunk_offset, len, residual)) {
+    const unsigned w = DTypeSize(p.dtype);
+    if (w != 2 && w != 4 && w != 8) continue;
+    const uint64_t end = p.begin + (p.end - p.begin) / w * w;
+    if (end > p.begin) out.push_back({p.begin, end, w});
+  }
+  return out;
+}
+
+// Zigzag puts the sign in bit 0, so steps either way leave the high bytes zero.
+template <typename U>
+U ZigZag(U d) {
+  return static_cast<U>((d << 1) ^ (U{0} - (d >> (8 * sizeof(U) - 1))));
+}
+
+template <typename U>
+U UnZigZag(U z) {
+  return static_cast<U>((z >> 1) ^ (U{0} - (z & 1)));
+}
+
+template <typename U>
+void DiffLanes(const uint8_t* raw, const uint8_t* base, uint8_t* out, size_t n) {
+  for (size_t i = 0; i < n; i += sizeof(U)) {
+    U a, b;
+    std::memcpy(&a, raw + i, sizeof(U));
+    std::memcpy(&b, base + i, sizeof(U));
+    const U z = ZigZag<U>(static_cast<U>(a - b));
+    std::memcpy(out + i, &z, sizeof(U));
+  }
+}
+
+// In place: `io` holds the residual and receives the raw lanes.
+template <typename U>
+void UndiffLanes(const uint8_t* base, uint8_t* io, size_t n) {
+  for (size_t i = 0; i < n; i += sizeof(U)) {
+    U z, b;
+    std::memcpy(&z, io + i, sizeof(U));
+    std::memcpy(&b, base + i, sizeof(U));
+    const U a = static_cast<U>(b + UnZigZag<U>(z));
+    std::memcpy(io + i, &a, sizeof(U));
+  }
+}
+
+void Diff(unsigned w, const uint8_t* raw, const uint8_t* base, uint8_t* out, size_t n) {
+  if (w == 2) DiffLanes<uint16_t>(raw, base, out, n);
+  if (w == 4) DiffLanes<uint32_t>(raw, base, out, n);
+  if (w == 8) DiffLanes<uint64_t>(raw, base, out, n);
+}
+
+void Undiff(unsigned w, const uint8_t* base, uint8_t* io, size_t n) {
+  if (w == 2) UndiffLanes<uint16_t>(base, io, n);
+  if (w == 4) UndiffLanes<uint32_t>(base, io, n);
+  if (w == 8) UndiffLanes<uint64_t>(base, io, n);
+}
+
+// `out` may be `a` (the decoder XORs in place).
+void XorBytes(const uint8_t* a, const uint8_t* b, uint8_t* out, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = a[i] ^ b[i];
+}
+
+// What every encoding step needs about one chunk.
+struct DeltaInput {
+  std::span<const uint8_t> raw;
+  std::span<const uint8_t> base;
+  uint64_t chunk_offset = 0;
+  std::span<const TensorRange> ranges;  // retyped (ResidualRanges)
+  std::span<const DeltaPiece> pieces;   // IntDiffPieces
+  const TensorChunkOptions* opts = nullptr;
+};
+
+// The residual of chunk bytes [begin, end) into out[0, end - begin). A lane
+// cut by the window's edge is XOR'ed; only sample windows have such edges,
+// and the sample needs no exact residual.
+void MakeResidual(DeltaKind kind, const DeltaInput& in, uint64_t begin, uint64_t end, uint8_t* out) {
+  const uint8_t* raw = in.raw.data();
+  const uint8_t* base = in.base.data();
+  uint64_t pos = begin;
+  if (kind == DeltaKind::kIntDiff) {
+    for (const DeltaPiece& p : in.pieces) {
+      if (p.begin >= end) break;
+      const uint64_t w = p.width;
+      const uint64_t b = p.begin + (std::max(begin, p.begin) - p.begin + w - 1) / w * w;
+      const uint64_t e = p.begin + (std::max(std::min(end, p.end), p.begin) - p.begin) / w * w;
+      if (b >= e) continue;
+      XorBytes(raw + pos, base + pos, out + (pos - begin), b - pos);
+      Diff(p.width, raw + b, base + b, out + (b - begin), e - b);
+      pos = e;
+    }
+  }
+  XorBytes(raw + pos, base + pos, out + (pos - begin), end - pos);
+}
+
+// One buffer per thread for the residual: a fresh chunk-sized vector per
+// call would cost page faults and zeroing comparable to the XOR itself.
+std::span<uint8_t> ResidualScratch(size_t n) {
+  thread_local std::vector<uint8_t> buf;
+  if (buf.size() < n) buf.resize(n);
+  return {buf.data(), n};
+}
+
+Status EncodeKind(DeltaKind kind, const DeltaInput& in, std::vector<uint8_t>* out) {
+  std::span<uint8_t> residual = ResidualScratch(in.raw.size());
+  MakeResidual(kind, in, 0, in.raw.size(), residual.data());
+  const size_t start = out->size();
+  PutByte(out, kDeltaChunkVersion);
+  PutByte(out, static_cast<uint8_t>(kind));
+  if (kind == DeltaKind::kIntDiff) {
+    PutVarint(out, in.pieces.size());
+    for (const DeltaPiece& p : in.pieces) {
+      PutVarint(out, p.begin);
+      PutVarint(out, p.end);
+      PutByte(out, static_cast<uint8_t>(p.width));
+    }
+  }
+  Status s = EncodeTensorChunk(residual, in.chunk_offset, in.ranges, *in.opts, out);
+  if (!s.ok()) out->resize(start);  // leave `out` as the caller gave it
+  return s;
+}
+
+// Coded size of `kind`'s residual over the sample slices.
+Result<uint64_t> SampleSize(DeltaKind kind, const DeltaInput& in) {
+  thread_local std::vector<uint8_t> coded;
+  const uint64_t len = in.raw.size();
+  std::span<uint8_t> residual = ResidualScratch(len);
+  uint64_t total = 0;
+  for (uint64_t i = 0; i < kSampleSlices; ++i) {
+    const uint64_t b = (len - kSampleSlice) * i / (kSampleSlices - 1);
+    const uint64_t e = b + kSampleSlice;
+    MakeResidual(kind, in, b, e, residual.data() + b);
+    coded.clear();
+    RETURN_IF_ERROR(EncodeTensorChunk(residual.subspan(b, e - b), in.chunk_offset + b, in.ranges, *in.opts, &coded));
+    total += coded.size();
+  }
+  return total;
+}
+
+// A chunk no bigger than the sample: coding it both ways costs no more than
+// sampling would, and the choice is then exact.
+Status EncodeSmaller(const DeltaInput& in, std::vector<uint8_t>* out) {
+  const size_t start = out->size();
+  RETURN_IF_ERROR(EncodeKind(DeltaKind::kIntDiff, in, out));
+  thread_local std::vector<uint8_t> alt;
+  alt.clear();
+  RETURN_IF_ERROR(EncodeKind(DeltaKind::kXor, in, &alt));
+  if (alt.size() <= out->size() - start) {  // XOR on a tie: it decodes faster
+    out->resize(start);
+    out->insert(out->end(), alt.begin(), alt.end());
+  }
+  return Status::Ok();
+}
+
+// The int-diff piece table, checked so that the inverse stays inside the
+// chunk and on whole lanes whatever the payload says.
+Status ReadPieceTable(ByteReader* r, uint64_t len, std::vector<DeltaPiece>* pieces) {
+  uint64_t count = 0;
+  RETURN_IF_ERROR(r->Varint(&count, "int-diff piece count"));
+  // A piece takes 3 payload bytes and 2 chunk bytes at least, which bounds
+  // the count before anything is allocated.
+  if (count > r->remaining() / 3 || count > len / 2) {
+    return Status::Corruption("int-diff piece count " + std::to_string(count) + " too large");
+  }
+  pieces->resize(count);
+  uint64_t pos = 0;
+  for (DeltaPiece& p : *pieces) {
+    uint8_t w = 0;
+    RETURN_IF_ERROR(r->Varint(&p.begin, "int-diff piece begin"));
+    RETURN_IF_ERROR(r->Varint(&p.end, "int-diff piece end"));
+    RETURN_IF_ERROR(r->Byte(&w, "int-diff lane size"));
+    const std::string where = "int-diff piece [" + std::to_string(p.begin) + ", " + std::to_string(p.end) + ")";
+    if (w != 2 && w != 4 && w != 8) return Status::Corruption(where + ": lane size " + std::to_string(w));
+    if (p.begin < pos || p.end <= p.begin || p.end > len) {
+      return Status::Corruption(where + " out of order or outside the chunk of " + std::to_string(len));
+    }
+    if ((p.end - p.begin) % w != 0) return Status::Corruption(where + " is not whole lanes of " + std::to_string(w));
+    p.width = w;
+    pos = p.end;
+  }
+  return Status::Ok();
+}
+
+// Turns the residual in `io` back into the raw bytes.
+void InvertResidual(std::span<const DeltaPiece> pieces, std::span<const uint8_t> base, std::span<uint8_t> io) {
+  uint64_t pos = 0;
+  for (const DeltaPiece& p : pieces) {
+    XorBytes(io.data() + pos, base.data() + pos, io.data() + pos, p.begin - pos);
+    Undiff(p.width, base.data() + p.begin, io.data() + p.begin, p.end - p.begin);
+    pos = p.end;
+  }
+  XorBytes(io.data() + pos, base.data() + pos, io.data() + pos, io.size() - pos);
+}
+
+}  // namespace
+
+Status EncodeDeltaChunk(std::span<const uint8_t> raw, std::span<const uint8_t> base, uint64_t chunk_offset,
+                        std::span<const TensorRange> ranges, const TensorChunkOptions& opts,
+                        std::vector<uint8_t>* out) {
+  if (raw.size() != base.size()) {
+    return Status::InvalidArgument("delta chunk of " + std::to_string(raw.size()) + " bytes against a base of " +
+                                   std::to_string(base.size()));
+  }
+  const std::vector<TensorRange> residual_ranges = ResidualRanges(ranges);
+  const std::vector<DeltaPiece> pieces = IntDiffPieces(chunk_offset, raw.size(), residual_ranges);
+  const DeltaInput in{raw, base, chunk_offset, residual_ranges, pieces, &opts};
+  // Without int-diff pieces both residuals are the same bytes.
+  if (pieces.empty()) return EncodeKind(DeltaKind::kXor, in, out);
+  if (raw.size() <= kSampleSlices * kSampleSlice) return EncodeSmaller(in, out);
+  ASSIGN_OR_RETURN(const uint64_t xor_size, SampleSize(DeltaKind::kXor, in));
+  ASSIGN_OR_RETURN(const uint64_t diff_size, SampleSize(DeltaKind::kIntDiff, in));
+  return EncodeKind(diff_size < xor_size ? DeltaKind::kIntDiff : DeltaKind::kXor, in, out);
+}
+
+Status DecodeDeltaChunk(std::span<const uint8_t> payload, std::span<const uint8_t> base, std::span<uint8_t> raw_out) {
+  if (base.size() != raw_out.size()) {
+    return Status::Corruption("delta chunk of " + std::to_string(raw_out.size()) + " bytes against a base of " +
+                              std::to_string(base.size()));
+  }
+  ByteReader r(payload);
+  uint8_t version = 0, kind = 0;
+  RETURN_IF_ERROR(r.Byte(&version, "delta chunk version"));
+  if (version != kDeltaChunkVersion) {
+    return Status::Corruption("delta chunk version " + std::to_string(version) + " is not supported");
+  }
+  RETURN_IF_ERROR(r.Byte(&kind, "delta kind"));
+  std::vector<DeltaPiece> pieces;
+  if (kind == static_cast<uint8_t>(DeltaKind::kIntDiff)) {
+    RETURN_IF_ERROR(ReadPieceTable(&r, raw_out.size(), &pieces));
+  } else if (kind != static_cast<uint8_t>(DeltaKind::kXor)) {
+    return Status::Corruption("delta kind " + std::to_string(kind));
+  }
+  RETURN_IF_ERROR(DecodeTensorChunk(r.Rest(), raw_out).WithContext("delta residual"));
+  InvertResidual(pieces, base, raw_out);
+  return Status::Ok();
+}
+
+}  // namespace ckptfs

@@ -1,0 +1,94 @@
+#include "store/delta_planner.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "codec/delta_chunk.h"
+#include "store/le.h"
+
+namespace ckptfs {
+
+DeltaPlanner::DeltaPlanner(PackIndex* index, BaseSource* bases, std::span<const TensorRange> tensors,
+                           const ChunkEncoderOptions& enc, uint32_t keyframe_every)
+    : index_(index),
+      bases_(bases),
+      tensors_(tensors),
+      topts_{enc.zstd_level, enc.planes},
+      keyframe_every_(keyframe_every) {
+  if (keyframe_every_ > 0 && enc.tensor_codec) {
+    base_ = index_->FindBase(tensors_);
+    if (base_) pins_.push_back(base_->pack);
+  }
+}
+
+std::vector<ObjectId> DeltaPlanner::ReleasePins() {
+  std::vector<ObjectId> dead;
+  for (ObjectId id : pins_) {
+    std::vector<ObjectId> d = index_->Unpin(id);
+    dead.insert(dead.end(), d.begin(), d.end());
+  }
+  pins_.clear();
+  return dead;
+}
+
+ChunkPlan DeltaPlanner::RefPlan(ChunkCodec codec, ObjectId base, uint64_t base_offset, uint8_t depth) {
+  ChunkPlan p{codec, std::vector<uint8_t>(kBaseRefSize), base, depth};
+  le::Put64(p.payload, 0, base);
+  le::Put64(p.payload, 8, base_offset);
+  return p;
+}
+
+std::optional<ChunkPlan> DeltaPlanner::Plan(uint64_t offset, std::span<const uint8_t> raw, uint64_t content_hash,
+                                            std::span<const TensorRange> ranges) {
+  if (std::optional<ChunkPlan> ref = PlanRef(offset, raw, content_hash)) return ref;
+  return PlanDelta(offset, raw, ranges);
+}
+
+std::optional<ChunkPlan> DeltaPlanner::PlanRef(uint64_t, std::span<const uint8_t> raw, uint64_t content_hash) {
+  std::optional<std::pair<ObjectId, uint64_t>> hit = index_->FindChunk(content_hash, raw.size());
+  if (!hit) return std::nullopt;
+  pins_.push_back(hit->first);
+  // A hash match is a hint, not a proof: compare the bytes.
+  base_bytes_.resize(raw.size());
+  if (!bases_->ReadPackRange(hit->first, hit->second, base_bytes_).ok()) return std::nullopt;
+  if (std::memcmp(base_bytes_.data(), raw.data(), raw.size()) != 0) return std::nullopt;
+  return RefPlan(ChunkCodec::kRef, hit->first, hit->second, index_->RangeDepth(hit->first, hit->second, raw.size()));
+}
+
+std::optional<uint64_t> DeltaPlanner::BaseOffset(uint64_t offset, size_t len,
+                                                 std::span<const TensorRange> ranges) const {
+  const TensorRange* best = nullptr;
+  uint64_t best_overlap = 0;
+  for (const TensorRange& r : ranges) {
+    const uint64_t lo = std::max(offset, r.offset), hi = std::min(offset + len, r.offset + r.length);
+    if (hi > lo && hi - lo > best_overlap) best = &r, best_overlap = hi - lo;
+  }
+  if (best == nullptr) return std::nullopt;
+  const size_t idx = static_cast<size_t>(best - tensors_.data());
+  if (idx >= base_->base_offset.size() || !base_->base_offset[idx]) return std::nullopt;
+  const uint64_t tensor_base = *base_->base_offset[idx];
+  // The chunk keeps its position relative to that tensor.
+  if (offset < best->offset && best->offset - offset > tensor_base) return std::nullopt;
+  const uint64_t base_off = tensor_base + offset - best->offset;  // wraps back for chunks starting before it
+  if (base_off > base_->logical_size || base_->logical_size - base_off < len) return std::nullopt;
+  return base_off;
+}
+
+std::optional<ChunkPlan> DeltaPlanner::PlanDelta(uint64_t offset, std::span<const uint8_t> raw,
+                                                 std::span<const TensorRange> ranges) {
+  if (!base_ || ranges.empty()) return std::nullopt;
+  std::optional<uint64_t> base_off = BaseOffset(offset, raw.size(), ranges);
+  if (!base_off) return std::nullopt;
+  const uint8_t base_depth = index_->RangeDepth(base_->pack, *base_off, raw.size());
+  base_bytes_.resize(raw.size());
+  if (!bases_->ReadPackRange(base_->pack, *base_off, base_bytes_).ok()) return std::nullopt;
+  if (std::memcmp(base_bytes_.data(), raw.data(), raw.size()) == 0) {
+    return RefPlan(ChunkCodec::kRef, base_->pack, *base_off, base_depth);
+  }
+  if (base_depth + 1u > keyframe_every_) return std::nullopt;  // keyframe: the chain stops here
+  ChunkPlan plan = RefPlan(ChunkCodec::kDelta, base_->pack, *base_off, static_cast<uint8_t>(base_depth + 1));
+  if (!EncodeDeltaChunk(raw, base_bytes_, offset, ranges, topts_, &plan.payload).ok()) return std::nullopt;
+  return plan;
+}
+
+}  // namespace ckptfs

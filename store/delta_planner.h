@@ -1,0 +1,52 @@
+// Stores a new pack's chunks against what the store already holds: a chunk
+// whose bytes exist in a live pack becomes a reference (dedup); otherwise a
+// chunk whose tensors the predecessor file also holds is coded as a delta
+// against the predecessor's bytes at the matching position (lineage). Chains
+// stop at `keyframe_every` deltas, so a read decodes at most that many.
+#pragma once
+
+#include <span>
+#include <vector>
+
+#include "codec/chunk_codec.h"
+#include "store/pack.h"
+#include "store/pack_index.h"
+
+namespace ckptfs {
+
+class DeltaPlanner : public ChunkPlanner {
+ public:
+  // `tensors`: the new file's ranges, the same span WritePack gets.
+  DeltaPlanner(PackIndex* index, BaseSource* bases, std::span<const TensorRange> tensors,
+               const ChunkEncoderOptions& enc, uint32_t keyframe_every);
+  DeltaPlanner(const DeltaPlanner&) = delete;
+  DeltaPlanner& operator=(const DeltaPlanner&) = delete;
+
+  std::optional<ChunkPlan> Plan(uint64_t offset, std::span<const uint8_t> raw, uint64_t content_hash,
+                                std::span<const TensorRange> ranges) override;
+
+  // The predecessor, when one was found (0 otherwise).
+  ObjectId base_pack() const { return base_ ? base_->pack : 0; }
+  // Ends the planner's pins; returns packs nothing needs any more (to delete).
+  std::vector<ObjectId> ReleasePins();
+
+ private:
+  std::optional<ChunkPlan> PlanRef(uint64_t offset, std::span<const uint8_t> raw, uint64_t content_hash);
+  std::optional<ChunkPlan> PlanDelta(uint64_t offset, std::span<const uint8_t> raw,
+                                     std::span<const TensorRange> ranges);
+  // Where the predecessor holds the bytes of this chunk, judged by the tensor
+  // that covers most of it.
+  std::optional<uint64_t> BaseOffset(uint64_t offset, size_t len, std::span<const TensorRange> ranges) const;
+  static ChunkPlan RefPlan(ChunkCodec codec, ObjectId base, uint64_t base_offset, uint8_t depth);
+
+  PackIndex* index_;
+  BaseSource* bases_;
+  std::span<const TensorRange> tensors_;
+  TensorChunkOptions topts_;
+  uint32_t keyframe_every_;
+  std::optional<BaseChoice> base_;
+  std::vector<ObjectId> pins_;
+  std::vector<uint8_t> base_bytes_;
+};
+
+}  // namespace ckptfs

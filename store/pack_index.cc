@@ -1,0 +1,174 @@
+#include "store/pack_index.h"
+
+#include <algorithm>
+#include <map>
+
+namespace ckptfs {
+namespace {
+
+// Candidates for a predecessor: the most recently sealed live files only,
+// so choosing one stays cheap in a store with many files.
+constexpr size_t kMaxBaseCandidates = 64;
+
+using SigKey = std::pair<uint8_t, uint64_t>;  // element type, byte length
+
+}  // namespace
+
+void PackIndex::Add(ObjectId id, const PackMeta& meta, uint64_t logical_size, uint32_t chunk_size) {
+  std::lock_guard lk(mu_);
+  if (packs_.count(id)) return;
+  Entry e{meta, logical_size, chunk_size};
+  for (ObjectId b : meta.bases) {
+    auto it = packs_.find(b);
+    if (it != packs_.end()) ++it->second.users;
+  }
+  packs_.emplace(id, std::move(e));
+}
+
+void PackIndex::RecountUsers() {
+  std::lock_guard lk(mu_);
+  for (auto& [id, e] : packs_) e.users = 0;
+  for (auto& [id, e] : packs_) {
+    for (ObjectId b : e.meta.bases) {
+      auto it = packs_.find(b);
+      if (it != packs_.end()) ++it->second.users;
+    }
+  }
+}
+
+bool PackIndex::Contains(ObjectId id) const {
+  std::lock_guard lk(mu_);
+  return packs_.count(id) != 0;
+}
+
+void PackIndex::AddRoot(ObjectId id) {
+  std::lock_guard lk(mu_);
+  auto it = packs_.find(id);
+  if (it == packs_.end()) return;
+  if (it->second.roots++ == 0) IndexChunksLocked(id, it->second);
+}
+
+std::vector<ObjectId> PackIndex::DropRoot(ObjectId id) {
+  std::lock_guard lk(mu_);
+  std::vector<ObjectId> dead;
+  auto it = packs_.find(id);
+  if (it == packs_.end()) return {id};  // unknown to the index: only the stub knew it
+  if (it->second.roots > 0 && --it->second.roots == 0) UnindexChunksLocked(id, it->second);
+  CollectLocked(id, &dead);
+  return dead;
+}
+
+void PackIndex::Pin(ObjectId id) {
+  std::lock_guard lk(mu_);
+  if (auto it = packs_.find(id); it != packs_.end()) ++it->second.pins;
+}
+
+std::vector<ObjectId> PackIndex::Unpin(ObjectId id) {
+  std::lock_guard lk(mu_);
+  std::vector<ObjectId> dead;
+  auto it = packs_.find(id);
+  if (it == packs_.end() || it->second.pins == 0) return dead;
+  --it->second.pins;
+  CollectLocked(id, &dead);
+  return dead;
+}
+
+void PackIndex::CollectLocked(ObjectId id, std::vector<ObjectId>* dead) {
+  std::vector<ObjectId> todo{id};
+  while (!todo.empty()) {
+    const ObjectId cur = todo.back();
+    todo.pop_back();
+    auto it = packs_.find(cur);
+    if (it == packs_.end() || !DeletableLocked(it->second)) continue;
+    for (ObjectId b : it->second.meta.bases) {
+      auto bit = packs_.find(b);
+      if (bit == packs_.end() || bit->second.users == 0) continue;
+      --bit->second.users;
+      todo.push_back(b);
+    }
+    packs_.erase(it);
+    dead->push_back(cur);
+  }
+}
+
+void PackIndex::IndexChunksLocked(ObjectId id, const Entry& e) {
+  for (uint64_t i = 0; i < e.meta.chunk_hash.size(); ++i) by_hash_.try_emplace(e.meta.chunk_hash[i], id, i);
+}
+
+void PackIndex::UnindexChunksLocked(ObjectId id, const Entry& e) {
+  for (uint64_t h : e.meta.chunk_hash) {
+    auto it = by_hash_.find(h);
+    if (it != by_hash_.end() && it->second.first == id) by_hash_.erase(it);
+  }
+}
+
+std::optional<BaseChoice> PackIndex::FindBase(std::span<const TensorRange> ranges) {
+  if (ranges.empty()) return std::nullopt;
+  std::map<SigKey, std::vector<size_t>> wanted;  // new ranges of each signature, in file order
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    wanted[{static_cast<uint8_t>(ranges[i].dtype), ranges[i].length}].push_back(i);
+  }
+  std::lock_guard lk(mu_);
+  std::vector<std::pair<uint64_t, ObjectId>> recent;
+  for (const auto& [id, e] : packs_) {
+    if (e.roots > 0 && !e.meta.tensors.empty()) recent.emplace_back(e.meta.sealed_ns, id);
+  }
+  const size_t n = std::min(recent.size(), kMaxBaseCandidates);
+  std::partial_sort(recent.begin(), recent.begin() + n, recent.end(), std::greater<>());
+  std::optional<BaseChoice> best;
+  for (size_t c = 0; c < n; ++c) {
+    const Entry& e = packs_.at(recent[c].second);
+    BaseChoice choice{recent[c].second, e.logical_size, 0, std::vector<std::optional<uint64_t>>(ranges.size())};
+    std::map<SigKey, size_t> seen;
+    for (const TensorRange& t : e.meta.tensors) {
+      auto w = wanted.find({static_cast<uint8_t>(t.dtype), t.length});
+      if (w == wanted.end()) continue;
+      size_t& k = seen[w->first];
+      if (k < w->second.size()) {
+        choice.base_offset[w->second[k]] = t.offset;
+        choice.matched_bytes += t.length;
+      }
+      ++k;
+    }
+    if (choice.matched_bytes > 0 && (!best || choice.matched_bytes > best->matched_bytes)) best = std::move(choice);
+  }
+  if (best) ++packs_.at(best->pack).pins;
+  return best;
+}
+
+std::optional<std::pair<ObjectId, uint64_t>> PackIndex::FindChunk(uint64_t hash, uint64_t raw_len) {
+  std::lock_guard lk(mu_);
+  auto it = by_hash_.find(hash);
+  if (it == by_hash_.end()) return std::nullopt;
+  Entry& e = packs_.at(it->second.first);
+  const uint64_t off = it->second.second * e.chunk_size;
+  if (off >= e.logical_size || std::min<uint64_t>(e.chunk_size, e.logical_size - off) != raw_len) return std::nullopt;
+  ++e.pins;
+  return std::make_pair(it->second.first, off);
+}
+
+uint8_t PackIndex::RangeDepth(ObjectId pack, uint64_t off, uint64_t len) const {
+  std::lock_guard lk(mu_);
+  auto it = packs_.find(pack);
+  if (it == packs_.end() || it->second.chunk_size == 0 || len == 0) return 0;
+  const Entry& e = it->second;
+  uint8_t depth = 0;
+  for (uint64_t i = off / e.chunk_size; i <= (off + len - 1) / e.chunk_size && i < e.meta.chunk_depth.size(); ++i) {
+    depth = std::max(depth, e.meta.chunk_depth[i]);
+  }
+  return depth;
+}
+
+std::optional<PackIndex::PackInfo> PackIndex::Info(ObjectId id) const {
+  std::lock_guard lk(mu_);
+  auto it = packs_.find(id);
+  if (it == packs_.end()) return std::nullopt;
+  return PackInfo{it->second.logical_size, it->second.meta.bases, it->second.meta.max_depth(), it->second.roots > 0};
+}
+
+size_t PackIndex::size() const {
+  std::lock_guard lk(mu_);
+  return packs_.size();
+}
+
+}  // namespace ckptfs

@@ -1,0 +1,82 @@
+// The store's in-memory index of its packs: who refers to whom (so a pack
+// is deleted only when no file and no other pack needs it), the tensor
+// signatures that find a new checkpoint's predecessor (lineage), and the
+// content hashes of chunks (dedup). Everything here is rebuilt from the
+// packs' meta blocks and the stubs at mount: it is a cache, not a source of
+// truth. Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "store/object_id.h"
+#include "store/pack_meta.h"
+
+namespace ckptfs {
+
+// The predecessor chosen for a new file, and where each of the new file's
+// tensors sits in it.
+struct BaseChoice {
+  ObjectId pack = 0;
+  uint64_t logical_size = 0;
+  uint64_t matched_bytes = 0;
+  std::vector<std::optional<uint64_t>> base_offset;  // per new tensor range
+};
+
+class PackIndex {
+ public:
+  // A pack that exists on disk. Its bases gain a user.
+  void Add(ObjectId id, const PackMeta& meta, uint64_t logical_size, uint32_t chunk_size);
+  // After adding packs in any order (at mount): counts users afresh.
+  void RecountUsers();
+  bool Contains(ObjectId id) const;
+  // A stub names (root) / stops naming (drop) the pack. Returns the packs
+  // that nothing needs any more, to delete: the pack itself and, in turn,
+  // bases only it kept alive.
+  void AddRoot(ObjectId id);
+  std::vector<ObjectId> DropRoot(ObjectId id);
+  // Pins keep a pack while a seal is using it as a base.
+  void Pin(ObjectId id);
+  std::vector<ObjectId> Unpin(ObjectId id);
+
+  // The most recently sealed live file whose tensors (matched by element
+  // type, length and order) cover the most of `ranges`; pinned for the caller.
+  std::optional<BaseChoice> FindBase(std::span<const TensorRange> ranges);
+  // A live pack's chunk with this content hash and length, as (pack, logical
+  // offset); pinned for the caller.
+  std::optional<std::pair<ObjectId, uint64_t>> FindChunk(uint64_t hash, uint64_t raw_len);
+  // The delta depth of [off, off+len) of `pack` (the deepest chunk it touches).
+  uint8_t RangeDepth(ObjectId pack, uint64_t off, uint64_t len) const;
+
+  struct PackInfo {
+    uint64_t logical_size = 0;
+    std::vector<ObjectId> bases;
+    uint8_t max_depth = 0;
+    bool live = false;  // named by a stub
+  };
+  std::optional<PackInfo> Info(ObjectId id) const;
+  size_t size() const;
+
+ private:
+  struct Entry {
+    PackMeta meta;
+    uint64_t logical_size = 0;
+    uint32_t chunk_size = 0;
+    uint32_t roots = 0, users = 0, pins = 0;
+  };
+  bool DeletableLocked(const Entry& e) const { return e.roots == 0 && e.users == 0 && e.pins == 0; }
+  // Removes `id` and cascades to bases that became unneeded.
+  void CollectLocked(ObjectId id, std::vector<ObjectId>* dead);
+  void IndexChunksLocked(ObjectId id, const Entry& e);
+  void UnindexChunksLocked(ObjectId id, const Entry& e);
+
+  mutable std::mutex mu_;
+  std::unordered_map<ObjectId, Entry> packs_;
+  std::unordered_map<uint64_t, std::pair<ObjectId, uint64_t>> by_hash_;  // -> (pack, chunk index)
+};
+
+}  // namespace ckptfs

@@ -1,0 +1,79 @@
+#include "store/pack_meta.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "base/hash.h"
+#include "store/le.h"
+
+namespace ckptfs {
+namespace {
+
+constexpr char kMetaMagic[8] = {'C', 'K', 'P', 'T', 'M', 'E', 'T', 'A'};
+constexpr size_t kFixed = 32;
+constexpr size_t kTensorEntry = 17;
+
+}  // namespace
+
+uint8_t PackMeta::max_depth() const {
+  return chunk_depth.empty() ? 0 : *std::max_element(chunk_depth.begin(), chunk_depth.end());
+}
+
+uint64_t ChunkContentHash(std::span<const uint8_t> raw) { return XXH3_64bits(raw.data(), raw.size()); }
+
+std::vector<uint8_t> EncodePackMeta(const PackMeta& m) {
+  const size_t n = m.chunk_hash.size();
+  std::vector<uint8_t> out(kFixed + 8 * m.bases.size() + kTensorEntry * m.tensors.size() + 9 * n + 8);
+  std::span<uint8_t> b(out);
+  std::memcpy(out.data(), kMetaMagic, sizeof(kMetaMagic));
+  le::Put64(b, 8, m.sealed_ns);
+  le::Put32(b, 16, static_cast<uint32_t>(m.bases.size()));
+  le::Put32(b, 20, static_cast<uint32_t>(m.tensors.size()));
+  le::Put64(b, 24, n);
+  size_t pos = kFixed;
+  for (ObjectId id : m.bases) le::Put64(b, pos, id), pos += 8;
+  for (const TensorRange& t : m.tensors) {
+    le::Put64(b, pos, t.offset);
+    le::Put64(b, pos + 8, t.length);
+    b[pos + 16] = static_cast<uint8_t>(t.dtype);
+    pos += kTensorEntry;
+  }
+  for (uint64_t h : m.chunk_hash) le::Put64(b, pos, h), pos += 8;
+  for (size_t i = 0; i < n; ++i) b[pos++] = i < m.chunk_depth.size() ? m.chunk_depth[i] : 0;
+  le::Put64(b, pos, Checksum64(b.first(pos), kSeedMeta));
+  return out;
+}
+
+Result<PackMeta> DecodePackMeta(std::span<const uint8_t> b, uint64_t chunk_count) {
+  auto corrupt = [](const std::string& what) { return Status::Corruption("pack meta block: " + what); };
+  if (b.size() < kFixed + 8) return corrupt("too short (" + std::to_string(b.size()) + " bytes)");
+  if (std::memcmp(b.data(), kMetaMagic, sizeof(kMetaMagic)) != 0) return corrupt("bad magic");
+  if (Checksum64(b.first(b.size() - 8), kSeedMeta) != le::Get64(b, b.size() - 8)) return corrupt("checksum mismatch");
+  PackMeta m;
+  m.sealed_ns = le::Get64(b, 8);
+  const uint32_t nb = le::Get32(b, 16), nt = le::Get32(b, 20);
+  const uint64_t nc = le::Get64(b, 24);
+  if (nc != chunk_count) return corrupt("chunk count " + std::to_string(nc) + " differs from the header's");
+  if (nb > kMaxMetaBases || nt > kMaxMetaTensors) return corrupt("implausible base or tensor count");
+  const uint64_t want = kFixed + 8ull * nb + kTensorEntry * uint64_t{nt} + 9 * nc + 8;
+  if (nc > b.size() || want != b.size())
+    return corrupt("size " + std::to_string(b.size()) + ", expected " + std::to_string(want));
+  size_t pos = kFixed;
+  m.bases.resize(nb);
+  for (auto& id : m.bases) id = le::Get64(b, pos), pos += 8;
+  m.tensors.resize(nt);
+  for (TensorRange& t : m.tensors) {
+    t.offset = le::Get64(b, pos);
+    t.length = le::Get64(b, pos + 8);
+    t.dtype = static_cast<DType>(b[pos + 16]);
+    pos += kTensorEntry;
+  }
+  m.chunk_hash.resize(nc);
+  for (auto& h : m.chunk_hash) h = le::Get64(b, pos), pos += 8;
+  m.chunk_depth.assign(b.begin() + pos, b.begin() + pos + nc);
+  return m;
+}
+
+}  // namespace ckptfs

@@ -1,0 +1,226 @@
+// Delta, dedup and lineage in the store: chunks stored against other packs
+// read back bit-exact, and deleting any file (or crashing while its packs
+// are collected) never breaks another.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <random>
+
+#include "store/fault_env.h"
+#include "store/store.h"
+#include "tests/unit/test_util.h"
+
+namespace ckptfs {
+namespace {
+
+using test::TempDir;
+
+constexpr uint32_t kChunk = 64 * 1024;
+
+StoreOptions Opts(uint32_t keyframe_every = 8) {
+  StoreOptions o = test::SmallChunks(kChunk);
+  o.keyframe_every = keyframe_every;
+  return o;
+}
+
+// A .npy file of f32 weights: recognised by content, so its tensor is coded
+// (and matched against predecessors) by element type.
+std::vector<uint8_t> Npy(const std::vector<float>& w) {
+  std::string hdr = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + std::to_string(w.size()) + ",), }";
+  while ((10 + hdr.size() + 1) % 64 != 0) hdr += ' ';
+  hdr += '\n';
+  std::vector<uint8_t> b = {
+      0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, static_cast<uint8_t>(hdr.size()), static_cast<uint8_t>(hdr.size() >> 8)};
+  b.insert(b.end(), hdr.begin(), hdr.end());
+  const size_t at = b.size();
+  b.resize(at + 4 * w.size());
+  std::memcpy(b.data() + at, w.data(), 4 * w.size());
+  return b;
+}
+
+// Training-like versions: the same weights, each step nudging them a little
+// (and leaving the second half, a "frozen" part, untouched).
+std::vector<std::vector<uint8_t>> Versions(int n, size_t elems = 300000) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> init(0.f, 0.02f), step(0.f, 1e-5f);
+  std::vector<float> w(elems);
+  for (float& x : w) x = init(rng);
+  std::vector<std::vector<uint8_t>> out;
+  for (int v = 0; v < n; ++v) {
+    out.push_back(Npy(w));
+    for (size_t i = 0; i < elems / 2; ++i) w[i] += step(rng);
+  }
+  return out;
+}
+
+class LineageTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Reopen(); }
+  void Reopen(Env* env = Env::Default(), uint32_t keyframe_every = 8) {
+    store_.reset();
+    auto s = Store::Open(env, dir_.path(), Opts(keyframe_every));
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    store_ = std::move(s).value();
+    auto rep = store_->Recover();  // loads the pack index, as a mount does
+    ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  }
+  void Seal(const std::string& name, const std::vector<uint8_t>& bytes) {
+    auto r = test::MakeSealedFile(store_.get(), name, bytes);
+    ASSERT_TRUE(r.ok()) << name << ": " << r.status().ToString();
+  }
+  void Delete(const std::string& name, bool expect_ok = true) {
+    auto fd = store_->env()->OpenAt(store_->ns_fd(), name, O_RDWR);
+    auto rec = fd.ok() ? ReadStub(store_->env(), fd->get()) : Result<StubRecord>(fd.status());
+    if (!expect_ok && !rec.ok()) return;  // the "process" has crashed: nothing more happens
+    ASSERT_TRUE(rec.ok()) << rec.status().ToString();
+    ASSERT_EQ(::unlinkat(store_->ns_fd(), name.c_str(), 0), 0);
+    const Status s = store_->ReleaseStubObjects(*rec);
+    if (expect_ok) EXPECT_TRUE(s.ok()) << s.ToString();
+  }
+  void ExpectContent(const std::string& name, const std::vector<uint8_t>& want) {
+    auto got = test::ReadContentAt(store_.get(), name);
+    ASSERT_TRUE(got.ok()) << name << ": " << got.status().ToString();
+    EXPECT_TRUE(*got == want) << name << " differs";
+  }
+  FileUsage UsageOf(const std::string& name) {
+    auto u = store_->Usage(name);
+    EXPECT_TRUE(u.ok() && u->size() == 1);
+    return u.ok() && !u->empty() ? u->front() : FileUsage{};
+  }
+  void ExpectFsckClean() {
+    auto f = store_->Fsck();
+    ASSERT_TRUE(f.ok());
+    EXPECT_TRUE(f->clean()) << f->errors.front();
+    EXPECT_TRUE(f->warnings.empty()) << f->warnings.front();
+  }
+  size_t Packs() { return test::CountFiles(dir_.Sub("packs"), true); }
+
+  TempDir dir_;
+  std::unique_ptr<Store> store_;
+};
+
+TEST_F(LineageTest, SuccessorIsStoredAsDeltaAndReadsBack) {
+  auto v = Versions(2);
+  Seal("a", v[0]);
+  Seal("b", v[1]);
+  ExpectContent("a", v[0]);
+  ExpectContent("b", v[1]);
+  const FileUsage a = UsageOf("a"), b = UsageOf("b");
+  EXPECT_EQ(b.base, a.pack);
+  EXPECT_EQ(b.depth, 1u);
+  // Half the tensor is unchanged: the successor costs well under half.
+  EXPECT_LT(b.stored * 2, a.stored);
+  ExpectFsckClean();
+}
+
+TEST_F(LineageTest, IdenticalCopyAddsUnderOnePercent) {
+  auto v = Versions(1);
+  Seal("epoch_3.ckpt", v[0]);
+  Seal("last.ckpt", v[0]);
+  const FileUsage copy = UsageOf("last.ckpt");
+  EXPECT_LT(copy.stored * 100, copy.logical);
+  ExpectContent("last.ckpt", v[0]);
+}
+
+TEST_F(LineageTest, UnrelatedFilesAreStandalone) {
+  Seal("x", test::MixedContent(kChunk, 1));
+  Seal("y", test::MixedContent(kChunk, 2));
+  EXPECT_EQ(UsageOf("y").base, 0u);
+  EXPECT_EQ(UsageOf("y").depth, 0u);
+}
+
+TEST_F(LineageTest, ChainsStopAtTheKeyframeInterval) {
+  Reopen(Env::Default(), /*keyframe_every=*/2);
+  auto v = Versions(6);
+  for (size_t i = 0; i < v.size(); ++i) Seal("v" + std::to_string(i), v[i]);
+  for (size_t i = 0; i < v.size(); ++i) {
+    EXPECT_LE(UsageOf("v" + std::to_string(i)).depth, 2u);
+    ExpectContent("v" + std::to_string(i), v[i]);
+  }
+  EXPECT_EQ(UsageOf("v3").depth, 0u);  // 0, 1, 2, keyframe, 1, 2
+}
+
+// Deleting any position of a chain leaves every other file bit-exact, and
+// the packs go away only with the last file that needs them.
+TEST_F(LineageTest, DeletingEachPositionOfAChainBreaksNothing) {
+  auto v = Versions(4);
+  for (int del = 0; del < 4; ++del) {
+    SCOPED_TRACE("deleting v" + std::to_string(del));
+    for (size_t i = 0; i < v.size(); ++i) Seal("v" + std::to_string(i), v[i]);
+    Delete("v" + std::to_string(del));
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (static_cast<int>(i) != del) ExpectContent("v" + std::to_string(i), v[i]);
+    }
+    ExpectFsckClean();
+    Reopen();  // recovery must keep what the remaining files need
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (static_cast<int>(i) != del) ExpectContent("v" + std::to_string(i), v[i]);
+    }
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (static_cast<int>(i) != del) Delete("v" + std::to_string(i));
+    }
+    EXPECT_EQ(Packs(), 0u);
+  }
+}
+
+TEST_F(LineageTest, RenamingAndOverwritingBasesBreaksNothing) {
+  auto v = Versions(3);
+  Seal("tmp.ckpt", v[0]);
+  ASSERT_EQ(::renameat(store_->ns_fd(), "tmp.ckpt", store_->ns_fd(), "step_1.ckpt"), 0);
+  Seal("step_2.ckpt", v[1]);
+  EXPECT_NE(UsageOf("step_2.ckpt").base, 0u);
+  // Overwrite the base in place with unrelated bytes, as last.ckpt is.
+  auto fd = store_->env()->OpenAt(store_->ns_fd(), "step_1.ckpt", O_RDWR);
+  ASSERT_TRUE(fd.ok());
+  auto old = ReadStub(store_->env(), fd->get());
+  ASSERT_TRUE(old.ok());
+  ASSERT_EQ(::unlinkat(store_->ns_fd(), "step_1.ckpt", 0), 0);
+  EXPECT_OK(store_->ReleaseStubObjects(*old));
+  Seal("step_1.ckpt", v[2]);
+  ExpectContent("step_2.ckpt", v[1]);
+  ExpectContent("step_1.ckpt", v[2]);
+  Reopen();
+  ExpectContent("step_2.ckpt", v[1]);
+  ExpectFsckClean();
+}
+
+// A crash at every mutation while deleting the later files of a chain:
+// after recovery every surviving file reads back and nothing unneeded is left.
+TEST_F(LineageTest, CrashWhileCollectingLosesNothing) {
+  auto v = Versions(3);
+  uint64_t total = 0;
+  for (uint64_t k = UINT64_MAX;; k = k == UINT64_MAX ? 0 : k + 1) {
+    if (k != UINT64_MAX && k > total) break;
+    SCOPED_TRACE("crash after mutation " + std::to_string(k));
+    store_.reset();
+    std::filesystem::remove_all(dir_.path());
+    std::filesystem::create_directories(dir_.path());
+    Reopen();
+    for (size_t i = 0; i < v.size(); ++i) Seal("v" + std::to_string(i), v[i]);
+    FaultEnv env;
+    Reopen(&env);
+    env.ResetCounters();
+    if (k != UINT64_MAX) env.CrashAfterMutations(k);
+    Delete("v2", k == UINT64_MAX);  // each delete frees packs: the leaf, then the middle
+    Delete("v1", k == UINT64_MAX);
+    if (k == UINT64_MAX) {
+      total = env.mutations();
+      EXPECT_GE(total, 2u);  // two pack files deleted
+    }
+    Reopen();
+    for (int i = 0; i < 3; ++i) {
+      const std::string name = "v" + std::to_string(i);
+      if (::faccessat(store_->ns_fd(), name.c_str(), F_OK, 0) == 0) ExpectContent(name, v[i]);
+    }
+    ExpectFsckClean();
+    for (const char* name : {"v0", "v1", "v2"}) {
+      if (::faccessat(store_->ns_fd(), name, F_OK, 0) == 0) Delete(name);
+    }
+    EXPECT_EQ(Packs(), 0u);
+  }
+}
+
+}  // namespace
+}  // namespace ckptfs
