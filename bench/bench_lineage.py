@@ -28,7 +28,7 @@ Reports per workload logical bytes, stored bytes (`ckptfs stats --json`
 after sealing) of both mounts, zstd -3, ratios; per file the bytes each save
 added to the store and the "base"/"depth" fields of `ckptfs stats --json`
 when the build reports them; for (c) the bytes the second copy added; the
-cold read time of the last checkpoint of (a) and (b) (remounted, page cache
+cold read time of the checkpoint of (a) and (b) with the longest delta chain (remounted, page cache
 dropped) on both mounts. Every file is read back after a remount and
 compared with what was written (exit 1 on any difference). Markdown on
 stdout, JSON in bench/out/.
@@ -418,12 +418,14 @@ def main():
             for r in wl.files:
                 r["zstd3"] = zstd_size(os.path.join(wl.direct, r["file"]))
 
-        # Cold reads of the last checkpoint of (a) and (b): remount (cold
-        # chunk cache), drop the page cache, read sequentially.
+        # Cold reads of the checkpoint of (a) and (b) with the longest delta
+        # chain (the last one on ties): remount (cold chunk cache), drop the
+        # page cache, read sequentially.
         reads = {}
         for k in ("a", "b"):
             wl = wls[k]
-            rel = wl.files[-1]["file"]
+            depth = {f["path"]: f.get("depth", 0) for f in final[(k, "delta")].get("files", [])}
+            rel = max(reversed(wl.files), key=lambda r: depth.get(r["file"], 0))["file"]
             modes = [m for m in MODES if m in wl.stores]
             t = {m: [] for m in modes + ["direct"]}
             for rep in range(args.read_reps):

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <tuple>
 
 #include "codec/delta_chunk.h"
 #include "store/le.h"
@@ -85,9 +86,36 @@ std::optional<ChunkPlan> DeltaPlanner::PlanDelta(uint64_t offset, std::span<cons
   if (std::memcmp(base_bytes_.data(), raw.data(), raw.size()) == 0) {
     return RefPlan(ChunkCodec::kRef, base_->pack, *base_off, base_depth);
   }
-  if (base_depth + 1u > keyframe_every_) return std::nullopt;  // keyframe: the chain stops here
-  ChunkPlan plan = RefPlan(ChunkCodec::kDelta, base_->pack, *base_off, static_cast<uint8_t>(base_depth + 1));
-  if (!EncodeDeltaChunk(raw, base_bytes_, offset, ranges, topts_, &plan.payload).ok()) return std::nullopt;
+  std::optional<ChunkPlan> plan;
+  if (base_depth + 1u <= keyframe_every_) {  // otherwise a keyframe: the chain stops here
+    plan = RefPlan(ChunkCodec::kDelta, base_->pack, *base_off, static_cast<uint8_t>(base_depth + 1));
+    if (!EncodeDeltaChunk(raw, base_bytes_, offset, ranges, topts_, &plan->payload).ok()) plan.reset();
+  }
+  if (base_depth == 0) return plan;
+  // Parts that barely change (pickles, frozen layers) code as small against
+  // the chain's keyframe as against the predecessor: take the keyframe when it
+  // costs little more, so such chunks never build deep chains.
+  std::optional<ChunkPlan> rooted = PlanAgainstKeyframe(offset, raw, ranges, base_->pack, *base_off);
+  if (rooted && (!plan || rooted->payload.size() <= plan->payload.size() + plan->payload.size() / 4)) return rooted;
+  return plan;
+}
+
+std::optional<ChunkPlan> DeltaPlanner::PlanAgainstKeyframe(uint64_t offset, std::span<const uint8_t> raw,
+                                                           std::span<const TensorRange> ranges, ObjectId pack,
+                                                           uint64_t pack_offset) {
+  // Follow whole-chunk references down to a chunk that decodes on its own.
+  for (uint32_t hops = 0; hops <= keyframe_every_; ++hops) {
+    std::optional<std::pair<ObjectId, uint64_t>> next = bases_->BaseOfChunk(pack, pack_offset, raw.size());
+    if (!next) break;
+    std::tie(pack, pack_offset) = *next;
+  }
+  if (pack == base_->pack || !index_->Contains(pack) || index_->RangeDepth(pack, pack_offset, raw.size()) != 0) {
+    return std::nullopt;
+  }
+  std::vector<uint8_t> root(raw.size());
+  if (!bases_->ReadPackRange(pack, pack_offset, root).ok()) return std::nullopt;
+  ChunkPlan plan = RefPlan(ChunkCodec::kDelta, pack, pack_offset, 1);
+  if (!EncodeDeltaChunk(raw, root, offset, ranges, topts_, &plan.payload).ok()) return std::nullopt;
   return plan;
 }
 

@@ -34,6 +34,11 @@ class DeltaPlanner : public ChunkPlanner {
   std::optional<ChunkPlan> PlanRef(uint64_t offset, std::span<const uint8_t> raw, uint64_t content_hash);
   std::optional<ChunkPlan> PlanDelta(uint64_t offset, std::span<const uint8_t> raw,
                                      std::span<const TensorRange> ranges);
+  // A delta against the keyframe at the root of the chain the predecessor's
+  // chunk belongs to (whole-chunk references only).
+  std::optional<ChunkPlan> PlanAgainstKeyframe(uint64_t offset, std::span<const uint8_t> raw,
+                                               std::span<const TensorRange> ranges, ObjectId pack,
+                                               uint64_t pack_offset);
   // Where the predecessor holds the bytes of this chunk, judged by the tensor
   // that covers most of it.
   std::optional<uint64_t> BaseOffset(uint64_t offset, size_t len, std::span<const TensorRange> ranges) const;

@@ -37,6 +37,12 @@ class BaseSource {
  public:
   virtual ~BaseSource() = default;
   virtual Status ReadPackRange(ObjectId pack, uint64_t offset, std::span<uint8_t> out) = 0;
+  // When [offset, offset+len) is exactly one ref or delta chunk of `pack`:
+  // the base pack and offset that chunk names.
+  virtual std::optional<std::pair<ObjectId, uint64_t>> BaseOfChunk(ObjectId pack, uint64_t offset, uint64_t len) {
+    (void)pack, (void)offset, (void)len;
+    return std::nullopt;
+  }
 };
 
 // What a chunk could be stored against, proposed by the store's lineage and

@@ -324,6 +324,19 @@ Result<std::shared_ptr<PackReader>> Store::CachedPack(ObjectId id) {
   return reader;
 }
 
+std::optional<std::pair<ObjectId, uint64_t>> Store::BaseOfChunk(ObjectId pack, uint64_t offset, uint64_t len) {
+  Result<std::shared_ptr<PackReader>> reader = CachedPack(pack);
+  if (!reader.ok()) return std::nullopt;
+  const uint64_t cs = (*reader)->header().chunk_size;
+  const uint64_t index = offset / cs;
+  if (offset % cs != 0 || index >= (*reader)->chunks().size() || (*reader)->chunks()[index].raw_len != len) {
+    return std::nullopt;
+  }
+  Result<std::pair<ObjectId, uint64_t>> base = (*reader)->ChunkBase(index);
+  if (!base.ok()) return std::nullopt;
+  return *base;
+}
+
 Status Store::ReadPackRange(ObjectId pack, uint64_t offset, std::span<uint8_t> out) {
   thread_local int nesting = 0;
   if (nesting >= kMaxBaseNesting) {
@@ -347,6 +360,7 @@ Status Store::ReadPackRange(ObjectId pack, uint64_t offset, std::span<uint8_t> o
     const uint64_t index = pos / cs, within = pos - index * cs;
     const uint64_t n = std::min<uint64_t>(offset + out.size() - pos, r.chunks()[index].raw_len - within);
     auto load = [&]() -> Result<ChunkBytes> {
+      r.Prefetch(index + 1);  // bases are read in order too: overlap their disk reads with decoding
       auto bytes = std::make_shared<std::vector<uint8_t>>();
       RETURN_IF_ERROR(r.ReadChunk(index, bytes.get(), this));
       return ChunkBytes(std::move(bytes));

@@ -100,6 +100,7 @@ class Store : public BaseSource {
   // Bytes [offset, offset+out.size()) of a pack's logical content, through
   // `base_cache` when set. Chunks stored against other packs use this.
   Status ReadPackRange(ObjectId pack, uint64_t offset, std::span<uint8_t> out) override;
+  std::optional<std::pair<ObjectId, uint64_t>> BaseOfChunk(ObjectId pack, uint64_t offset, uint64_t len) override;
   void SetBaseCache(ChunkCache* cache) { base_cache_ = cache; }
   const PackIndex& index() const { return index_; }
   Result<uint64_t> PackFileSize(ObjectId id);
