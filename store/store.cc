@@ -393,6 +393,22 @@ Result<uint64_t> Store::PackFileSize(ObjectId id) {
   return static_cast<uint64_t>(st.st_size);
 }
 
+Result<uint64_t> Store::AllPackBytes() {
+  uint64_t total = 0;
+  ASSIGN_OR_RETURN(std::vector<DirEntry> dirs, env_->ListDir(packs_.get()));
+  for (const DirEntry& d : dirs) {
+    Result<UniqueFd> dir = env_->OpenAt(packs_.get(), d.name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
+    if (!dir.ok()) continue;
+    ASSIGN_OR_RETURN(std::vector<DirEntry> files, env_->ListDir(dir->get()));
+    for (const DirEntry& f : files) {
+      if (Result<struct stat> st = env_->FstatAt(dir->get(), f.name, AT_SYMLINK_NOFOLLOW); st.ok()) {
+        total += static_cast<uint64_t>(st->st_size);
+      }
+    }
+  }
+  return total;
+}
+
 Result<UniqueFd> Store::CreateStaging(ObjectId* id) {
   const ObjectId new_id = NewObjectId();
   ASSIGN_OR_RETURN(UniqueFd fd, env_->OpenAt(staging_.get(), StagingFileName(new_id), O_CREAT | O_EXCL | O_RDWR, 0600));

@@ -104,6 +104,9 @@ class Store : public BaseSource {
   void SetBaseCache(ChunkCache* cache) { base_cache_ = cache; }
   const PackIndex& index() const { return index_; }
   Result<uint64_t> PackFileSize(ObjectId id);
+  // Bytes of every pack in the store: with deltas, packs of deleted files
+  // can stay as bases of others, so this can exceed the files' own packs.
+  Result<uint64_t> AllPackBytes();
 
   // --- staging ---
   Result<UniqueFd> CreateStaging(ObjectId* id);  // new empty file, O_RDWR

@@ -65,7 +65,13 @@ def test_delete_rename_overwrite_in_a_chain_break_nothing(mount):
     mount.remount()
     for name, data in want.items():
         assert (mount.mnt / name).read_bytes() == data, name
-    for name in want:
+    os.unlink(mount.mnt / "renamed-base.npy")  # the keyframe of c2's chain
+    st = mount.wait_sealed()
+    # Its pack stays as c2's base: counted apart, so the total is what the disk holds.
+    assert st["total"]["kept_for_bases"] > 0, st["total"]
+    assert st["total"]["stored"] > sum(f["stored"] for f in st["files"])
+    assert (mount.mnt / "c2.npy").read_bytes() == v[2]
+    for name in ("c2.npy", "c3.npy"):
         os.unlink(mount.mnt / name)
     mount.wait_sealed()
     mount.umount()

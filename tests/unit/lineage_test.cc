@@ -40,6 +40,37 @@ std::vector<uint8_t> Npy(const std::vector<float>& w) {
   return b;
 }
 
+// A safetensors file of f32 tensors, in the order given.
+std::vector<uint8_t> Safetensors(const std::vector<std::pair<std::string, std::vector<float>>>& tensors) {
+  std::string json = "{";
+  uint64_t off = 0;
+  for (const auto& [name, w] : tensors) {
+    if (json.size() > 1) json += ",";
+    json += "\"" + name + "\":{\"dtype\":\"F32\",\"shape\":[" + std::to_string(w.size()) + "],\"data_offsets\":[" +
+            std::to_string(off) + "," + std::to_string(off + 4 * w.size()) + "]}";
+    off += 4 * w.size();
+  }
+  json += "}";
+  while (json.size() % 8 != 0) json += ' ';
+  std::vector<uint8_t> b(8);
+  for (int i = 0; i < 8; ++i) b[i] = static_cast<uint8_t>(static_cast<uint64_t>(json.size()) >> (8 * i));
+  b.insert(b.end(), json.begin(), json.end());
+  for (const auto& [name, w] : tensors) {
+    const size_t at = b.size();
+    b.resize(at + 4 * w.size());
+    std::memcpy(b.data() + at, w.data(), 4 * w.size());
+  }
+  return b;
+}
+
+std::vector<float> Weights(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.f, 0.02f);
+  std::vector<float> w(n);
+  for (float& x : w) x = d(rng);
+  return w;
+}
+
 // Training-like versions: the same weights, each step nudging them a little
 // (and leaving the second half, a "frozen" part, untouched).
 std::vector<std::vector<uint8_t>> Versions(int n, size_t elems = 300000) {
@@ -122,6 +153,24 @@ TEST_F(LineageTest, IdenticalCopyAddsUnderOnePercent) {
   const FileUsage copy = UsageOf("last.ckpt");
   EXPECT_LT(copy.stored * 100, copy.logical);
   ExpectContent("last.ckpt", v[0]);
+}
+
+// Matching is per tensor: a file that adds a tensor in front (so every
+// offset moves) still stores the shared tensor against its predecessor.
+TEST_F(LineageTest, PartlyMatchingFileWithShiftedTensorsBenefits) {
+  const std::vector<float> backbone = Weights(200000, 1), head = Weights(30001, 2);
+  const auto a = Safetensors({{"backbone", backbone}});
+  const auto b = Safetensors({{"head", head}, {"backbone", backbone}});
+  Seal("a.safetensors", a);
+  Seal("b.safetensors", b);
+  const FileUsage fa = UsageOf("a.safetensors"), fb = UsageOf("b.safetensors");
+  EXPECT_EQ(fb.base, fa.pack);
+  // Only the head (and the chunks it straddles) costs anything.
+  EXPECT_LT(fb.stored, fa.stored / 2) << fb.stored << " vs " << fa.stored;
+  ExpectContent("b.safetensors", b);
+  Reopen();
+  ExpectContent("b.safetensors", b);
+  ExpectFsckClean();
 }
 
 TEST_F(LineageTest, UnrelatedFilesAreStandalone) {
