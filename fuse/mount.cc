@@ -377,6 +377,7 @@ int RunMount(MountOptions opts) {
   so.encoder.tensor_codec = opts.tensor_codec;
   so.delta = opts.delta;
   so.keyframe_every = opts.keyframe_every;
+  so.background_gc = true;
   auto store = Store::Open(Env::Default(), backing, so);
   if (!store.ok()) return Fail(store.status().message());
 

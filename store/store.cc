@@ -4,6 +4,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
@@ -287,17 +288,53 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
 }
 
 Status Store::DeleteDeadPacks(const std::vector<ObjectId>& dead) {
+  if (dead.empty()) return Status::Ok();
+  {
+    std::lock_guard lk(readers_mu_);
+    readers_.remove_if([&](const auto& r) { return std::find(dead.begin(), dead.end(), r.first) != dead.end(); });
+  }
+  if (base_cache_ != nullptr) {
+    for (ObjectId id : dead) base_cache_->ErasePack(id);
+  }
+  if (opts_.background_gc) {
+    std::lock_guard lk(gc_mu_);
+    if (!gc_thread_.joinable()) gc_thread_ = std::thread([this] { GcLoop(); });
+    gc_queue_.insert(gc_queue_.end(), dead.begin(), dead.end());
+    gc_cv_.notify_one();
+    return Status::Ok();
+  }
   Status first = Status::Ok();
   for (ObjectId id : dead) {
-    {
-      std::lock_guard lk(readers_mu_);
-      readers_.remove_if([&](const auto& r) { return r.first == id; });
-    }
-    if (base_cache_ != nullptr) base_cache_->ErasePack(id);
     Status s = DeletePack(id);
     if (!s.ok() && first.ok()) first = s;
   }
   return first;
+}
+
+void Store::GcLoop() {
+  std::unique_lock lk(gc_mu_);
+  for (;;) {
+    gc_cv_.wait(lk, [&] { return gc_stop_ || !gc_queue_.empty(); });
+    if (gc_queue_.empty()) return;  // stopping, and everything is done
+    std::vector<ObjectId> batch;
+    batch.swap(gc_queue_);
+    lk.unlock();
+    for (ObjectId id : batch) {
+      if (Status s = DeletePack(id); !s.ok()) {
+        spdlog::warn("gc: cannot delete pack {} (recovery will): {}", ObjectIdHex(id), s.message());
+      }
+    }
+    lk.lock();
+  }
+}
+
+Store::~Store() {
+  {
+    std::lock_guard lk(gc_mu_);
+    gc_stop_ = true;
+    gc_cv_.notify_one();
+  }
+  if (gc_thread_.joinable()) gc_thread_.join();
 }
 
 Status Store::ReleasePack(ObjectId id) {

@@ -10,12 +10,14 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <list>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <unordered_set>
 #include <vector>
 
@@ -43,6 +45,9 @@ struct StoreOptions {
   // Longest delta chain; the next version of a chunk is a keyframe (0: no
   // deltas, dedup only).
   uint32_t keyframe_every = 8;
+  // Delete unneeded packs on a background thread (the daemon), so that an
+  // unlink never waits for a cascade of pack deletions; otherwise inline.
+  bool background_gc = false;
 };
 
 struct RecoveryReport {
@@ -79,6 +84,7 @@ class ChunkCache;
 
 class Store : public BaseSource {
  public:
+  ~Store() override;
   static Result<std::unique_ptr<Store>> Open(Env* env, const std::string& backing, const StoreOptions& opts);
 
   Env* env() const { return env_; }
@@ -140,6 +146,7 @@ class Store : public BaseSource {
   Result<UniqueFd> PackDir(ObjectId id, bool create);
   Result<std::shared_ptr<PackReader>> CachedPack(ObjectId id);
   Status DeleteDeadPacks(const std::vector<ObjectId>& dead);
+  void GcLoop();
   // Recovery step 3: marks what stubs need (through pack bases), deletes the
   // rest, and fills index_ with what is kept.
   // With `keep_all`, nothing is deleted (a stub could not be read).
@@ -156,6 +163,13 @@ class Store : public BaseSource {
   ChunkCache* base_cache_ = nullptr;
   std::mutex readers_mu_;
   std::list<std::pair<ObjectId, std::shared_ptr<PackReader>>> readers_;  // small LRU of open base packs
+  // Background deletion (StoreOptions::background_gc). A crash loses only
+  // queued deletions, which recovery's sweep redoes.
+  std::mutex gc_mu_;
+  std::condition_variable gc_cv_;
+  std::vector<ObjectId> gc_queue_;
+  bool gc_stop_ = false;
+  std::thread gc_thread_;
 };
 
 }  // namespace ckptfs
