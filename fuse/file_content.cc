@@ -154,7 +154,11 @@ Status FileContent::EnsureStagedLocked(uint64_t keep_bytes) {
     // Drop the old pack only once no durable record can point at it.
     if (env->Fsync(stub_fd_.get()).ok()) {
       stub_synced_ = true;
-      (void)store_->ReleasePack(old.object);
+      // Kept as the new version's predecessor until it is sealed: a file
+      // overwritten in place (last.ckpt) is its own lineage.
+      if (retired_ != 0) (void)store_->ReleaseRetired(retired_);
+      retired_ = old.object;
+      (void)store_->RetirePack(old.object);
     }
     cache_->ErasePack(old.object);
   }
@@ -292,6 +296,10 @@ Status FileContent::SealIfIdle() {
     if (!now.ok() || now->state == StubState::kStaged) return Fail(sealed.status(), "seal", 0);
     rec_ = now.value();
   }
+  if (retired_ != 0) {
+    (void)store_->ReleaseRetired(retired_);
+    retired_ = 0;
+  }
   staging_.reset();
   pack_.reset();
   pack_stored_ = 0;
@@ -308,6 +316,10 @@ void FileContent::MarkUnlinked() {
 void FileContent::MaybeReleaseObjectsLocked() {
   if (!unlinked_ || open_handles_ > 0 || released_) return;
   released_ = true;
+  if (retired_ != 0) {
+    (void)store_->ReleaseRetired(retired_);
+    retired_ = 0;
+  }
   Status st = store_->ReleaseStubObjects(rec_);
   if (!st.ok()) spdlog::warn("freeing objects of deleted {}: {} (recovery will collect them)", label_, st.message());
   if (rec_.state == StubState::kSealed && rec_.object != 0) cache_->ErasePack(rec_.object);

@@ -101,6 +101,7 @@ class FileContent {
   bool dir_entry_synced_ = true;  // false from creation until the first Sync
   bool unlinked_ = false;
   bool released_ = false;
+  ObjectId retired_ = 0;  // the previous version while this one is rewritten (Store::RetirePack)
 };
 
 }  // namespace ckptfs

@@ -45,7 +45,8 @@ void PackIndex::AddRoot(ObjectId id) {
   std::lock_guard lk(mu_);
   auto it = packs_.find(id);
   if (it == packs_.end()) return;
-  if (it->second.roots++ == 0) IndexChunksLocked(id, it->second);
+  if (!it->second.candidate()) IndexChunksLocked(id, it->second);
+  ++it->second.roots;
 }
 
 std::vector<ObjectId> PackIndex::DropRoot(ObjectId id) {
@@ -53,7 +54,27 @@ std::vector<ObjectId> PackIndex::DropRoot(ObjectId id) {
   std::vector<ObjectId> dead;
   auto it = packs_.find(id);
   if (it == packs_.end()) return {id};  // unknown to the index: only the stub knew it
-  if (it->second.roots > 0 && --it->second.roots == 0) UnindexChunksLocked(id, it->second);
+  if (it->second.roots > 0) --it->second.roots;
+  if (!it->second.candidate()) UnindexChunksLocked(id, it->second);
+  CollectLocked(id, &dead);
+  return dead;
+}
+
+void PackIndex::Retire(ObjectId id) {
+  std::lock_guard lk(mu_);
+  auto it = packs_.find(id);
+  if (it == packs_.end()) return;
+  ++it->second.retired;
+  if (it->second.roots > 0) --it->second.roots;
+}
+
+std::vector<ObjectId> PackIndex::Unretire(ObjectId id) {
+  std::lock_guard lk(mu_);
+  std::vector<ObjectId> dead;
+  auto it = packs_.find(id);
+  if (it == packs_.end() || it->second.retired == 0) return dead;
+  --it->second.retired;
+  if (!it->second.candidate()) UnindexChunksLocked(id, it->second);
   CollectLocked(id, &dead);
   return dead;
 }
@@ -111,7 +132,7 @@ std::optional<BaseChoice> PackIndex::FindBase(std::span<const TensorRange> range
   std::lock_guard lk(mu_);
   std::vector<std::pair<uint64_t, ObjectId>> recent;
   for (const auto& [id, e] : packs_) {
-    if (e.roots > 0 && !e.meta.tensors.empty()) recent.emplace_back(e.meta.sealed_ns, id);
+    if (e.candidate() && !e.meta.tensors.empty()) recent.emplace_back(e.meta.sealed_ns, id);
   }
   const size_t n = std::min(recent.size(), kMaxBaseCandidates);
   std::partial_sort(recent.begin(), recent.begin() + n, recent.end(), std::greater<>());

@@ -39,6 +39,11 @@ class PackIndex {
   // bases only it kept alive.
   void AddRoot(ObjectId id);
   std::vector<ObjectId> DropRoot(ObjectId id);
+  // A file being rewritten in place keeps its previous version as a
+  // lineage candidate until its next seal (then Unretire), instead of
+  // dropping it when the rewrite starts.
+  void Retire(ObjectId id);
+  std::vector<ObjectId> Unretire(ObjectId id);
   // Pins keep a pack while a seal is using it as a base.
   void Pin(ObjectId id);
   std::vector<ObjectId> Unpin(ObjectId id);
@@ -66,9 +71,10 @@ class PackIndex {
     PackMeta meta;
     uint64_t logical_size = 0;
     uint32_t chunk_size = 0;
-    uint32_t roots = 0, users = 0, pins = 0;
+    uint32_t roots = 0, users = 0, pins = 0, retired = 0;
+    bool candidate() const { return roots > 0 || retired > 0; }
   };
-  bool DeletableLocked(const Entry& e) const { return e.roots == 0 && e.users == 0 && e.pins == 0; }
+  bool DeletableLocked(const Entry& e) const { return !e.candidate() && e.users == 0 && e.pins == 0; }
   // Removes `id` and cascades to bases that became unneeded.
   void CollectLocked(ObjectId id, std::vector<ObjectId>* dead);
   void IndexChunksLocked(ObjectId id, const Entry& e);

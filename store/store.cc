@@ -345,6 +345,18 @@ Status Store::ReleasePack(ObjectId id) {
   return DeleteDeadPacks(index_.DropRoot(id));
 }
 
+Status Store::RetirePack(ObjectId id) {
+  if (id == 0) return Status::Ok();
+  if (!index_loaded_ || !index_.Contains(id)) return ReleasePack(id);
+  index_.Retire(id);
+  return Status::Ok();
+}
+
+Status Store::ReleaseRetired(ObjectId id) {
+  if (id == 0 || !index_loaded_) return Status::Ok();
+  return DeleteDeadPacks(index_.Unretire(id));
+}
+
 Result<std::shared_ptr<PackReader>> Store::CachedPack(ObjectId id) {
   {
     std::lock_guard lk(readers_mu_);

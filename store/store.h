@@ -103,6 +103,12 @@ class Store : public BaseSource {
   // other packs still need them (invariant 4: deleting a file never breaks
   // another). Without a loaded index (read-only tools) nothing is deleted.
   Status ReleasePack(ObjectId id);
+  // A sealed file starts being rewritten: its stub no longer names `id`, but
+  // the pack stays as the predecessor candidate of the new version until
+  // ReleaseRetired (after the next seal, or when the file goes away). A
+  // crash in between leaves it unreferenced, and recovery deletes it.
+  Status RetirePack(ObjectId id);
+  Status ReleaseRetired(ObjectId id);
   // Bytes [offset, offset+out.size()) of a pack's logical content, through
   // `base_cache` when set. Chunks stored against other packs use this.
   Status ReadPackRange(ObjectId pack, uint64_t offset, std::span<uint8_t> out) override;

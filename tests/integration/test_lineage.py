@@ -149,3 +149,24 @@ def run_gc(backing):
     from conftest import run_ckptfs
 
     return run_ckptfs("gc", backing)
+
+
+def test_file_overwritten_in_place_is_its_own_lineage(mount):
+    """last.ckpt rewritten each epoch: the new version is a delta against
+    the one it replaced, which stays on disk only as that base."""
+    v = versions(3, seed=5)
+    p = mount.mnt / "last.npy"
+    p.write_bytes(v[0])
+    first = files_of(mount)["last.npy"]["stored"]
+    for data in v[1:]:
+        p.write_bytes(data)  # O_TRUNC, in place
+        f = files_of(mount)["last.npy"]
+        assert f["depth"] >= 1 and f["base"].startswith("(deleted file"), f
+        assert f["stored"] < 0.75 * first, (f, first)
+        assert p.read_bytes() == data
+    mount.remount()
+    assert p.read_bytes() == v[-1]
+    os.unlink(p)
+    mount.wait_sealed()
+    mount.umount()
+    assert list((mount.backing / "packs").rglob("*.pack")) == []
