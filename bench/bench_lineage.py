@@ -334,7 +334,7 @@ def main():
     ap.add_argument("--keyframe-every", type=int, default=None,
                     help="pass -o keyframe_every=K to the default mount")
     ap.add_argument("-o", "--mount-options", default="", help="extra ckptfs -o options (both mounts)")
-    ap.add_argument("--read-reps", type=int, default=3, help="cold reads per file and mount (median)")
+    ap.add_argument("--read-reps", type=int, default=5, help="cold reads per file and mount (median)")
     # model sizes (defaults: ~45 MB checkpoints for (a), ~91 MB for (b))
     ap.add_argument("--vocab", type=int, default=4096)
     ap.add_argument("--dim", type=int, default=256)
