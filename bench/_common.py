@@ -130,3 +130,28 @@ def write_json(name, obj):
     with open(path, "w") as f:
         json.dump(obj, f, indent=2)
     return path
+
+
+def timed_raw_read(path, block=8 << 20):
+    """Sequential read into a reused buffer (no hashing inside the timing)."""
+    buf = bytearray(block)
+    t0 = time.perf_counter()
+    with open(path, "rb", buffering=0) as f:
+        while f.readinto(buf):
+            pass
+    return time.perf_counter() - t0
+
+
+def zstd_size(path, level=3):
+    """Bytes of `zstd -LEVEL` of the file (streamed, never in memory) and seconds taken."""
+    t0 = time.perf_counter()
+    p = subprocess.Popen(["zstd", f"-{level}", "-q", "-c", path], stdout=subprocess.PIPE)
+    n = 0
+    while True:
+        b = p.stdout.read(1 << 20)
+        if not b:
+            break
+        n += len(b)
+    if p.wait() != 0:
+        sys.exit(f"zstd failed on {path}")
+    return n, time.perf_counter() - t0

@@ -115,26 +115,6 @@ def sha256(path):
             h.update(b)
 
 
-def zstd_size(path, level=3):
-    p = subprocess.Popen(["zstd", f"-{level}", "-q", "-c", path], stdout=subprocess.PIPE)
-    n = 0
-    while True:
-        b = p.stdout.read(1 << 20)
-        if not b:
-            break
-        n += len(b)
-    if p.wait() != 0:
-        sys.exit(f"zstd failed on {path}")
-    return n
-
-
-def timed_raw_read(path, block=8 << 20):
-    buf = bytearray(block)
-    t0 = time.perf_counter()
-    with open(path, "rb", buffering=0) as f:
-        while f.readinto(buf):
-            pass
-    return time.perf_counter() - t0
 
 
 def median(xs):
@@ -416,7 +396,7 @@ def main():
             for m, s in wl.stores.items():
                 final[(k, m)] = s.sealed_stats()[0]
             for r in wl.files:
-                r["zstd3"] = zstd_size(os.path.join(wl.direct, r["file"]))
+                r["zstd3"] = C.zstd_size(os.path.join(wl.direct, r["file"]))[0]
 
         # Cold reads of the checkpoint of (a) and (b) with the longest delta
         # chain (the last one on ties): remount (cold chunk cache), drop the
@@ -437,7 +417,7 @@ def main():
                 for m in order:
                     path = os.path.join(wl.direct, rel) if m == "direct" else wl.stores[m].path(rel)
                     C.drop_caches()
-                    t[m].append(timed_raw_read(path))
+                    t[m].append(C.timed_raw_read(path))
             reads[k] = {"file": rel, **{m: median(v) for m, v in t.items()}, "all": t}
             log(f"read {k}/{rel}: " + ", ".join(f"{m} {median(v):.3f}s" for m, v in t.items()))
 

@@ -91,14 +91,6 @@ def timed_load(path):
     return time.perf_counter() - t0
 
 
-def timed_raw_read(path, block=8 << 20):
-    """Sequential read into a reused buffer (no hashing inside the timing)."""
-    buf = bytearray(block)
-    t0 = time.perf_counter()
-    with open(path, "rb", buffering=0) as f:
-        while f.readinto(buf):
-            pass
-    return time.perf_counter() - t0
 
 
 def digest(path):
@@ -111,18 +103,6 @@ def digest(path):
             h.update(b)
 
 
-def zstd_size(path, level=3):
-    t0 = time.perf_counter()
-    p = subprocess.Popen(["zstd", f"-{level}", "-q", "-c", path], stdout=subprocess.PIPE)
-    n = 0
-    while True:
-        b = p.stdout.read(1 << 20)
-        if not b:
-            break
-        n += len(b)
-    if p.wait() != 0:
-        sys.exit(f"zstd failed on {path}")
-    return n, time.perf_counter() - t0
 
 
 def main():
@@ -198,12 +178,12 @@ def main():
         for r in results:
             fm, fd = os.path.join(mnt, r["file"]), os.path.join(direct, r["file"])
             C.drop_caches()
-            r["read_mount_s"] = timed_raw_read(fm)
+            r["read_mount_s"] = C.timed_raw_read(fm)
             C.drop_caches()
-            r["read_direct_s"] = timed_raw_read(fd)
+            r["read_direct_s"] = C.timed_raw_read(fd)
             if digest(fm) != digest(fd):  # untimed content check
                 sys.exit(f"CONTENT MISMATCH: {r['file']} differs between mount and direct")
-            r["zstd3_bytes"], r["zstd3_s"] = zstd_size(fd)
+            r["zstd3_bytes"], r["zstd3_s"] = C.zstd_size(fd)
         hwm_read = C.status_kib(pid, "VmHWM") if pid else None
         hwms = [h for h in (hwm_write, hwm_load, hwm_read) if h]
         hwm = max(hwms) if hwms else None

@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <random>
 
 #include "store/fault_env.h"
@@ -128,6 +129,40 @@ class LineageTest : public ::testing::Test {
   }
   size_t Packs() { return test::CountFiles(dir_.Sub("packs"), true); }
 
+  static constexpr uint64_t kNoCrash = UINT64_MAX;
+  // Runs `scenario` once without a crash (it returns how many mutations it
+  // made, at least two pack deletions), then once per crash point.
+  void ForEachCrashPoint(const std::function<uint64_t(uint64_t k)>& scenario) {
+    const uint64_t total = scenario(kNoCrash);
+    EXPECT_GE(total, 2u);
+    for (uint64_t k = 0; k <= total; ++k) {
+      SCOPED_TRACE("crash after mutation " + std::to_string(k));
+      scenario(k);
+    }
+  }
+  // An empty store holding versions v0, v1, ... as a chain.
+  void FreshStoreWith(const std::vector<std::vector<uint8_t>>& v) {
+    store_.reset();
+    std::filesystem::remove_all(dir_.path());
+    std::filesystem::create_directories(dir_.path());
+    Reopen();
+    for (size_t i = 0; i < v.size(); ++i) Seal("v" + std::to_string(i), v[i]);
+  }
+  // Whatever files are left read back exactly and fsck is clean; deleting
+  // them then leaves no pack behind.
+  void ExpectSurvivorsThenCollectAll(const std::vector<std::vector<uint8_t>>& v) {
+    std::vector<std::string> left;
+    for (size_t i = 0; i < v.size(); ++i) {
+      const std::string name = "v" + std::to_string(i);
+      if (::faccessat(store_->ns_fd(), name.c_str(), F_OK, 0) != 0) continue;
+      ExpectContent(name, v[i]);
+      left.push_back(name);
+    }
+    ExpectFsckClean();
+    for (const std::string& name : left) Delete(name);
+    EXPECT_EQ(Packs(), 0u);
+  }
+
   TempDir dir_;
   std::unique_ptr<Store> store_;
 };
@@ -243,74 +278,48 @@ TEST_F(LineageTest, RenamingAndOverwritingBasesBreaksNothing) {
 // A crash at every mutation while deleting the later files of a chain:
 // after recovery every surviving file reads back and nothing unneeded is left.
 TEST_F(LineageTest, CrashWhileCollectingLosesNothing) {
-  auto v = Versions(3);
-  uint64_t total = 0;
-  for (uint64_t k = UINT64_MAX;; k = k == UINT64_MAX ? 0 : k + 1) {
-    if (k != UINT64_MAX && k > total) break;
-    SCOPED_TRACE("crash after mutation " + std::to_string(k));
-    store_.reset();
-    std::filesystem::remove_all(dir_.path());
-    std::filesystem::create_directories(dir_.path());
-    Reopen();
-    for (size_t i = 0; i < v.size(); ++i) Seal("v" + std::to_string(i), v[i]);
+  const auto v = Versions(3);
+  ForEachCrashPoint([&](uint64_t k) -> uint64_t {
+    FreshStoreWith(v);
     FaultEnv env;
     Reopen(&env);
     env.ResetCounters();
-    if (k != UINT64_MAX) env.CrashAfterMutations(k);
-    Delete("v2", k == UINT64_MAX);  // each delete frees packs: the leaf, then the middle
-    Delete("v1", k == UINT64_MAX);
-    if (k == UINT64_MAX) {
-      total = env.mutations();
-      EXPECT_GE(total, 2u);  // two pack files deleted
-    }
+    if (k != kNoCrash) env.CrashAfterMutations(k);
+    Delete("v2", k == kNoCrash);  // each delete frees packs: the leaf, then the middle
+    Delete("v1", k == kNoCrash);
     Reopen();
-    for (int i = 0; i < 3; ++i) {
-      const std::string name = "v" + std::to_string(i);
-      if (::faccessat(store_->ns_fd(), name.c_str(), F_OK, 0) == 0) ExpectContent(name, v[i]);
-    }
-    ExpectFsckClean();
-    for (const char* name : {"v0", "v1", "v2"}) {
-      if (::faccessat(store_->ns_fd(), name, F_OK, 0) == 0) Delete(name);
-    }
-    EXPECT_EQ(Packs(), 0u);
-  }
+    ExpectSurvivorsThenCollectAll(v);
+    return env.mutations();
+  });
 }
 
 // Files deleted while the daemon was down (or before it could free their
 // packs): recovery's mark-and-sweep removes what nothing needs, and a crash
 // at any of its deletions is finished by the next recovery.
 TEST_F(LineageTest, CrashDuringRecoverySweepLosesNothing) {
-  auto v = Versions(3);
-  uint64_t total = 0;
-  for (uint64_t k = UINT64_MAX;; k = k == UINT64_MAX ? 0 : k + 1) {
-    if (k != UINT64_MAX && k > total) break;
-    SCOPED_TRACE("crash after mutation " + std::to_string(k));
+  const auto v = Versions(3);
+  ForEachCrashPoint([&](uint64_t k) -> uint64_t {
+    FreshStoreWith(v);
+    EXPECT_EQ(::unlinkat(store_->ns_fd(), "v1", 0), 0);  // no release: the packs stay
+    EXPECT_EQ(::unlinkat(store_->ns_fd(), "v2", 0), 0);
     store_.reset();
-    std::filesystem::remove_all(dir_.path());
-    std::filesystem::create_directories(dir_.path());
-    Reopen();
-    for (size_t i = 0; i < v.size(); ++i) Seal("v" + std::to_string(i), v[i]);
-    ASSERT_EQ(::unlinkat(store_->ns_fd(), "v1", 0), 0);  // no release: the packs stay
-    ASSERT_EQ(::unlinkat(store_->ns_fd(), "v2", 0), 0);
-    store_.reset();
+    FaultEnv env;
     {
-      FaultEnv env;
       auto s = Store::Open(&env, dir_.path(), Opts());
-      ASSERT_TRUE(s.ok()) << s.status().ToString();
+      EXPECT_TRUE(s.ok()) << s.status().ToString();
+      if (!s.ok()) return 0;
       env.ResetCounters();
-      if (k != UINT64_MAX) env.CrashAfterMutations(k);
+      if (k != kNoCrash) env.CrashAfterMutations(k);
       auto rep = (*s)->Recover();
-      if (k == UINT64_MAX) {
-        ASSERT_TRUE(rep.ok()) << rep.status().ToString();
-        EXPECT_EQ(rep->orphan_packs_removed, 2u);
-        total = env.mutations();
+      if (k == kNoCrash) {
+        EXPECT_TRUE(rep.ok() && rep->orphan_packs_removed == 2u) << (rep.ok() ? "" : rep.status().ToString());
       }
     }
     Reopen();
-    ExpectContent("v0", v[0]);
-    ExpectFsckClean();
     EXPECT_EQ(Packs(), 1u);
-  }
+    ExpectSurvivorsThenCollectAll(v);
+    return env.mutations();
+  });
 }
 
 }  // namespace
