@@ -258,8 +258,8 @@ void InvertResidual(std::span<const DeltaPiece> pieces, std::span<const uint8_t>
 }  // namespace
 
 Status EncodeDeltaChunk(std::span<const uint8_t> raw, std::span<const uint8_t> base, uint64_t chunk_offset,
-                        std::span<const TensorRange> ranges, const TensorChunkOptions& opts,
-                        std::vector<uint8_t>* out) {
+                        std::span<const TensorRange> ranges, const TensorChunkOptions& opts, std::vector<uint8_t>* out,
+                        size_t give_up_above) {
   if (raw.size() != base.size()) {
     return Status::InvalidArgument("delta chunk of " + std::to_string(raw.size()) + " bytes against a base of " +
                                    std::to_string(base.size()));
@@ -272,6 +272,14 @@ Status EncodeDeltaChunk(std::span<const uint8_t> raw, std::span<const uint8_t> b
   if (raw.size() <= kSampleSlices * kSampleSlice) return EncodeSmaller(in, out);
   ASSIGN_OR_RETURN(const uint64_t xor_size, SampleSize(DeltaKind::kXor, in));
   ASSIGN_OR_RETURN(const uint64_t diff_size, SampleSize(DeltaKind::kIntDiff, in));
+  // The sample is a few slices of a chunk whose statistics are even (tensor
+  // bytes): scaled up with a margin, it says when a delta cannot pay.
+  const double predicted = static_cast<double>(std::min(xor_size, diff_size)) * static_cast<double>(raw.size()) /
+                           static_cast<double>(kSampleSlices * kSampleSlice);
+  if (give_up_above != SIZE_MAX && predicted > 1.15 * static_cast<double>(give_up_above)) {
+    return Status::Error(EFBIG, "delta predicted at " + std::to_string(static_cast<uint64_t>(predicted)) +
+                                    " bytes, above the " + std::to_string(give_up_above) + " it must beat");
+  }
   return EncodeKind(diff_size < xor_size ? DeltaKind::kIntDiff : DeltaKind::kXor, in, out);
 }
 

@@ -32,6 +32,7 @@
 // The decoder needs no tensor ranges: bytes outside the pieces are XOR.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -50,9 +51,12 @@ enum class DeltaKind : uint8_t { kXor = 1, kIntDiff = 2 };
 // which bytes are tensor elements of which dtype, exactly as
 // EncodeTensorChunk takes them. Picks the kind (XOR, or integer difference
 // of the element bits) that codes smaller, judged on a sample, then codes
-// the whole chunk with it.
+// the whole chunk with it. When the sample predicts a payload clearly above
+// `give_up_above` bytes, returns EFBIG without coding the chunk (the caller
+// would not keep it).
 Status EncodeDeltaChunk(std::span<const uint8_t> raw, std::span<const uint8_t> base, uint64_t chunk_offset,
-                        std::span<const TensorRange> ranges, const TensorChunkOptions& opts, std::vector<uint8_t>* out);
+                        std::span<const TensorRange> ranges, const TensorChunkOptions& opts, std::vector<uint8_t>* out,
+                        size_t give_up_above = SIZE_MAX);
 
 // Rebuilds exactly raw_out.size() bytes from a payload and the same base;
 // anything malformed is Corruption (never out-of-bounds reads/writes, on

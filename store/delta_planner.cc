@@ -39,21 +39,44 @@ ChunkPlan DeltaPlanner::RefPlan(ChunkCodec codec, ObjectId base, uint64_t base_o
   return p;
 }
 
-std::optional<ChunkPlan> DeltaPlanner::Plan(uint64_t offset, std::span<const uint8_t> raw, uint64_t content_hash,
-                                            std::span<const TensorRange> ranges) {
-  if (std::optional<ChunkPlan> ref = PlanRef(offset, raw, content_hash)) return ref;
-  return PlanDelta(offset, raw, ranges);
+size_t DeltaPlanner::DeltaSizeLimit(size_t standalone, uint8_t depth) {
+  const double keep = std::max(0.1, 1.0 - 0.2 * depth);
+  return static_cast<size_t>(static_cast<double>(standalone) * keep);
 }
 
-std::optional<ChunkPlan> DeltaPlanner::PlanRef(uint64_t, std::span<const uint8_t> raw, uint64_t content_hash) {
+std::optional<ChunkPlan> DeltaPlanner::PlanRef(uint64_t offset, std::span<const uint8_t> raw, uint64_t content_hash,
+                                               std::span<const TensorRange> ranges) {
+  if (std::optional<ChunkPlan> ref = PlanDedup(raw, content_hash)) return ref;
+  // Unchanged since the predecessor, at the matching tensor position.
+  if (LoadBaseBytes(offset, raw, ranges) && std::memcmp(base_bytes_.data(), raw.data(), raw.size()) == 0) {
+    return RefPlan(ChunkCodec::kRef, base_->pack, *base_off_, base_depth_);
+  }
+  return std::nullopt;
+}
+
+std::optional<ChunkPlan> DeltaPlanner::PlanDedup(std::span<const uint8_t> raw, uint64_t content_hash) {
   std::optional<std::pair<ObjectId, uint64_t>> hit = index_->FindChunk(content_hash, raw.size());
   if (!hit) return std::nullopt;
   pins_.push_back(hit->first);
   // A hash match is a hint, not a proof: compare the bytes.
-  base_bytes_.resize(raw.size());
-  if (!bases_->ReadPackRange(hit->first, hit->second, base_bytes_).ok()) return std::nullopt;
-  if (std::memcmp(base_bytes_.data(), raw.data(), raw.size()) != 0) return std::nullopt;
+  std::vector<uint8_t> stored(raw.size());
+  if (!bases_->ReadPackRange(hit->first, hit->second, stored).ok()) return std::nullopt;
+  if (std::memcmp(stored.data(), raw.data(), raw.size()) != 0) return std::nullopt;
   return RefPlan(ChunkCodec::kRef, hit->first, hit->second, index_->RangeDepth(hit->first, hit->second, raw.size()));
+}
+
+bool DeltaPlanner::LoadBaseBytes(uint64_t offset, std::span<const uint8_t> raw, std::span<const TensorRange> ranges) {
+  if (base_for_offset_ == offset) return base_off_.has_value();
+  base_for_offset_ = offset;
+  base_off_.reset();
+  if (!base_ || ranges.empty()) return false;
+  std::optional<uint64_t> off = BaseOffset(offset, raw.size(), ranges);
+  if (!off) return false;
+  base_bytes_.resize(raw.size());
+  if (!bases_->ReadPackRange(base_->pack, *off, base_bytes_).ok()) return false;
+  base_off_ = off;
+  base_depth_ = index_->RangeDepth(base_->pack, *off, raw.size());
+  return true;
 }
 
 std::optional<uint64_t> DeltaPlanner::BaseOffset(uint64_t offset, size_t len,
@@ -76,33 +99,36 @@ std::optional<uint64_t> DeltaPlanner::BaseOffset(uint64_t offset, size_t len,
 }
 
 std::optional<ChunkPlan> DeltaPlanner::PlanDelta(uint64_t offset, std::span<const uint8_t> raw,
-                                                 std::span<const TensorRange> ranges) {
-  if (!base_ || ranges.empty()) return std::nullopt;
-  std::optional<uint64_t> base_off = BaseOffset(offset, raw.size(), ranges);
-  if (!base_off) return std::nullopt;
-  const uint8_t base_depth = index_->RangeDepth(base_->pack, *base_off, raw.size());
-  base_bytes_.resize(raw.size());
-  if (!bases_->ReadPackRange(base_->pack, *base_off, base_bytes_).ok()) return std::nullopt;
-  if (std::memcmp(base_bytes_.data(), raw.data(), raw.size()) == 0) {
-    return RefPlan(ChunkCodec::kRef, base_->pack, *base_off, base_depth);
-  }
+                                                 std::span<const TensorRange> ranges, size_t standalone_size) {
+  if (!LoadBaseBytes(offset, raw, ranges)) return std::nullopt;
   std::optional<ChunkPlan> plan;
-  if (base_depth + 1u <= keyframe_every_) {  // otherwise a keyframe: the chain stops here
-    plan = RefPlan(ChunkCodec::kDelta, base_->pack, *base_off, static_cast<uint8_t>(base_depth + 1));
-    if (!EncodeDeltaChunk(raw, base_bytes_, offset, ranges, topts_, &plan->payload).ok()) plan.reset();
+  if (base_depth_ + 1u <= keyframe_every_) {  // otherwise a keyframe: the chain stops here
+    const uint8_t depth = static_cast<uint8_t>(base_depth_ + 1);
+    plan = DeltaAgainst(base_->pack, *base_off_, depth, offset, raw, base_bytes_, ranges,
+                        DeltaSizeLimit(standalone_size, depth));
   }
-  if (base_depth == 0) return plan;
+  if (base_depth_ == 0) return plan;
   // Parts that barely change (pickles, frozen layers) code as small against
   // the chain's keyframe as against the predecessor: take the keyframe when it
   // costs little more, so such chunks never build deep chains.
-  std::optional<ChunkPlan> rooted = PlanAgainstKeyframe(offset, raw, ranges, base_->pack, *base_off);
+  std::optional<ChunkPlan> rooted = PlanAgainstKeyframe(offset, raw, ranges, DeltaSizeLimit(standalone_size, 1));
   if (rooted && (!plan || rooted->payload.size() <= plan->payload.size() + plan->payload.size() / 4)) return rooted;
   return plan;
 }
 
+std::optional<ChunkPlan> DeltaPlanner::DeltaAgainst(ObjectId pack, uint64_t pack_offset, uint8_t depth, uint64_t offset,
+                                                    std::span<const uint8_t> raw, std::span<const uint8_t> base,
+                                                    std::span<const TensorRange> ranges, size_t limit) {
+  ChunkPlan plan = RefPlan(ChunkCodec::kDelta, pack, pack_offset, depth);
+  if (!EncodeDeltaChunk(raw, base, offset, ranges, topts_, &plan.payload, limit).ok()) return std::nullopt;
+  if (plan.payload.size() >= limit) return std::nullopt;
+  return plan;
+}
+
 std::optional<ChunkPlan> DeltaPlanner::PlanAgainstKeyframe(uint64_t offset, std::span<const uint8_t> raw,
-                                                           std::span<const TensorRange> ranges, ObjectId pack,
-                                                           uint64_t pack_offset) {
+                                                           std::span<const TensorRange> ranges, size_t limit) {
+  ObjectId pack = base_->pack;
+  uint64_t pack_offset = *base_off_;
   // Follow whole-chunk references down to a chunk that decodes on its own.
   for (uint32_t hops = 0; hops <= keyframe_every_; ++hops) {
     std::optional<std::pair<ObjectId, uint64_t>> next = bases_->BaseOfChunk(pack, pack_offset, raw.size());
@@ -114,9 +140,7 @@ std::optional<ChunkPlan> DeltaPlanner::PlanAgainstKeyframe(uint64_t offset, std:
   }
   std::vector<uint8_t> root(raw.size());
   if (!bases_->ReadPackRange(pack, pack_offset, root).ok()) return std::nullopt;
-  ChunkPlan plan = RefPlan(ChunkCodec::kDelta, pack, pack_offset, 1);
-  if (!EncodeDeltaChunk(raw, root, offset, ranges, topts_, &plan.payload).ok()) return std::nullopt;
-  return plan;
+  return DeltaAgainst(pack, pack_offset, 1, offset, raw, root, ranges, limit);
 }
 
 }  // namespace ckptfs

@@ -22,8 +22,16 @@ class DeltaPlanner : public ChunkPlanner {
   DeltaPlanner(const DeltaPlanner&) = delete;
   DeltaPlanner& operator=(const DeltaPlanner&) = delete;
 
-  std::optional<ChunkPlan> Plan(uint64_t offset, std::span<const uint8_t> raw, uint64_t content_hash,
-                                std::span<const TensorRange> ranges) override;
+  std::optional<ChunkPlan> PlanRef(uint64_t offset, std::span<const uint8_t> raw, uint64_t content_hash,
+                                   std::span<const TensorRange> ranges) override;
+  std::optional<ChunkPlan> PlanDelta(uint64_t offset, std::span<const uint8_t> raw, std::span<const TensorRange> ranges,
+                                     size_t standalone_size) override;
+
+  // A read of a chunk at delta depth d decodes d + 1 chunks, so the deeper
+  // a delta, the more it must save: 20% at depth 1, 40% at depth 2, ... and
+  // 90% from depth 5 on (near-identical chunks, such as frozen layers, stay
+  // deltas at any depth). The largest payload kept at `depth`.
+  static size_t DeltaSizeLimit(size_t standalone, uint8_t depth);
 
   // The predecessor, when one was found (0 otherwise).
   ObjectId base_pack() const { return base_ ? base_->pack : 0; }
@@ -31,14 +39,16 @@ class DeltaPlanner : public ChunkPlanner {
   std::vector<ObjectId> ReleasePins();
 
  private:
-  std::optional<ChunkPlan> PlanRef(uint64_t offset, std::span<const uint8_t> raw, uint64_t content_hash);
-  std::optional<ChunkPlan> PlanDelta(uint64_t offset, std::span<const uint8_t> raw,
-                                     std::span<const TensorRange> ranges);
+  std::optional<ChunkPlan> PlanDedup(std::span<const uint8_t> raw, uint64_t content_hash);
+  // The predecessor's bytes at this chunk's position (read once per chunk).
+  bool LoadBaseBytes(uint64_t offset, std::span<const uint8_t> raw, std::span<const TensorRange> ranges);
   // A delta against the keyframe at the root of the chain the predecessor's
-  // chunk belongs to (whole-chunk references only).
+  // chunk belongs to (whole-chunk references only), if under `limit`.
   std::optional<ChunkPlan> PlanAgainstKeyframe(uint64_t offset, std::span<const uint8_t> raw,
-                                               std::span<const TensorRange> ranges, ObjectId pack,
-                                               uint64_t pack_offset);
+                                               std::span<const TensorRange> ranges, size_t limit);
+  std::optional<ChunkPlan> DeltaAgainst(ObjectId pack, uint64_t pack_offset, uint8_t depth, uint64_t offset,
+                                        std::span<const uint8_t> raw, std::span<const uint8_t> base,
+                                        std::span<const TensorRange> ranges, size_t limit);
   // Where the predecessor holds the bytes of this chunk, judged by the tensor
   // that covers most of it.
   std::optional<uint64_t> BaseOffset(uint64_t offset, size_t len, std::span<const TensorRange> ranges) const;
@@ -51,6 +61,10 @@ class DeltaPlanner : public ChunkPlanner {
   uint32_t keyframe_every_;
   std::optional<BaseChoice> base_;
   std::vector<ObjectId> pins_;
+  // LoadBaseBytes' result for the chunk being planned.
+  uint64_t base_for_offset_ = UINT64_MAX;
+  std::optional<uint64_t> base_off_;
+  uint8_t base_depth_ = 0;
   std::vector<uint8_t> base_bytes_;
 };
 

@@ -66,15 +66,6 @@ ChunkEntry DecodeEntry(std::span<const uint8_t> in) {
   return e;
 }
 
-// A read of a chunk at delta depth d decodes d + 1 chunks, so the deeper a
-// delta, the more it must save to be worth it: 20% at depth 1, 40% at depth
-// 2, ... and at least 90% from depth 5 on (near-identical chunks, such as
-// frozen layers, stay deltas at any depth).
-size_t DeltaSizeLimit(size_t standalone, uint8_t depth) {
-  const double keep = std::max(0.1, 1.0 - 0.2 * depth);
-  return static_cast<size_t>(static_cast<double>(standalone) * keep);
-}
-
 // Stored bytes are read into a per-thread buffer: one chunk per FUSE worker
 // thread at most, instead of an allocation per read.
 std::vector<uint8_t>& ScratchBuffer() {
@@ -127,12 +118,13 @@ Result<PackStats> WritePack(Env* env, int src_fd, uint64_t size, int dst_fd, uin
     ChunkEntry e;
     std::optional<ChunkPlan> plan;
     // Zero chunks cost nothing on their own: never make them depend on a base.
-    if (planner != nullptr && !IsAllZero(raw)) plan = planner->Plan(off, raw, hash, ranges);
-    // A delta far below the chunk size cannot lose to the standalone code:
-    // skip coding the chunk twice.
-    const bool plan_wins_outright = plan && (plan->codec == ChunkCodec::kRef || plan->payload.size() <= len / 16);
-    if (!plan_wins_outright) e.codec = EncodeChunk(raw, opts, &out, off, ranges);
-    if (plan && (plan_wins_outright || plan->payload.size() < DeltaSizeLimit(out.size(), plan->depth))) {
+    const bool plannable = planner != nullptr && !IsAllZero(raw);
+    if (plannable) plan = planner->PlanRef(off, raw, hash, ranges);
+    if (!plan) {
+      e.codec = EncodeChunk(raw, opts, &out, off, ranges);
+      if (plannable) plan = planner->PlanDelta(off, raw, ranges, out.size());
+    }
+    if (plan) {
       e.codec = plan->codec;
       out.swap(plan->payload);
       meta.chunk_depth[i] = plan->depth;

@@ -56,11 +56,14 @@ struct ChunkPlan {
 class ChunkPlanner {
  public:
   virtual ~ChunkPlanner() = default;
-  // A kRef (identical bytes stored elsewhere) or kDelta proposal for the
-  // chunk at `offset`, or nothing. WritePack keeps a kDelta only when it is
-  // smaller than the chunk coded on its own.
-  virtual std::optional<ChunkPlan> Plan(uint64_t offset, std::span<const uint8_t> raw, uint64_t content_hash,
-                                        std::span<const TensorRange> ranges) = 0;
+  // A kRef when the chunk's bytes are already stored (asked first: it makes
+  // coding the chunk unnecessary), or nothing.
+  virtual std::optional<ChunkPlan> PlanRef(uint64_t offset, std::span<const uint8_t> raw, uint64_t content_hash,
+                                           std::span<const TensorRange> ranges) = 0;
+  // A kDelta that beats `standalone_size` (the chunk coded on its own) by
+  // enough to pay for its read cost, or nothing.
+  virtual std::optional<ChunkPlan> PlanDelta(uint64_t offset, std::span<const uint8_t> raw,
+                                             std::span<const TensorRange> ranges, size_t standalone_size) = 0;
 };
 
 // Encodes bytes [0, size) of src_fd into dst_fd (an empty, writable file)
