@@ -27,6 +27,8 @@ constexpr size_t kEntOffset = 0, kEntStoredLen = 8, kEntRawLen = 12, kEntCodec =
 //   16 u64 Checksum64(table, kSeedTable) | 24 magic[8]
 constexpr size_t kFtTableOffset = 0, kFtCount = 8, kFtTableSum = 16, kFtMagic = 24;
 
+constexpr uint64_t kReadWholeBelow = 8u << 20;
+
 uint64_t ChunkCount(uint64_t logical, uint32_t chunk_size) {
   return logical / chunk_size + (logical % chunk_size != 0 ? 1 : 0);
 }
@@ -290,6 +292,11 @@ Result<std::shared_ptr<PackReader>> PackReader::Open(Env* env, UniqueFd fd, std:
     meta = std::move(m).value();
   }
 
+  // A small pack (a delta or a file of references) is read whole up front:
+  // otherwise every chunk's few stored bytes cost a disk round trip of their own.
+  if (payload_end <= kReadWholeBelow) {
+    (void)::posix_fadvise(fd.get(), 0, static_cast<off_t>(payload_end), POSIX_FADV_WILLNEED);
+  }
   std::shared_ptr<PackReader> r(new PackReader(env, std::move(fd), std::move(name)));
   r->header_ = h;
   r->chunks_ = std::move(chunks);
