@@ -208,6 +208,33 @@ TEST_F(LineageTest, PartlyMatchingFileWithShiftedTensorsBenefits) {
   ExpectFsckClean();
 }
 
+// Invariant 3 across a chain: a flipped byte in a base pack makes its own
+// file and every file stored against it fail with EIO, never wrong bytes,
+// and fsck names them all.
+TEST_F(LineageTest, CorruptBaseFailsItsDependentsCleanly) {
+  auto v = Versions(2);
+  Seal("a", v[0]);
+  Seal("b", v[1]);
+  const FileUsage a = UsageOf("a");
+  ASSERT_EQ(UsageOf("b").base, a.pack);
+  const std::string hex = ObjectIdHex(a.pack);
+  const std::string pack_path = dir_.Sub("packs/" + hex.substr(0, 2) + "/" + hex + ".pack");
+  std::vector<uint8_t> bytes = test::ReadFileBytes(pack_path);
+  bytes[64 + 100] ^= 0x40;  // inside the first chunk's payload
+  test::WriteFileBytes(pack_path, bytes);
+  Reopen();
+  for (const char* name : {"a", "b"}) {
+    auto got = test::ReadContentAt(store_.get(), name);
+    ASSERT_FALSE(got.ok()) << name << " read back despite a corrupt base";
+    EXPECT_EQ(got.status().code(), EIO) << got.status().ToString();
+  }
+  auto f = store_->Fsck();
+  ASSERT_TRUE(f.ok());
+  ASSERT_EQ(f->errors.size(), 2u);
+  EXPECT_NE(f->errors[0].find("ns/"), std::string::npos);
+  EXPECT_NE(f->errors[1].find("ns/"), std::string::npos);
+}
+
 TEST_F(LineageTest, UnrelatedFilesAreStandalone) {
   Seal("x", test::MixedContent(kChunk, 1));
   Seal("y", test::MixedContent(kChunk, 2));
