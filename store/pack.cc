@@ -190,7 +190,8 @@ Result<std::shared_ptr<PackReader>> PackReader::Open(Env* env, UniqueFd fd, std:
   std::array<uint8_t, kPackHeaderSize> hdr;
   if (Status s = env->PReadExact(fd.get(), hdr, 0); !s.ok()) return s.WithContext(ctx);
   if (std::memcmp(hdr.data(), kPackMagic, sizeof(kPackMagic)) != 0) return corrupt("bad header magic");
-  if (Checksum64(std::span<const uint8_t>(hdr.data(), kHdrChecksum), kSeedHeader) != le::Get64(hdr, kHdrChecksum)) {
+  if (!ChecksumMatches(Checksum64(std::span<const uint8_t>(hdr.data(), kHdrChecksum), kSeedHeader),
+                       le::Get64(hdr, kHdrChecksum))) {
     return corrupt("header checksum mismatch");
   }
   PackHeader h;
@@ -231,7 +232,9 @@ Result<std::shared_ptr<PackReader>> PackReader::Open(Env* env, UniqueFd fd, std:
   }
   std::vector<uint8_t> table(table_bytes);
   if (Status s = env->PReadExact(fd.get(), table, table_offset); !s.ok()) return s.WithContext(ctx);
-  if (Checksum64(table, kSeedTable) != le::Get64(ft, kFtTableSum)) return corrupt("chunk table checksum mismatch");
+  if (!ChecksumMatches(Checksum64(table, kSeedTable), le::Get64(ft, kFtTableSum))) {
+    return corrupt("chunk table checksum mismatch");
+  }
 
   // With the table trusted, check that the chunks tile the payload area and
   // the logical file exactly: no byte of the pack escapes a checksum.
@@ -325,13 +328,13 @@ Status PackReader::ReadChunk(uint64_t index, std::vector<uint8_t>* out, BaseSour
   std::vector<uint8_t>& stored = needs_base ? local : ScratchBuffer();
   stored.resize(e.stored_len);
   if (Status s = env_->PReadExact(fd_.get(), stored, e.offset); !s.ok()) return fail(s.WithContext(ctx));
-  if (Checksum64(stored, kSeedChunkStored ^ index) != e.stored_checksum) {
+  if (!ChecksumMatches(Checksum64(stored, kSeedChunkStored ^ index), e.stored_checksum)) {
     return fail(Status::Corruption(ctx + ": stored checksum mismatch"));
   }
   out->resize(e.raw_len);
   Status decoded = needs_base ? DecodeAgainstBase(e.codec, stored, *out, bases) : DecodeChunk(e.codec, stored, *out);
   if (!decoded.ok()) return fail(decoded.WithContext(ctx));
-  if (Checksum64(*out, kSeedChunkRaw ^ index) != e.raw_checksum) {
+  if (!ChecksumMatches(Checksum64(*out, kSeedChunkRaw ^ index), e.raw_checksum)) {
     return fail(Status::Corruption(ctx + ": raw checksum mismatch"));
   }
   return Status::Ok();

@@ -50,7 +50,9 @@ Result<PackMeta> DecodePackMeta(std::span<const uint8_t> b, uint64_t chunk_count
   auto corrupt = [](const std::string& what) { return Status::Corruption("pack meta block: " + what); };
   if (b.size() < kFixed + 8) return corrupt("too short (" + std::to_string(b.size()) + " bytes)");
   if (std::memcmp(b.data(), kMetaMagic, sizeof(kMetaMagic)) != 0) return corrupt("bad magic");
-  if (Checksum64(b.first(b.size() - 8), kSeedMeta) != le::Get64(b, b.size() - 8)) return corrupt("checksum mismatch");
+  if (!ChecksumMatches(Checksum64(b.first(b.size() - 8), kSeedMeta), le::Get64(b, b.size() - 8))) {
+    return corrupt("checksum mismatch");
+  }
   PackMeta m;
   m.sealed_ns = le::Get64(b, 8);
   const uint32_t nb = le::Get32(b, 16), nt = le::Get32(b, 20);
