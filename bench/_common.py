@@ -1,4 +1,5 @@
 """Small helpers shared by the bench scripts (mount lifecycle, stats, RSS)."""
+import hashlib
 import json
 import os
 import subprocess
@@ -155,3 +156,14 @@ def zstd_size(path, level=3):
     if p.wait() != 0:
         sys.exit(f"zstd failed on {path}")
     return n, time.perf_counter() - t0
+
+
+def sha256_file(path):
+    """SHA-256 of a file, read in 8 MiB blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while True:
+            b = f.read(8 << 20)
+            if not b:
+                return h.hexdigest()
+            h.update(b)

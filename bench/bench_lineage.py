@@ -34,7 +34,6 @@ compared with what was written (exit 1 on any difference). Markdown on
 stdout, JSON in bench/out/.
 """
 import argparse
-import hashlib
 import os
 import random
 import shutil
@@ -105,18 +104,6 @@ class Store:
         return os.path.join(self.mnt, rel)
 
 
-def sha256(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while True:
-            b = f.read(8 << 20)
-            if not b:
-                return h.hexdigest()
-            h.update(b)
-
-
-
-
 def median(xs):
     xs = sorted(xs)
     return xs[len(xs) // 2]
@@ -155,7 +142,7 @@ class Workload:
         os.makedirs(os.path.dirname(ref), exist_ok=True)
         with open(ref, "wb") as f:
             torch.save(obj, f)
-        rec = {"file": rel, "bytes": os.path.getsize(ref), "sha256": sha256(ref)}
+        rec = {"file": rel, "bytes": os.path.getsize(ref), "sha256": C.sha256_file(ref)}
         for mode, s in self.stores.items():
             before = s.stats()["total"]["stored"]
             path = s.path(rel)
@@ -431,7 +418,7 @@ def main():
                 for dirpath, _, names in os.walk(s.mnt):
                     for n in names:
                         p = os.path.join(dirpath, n)
-                        got[os.path.relpath(p, s.mnt)] = sha256(p)
+                        got[os.path.relpath(p, s.mnt)] = C.sha256_file(p)
                 for rel in sorted(set(expected) | set(got)):
                     if expected.get(rel) != got.get(rel):
                         failures.append(f"{wl.key}/{rel} on the {m} mount: wrote "

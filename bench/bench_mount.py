@@ -10,7 +10,6 @@ Markdown on stdout, JSON in bench/out/.
   .venv-debian/bin/python bench/bench_mount.py --total-mb 400 --checkpoints 5
 """
 import argparse
-import hashlib
 import os
 import shutil
 import subprocess
@@ -91,20 +90,6 @@ def timed_load(path):
     return time.perf_counter() - t0
 
 
-
-
-def digest(path):
-    h = hashlib.blake2b(digest_size=16)
-    with open(path, "rb") as f:
-        while True:
-            b = f.read(8 << 20)
-            if not b:
-                return h.hexdigest()
-            h.update(b)
-
-
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--total-mb", type=float, default=400, help="total checkpoint bytes")
@@ -181,7 +166,7 @@ def main():
             r["read_mount_s"] = C.timed_raw_read(fm)
             C.drop_caches()
             r["read_direct_s"] = C.timed_raw_read(fd)
-            if digest(fm) != digest(fd):  # untimed content check
+            if C.sha256_file(fm) != C.sha256_file(fd):  # untimed content check
                 sys.exit(f"CONTENT MISMATCH: {r['file']} differs between mount and direct")
             r["zstd3_bytes"], r["zstd3_s"] = C.zstd_size(fd)
         hwm_read = C.status_kib(pid, "VmHWM") if pid else None

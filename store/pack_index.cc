@@ -68,28 +68,17 @@ void PackIndex::Retire(ObjectId id) {
   if (it->second.roots > 0) --it->second.roots;
 }
 
-std::vector<ObjectId> PackIndex::Unretire(ObjectId id) {
+std::vector<ObjectId> PackIndex::Unretire(ObjectId id) { return EndHold(id, &Entry::retired); }
+
+std::vector<ObjectId> PackIndex::Unpin(ObjectId id) { return EndHold(id, &Entry::pins); }
+
+std::vector<ObjectId> PackIndex::EndHold(ObjectId id, uint32_t Entry::*hold) {
   std::lock_guard lk(mu_);
   std::vector<ObjectId> dead;
   auto it = packs_.find(id);
-  if (it == packs_.end() || it->second.retired == 0) return dead;
-  --it->second.retired;
+  if (it == packs_.end() || it->second.*hold == 0) return dead;
+  --(it->second.*hold);
   if (!it->second.candidate()) UnindexChunksLocked(id, it->second);
-  CollectLocked(id, &dead);
-  return dead;
-}
-
-void PackIndex::Pin(ObjectId id) {
-  std::lock_guard lk(mu_);
-  if (auto it = packs_.find(id); it != packs_.end()) ++it->second.pins;
-}
-
-std::vector<ObjectId> PackIndex::Unpin(ObjectId id) {
-  std::lock_guard lk(mu_);
-  std::vector<ObjectId> dead;
-  auto it = packs_.find(id);
-  if (it == packs_.end() || it->second.pins == 0) return dead;
-  --it->second.pins;
   CollectLocked(id, &dead);
   return dead;
 }
@@ -178,13 +167,6 @@ uint8_t PackIndex::RangeDepth(ObjectId pack, uint64_t off, uint64_t len) const {
     depth = std::max(depth, e.meta.chunk_depth[i]);
   }
   return depth;
-}
-
-std::optional<PackIndex::PackInfo> PackIndex::Info(ObjectId id) const {
-  std::lock_guard lk(mu_);
-  auto it = packs_.find(id);
-  if (it == packs_.end()) return std::nullopt;
-  return PackInfo{it->second.logical_size, it->second.meta.bases, it->second.meta.max_depth(), it->second.roots > 0};
 }
 
 size_t PackIndex::size() const {

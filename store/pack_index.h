@@ -44,8 +44,7 @@ class PackIndex {
   // dropping it when the rewrite starts.
   void Retire(ObjectId id);
   std::vector<ObjectId> Unretire(ObjectId id);
-  // Pins keep a pack while a seal is using it as a base.
-  void Pin(ObjectId id);
+  // Ends a pin that FindBase or FindChunk took for a seal.
   std::vector<ObjectId> Unpin(ObjectId id);
 
   // The most recently sealed live file whose tensors (matched by element
@@ -57,13 +56,6 @@ class PackIndex {
   // The delta depth of [off, off+len) of `pack` (the deepest chunk it touches).
   uint8_t RangeDepth(ObjectId pack, uint64_t off, uint64_t len) const;
 
-  struct PackInfo {
-    uint64_t logical_size = 0;
-    std::vector<ObjectId> bases;
-    uint8_t max_depth = 0;
-    bool live = false;  // named by a stub
-  };
-  std::optional<PackInfo> Info(ObjectId id) const;
   size_t size() const;
 
  private:
@@ -77,6 +69,8 @@ class PackIndex {
   bool DeletableLocked(const Entry& e) const { return !e.candidate() && e.users == 0 && e.pins == 0; }
   // Removes `id` and cascades to bases that became unneeded.
   void CollectLocked(ObjectId id, std::vector<ObjectId>* dead);
+  // Ends one hold of kind `hold` (a pin or a retirement) and collects.
+  std::vector<ObjectId> EndHold(ObjectId id, uint32_t Entry::*hold);
   void IndexChunksLocked(ObjectId id, const Entry& e);
   void UnindexChunksLocked(ObjectId id, const Entry& e);
 
