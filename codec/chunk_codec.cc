@@ -49,6 +49,8 @@ const char* ChunkCodecName(ChunkCodec c) {
       return "ref";
     case ChunkCodec::kDelta:
       return "delta";
+    case ChunkCodec::kLossy:
+      return "lossy";
   }
   return "unknown";
 }
@@ -101,6 +103,7 @@ Status DecodeChunk(ChunkCodec codec, std::span<const uint8_t> stored, std::span<
       return DecodeTensorChunk(stored, raw_out);
     case ChunkCodec::kRef:
     case ChunkCodec::kDelta:
+    case ChunkCodec::kLossy:
       return Status::Corruption(std::string(ChunkCodecName(codec)) + " chunk needs its base pack to decode");
   }
   return Status::Corruption("unknown chunk codec " + std::to_string(static_cast<int>(codec)));

@@ -22,8 +22,16 @@ enum class ChunkCodec : uint8_t {
   // u64 base pack id | u64 offset in that pack's logical bytes.
   kRef = 4,    // identical to the base bytes: nothing else stored (dedup)
   kDelta = 5,  // a codec/delta_chunk.h payload against the base bytes follows
+  // Lossy mode (pack format >= 4): a codec/lossy/lossy_chunk.h payload whose
+  // pieces are predicted from the base bytes; base pack 0 means none (a
+  // keyframe, decodable on its own).
+  kLossy = 6,
 };
 inline constexpr size_t kBaseRefSize = 16;
+// Whether a chunk's payload starts with a base reference (PackReader decodes it).
+inline bool StoredAgainstBase(ChunkCodec c) {
+  return c == ChunkCodec::kRef || c == ChunkCodec::kDelta || c == ChunkCodec::kLossy;
+}
 
 const char* ChunkCodecName(ChunkCodec c);
 

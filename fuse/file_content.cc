@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "base/log.h"
 
@@ -266,7 +267,24 @@ bool FileContent::NeedsSeal() {
   return NeedsSealLocked();
 }
 
+Status FileContent::SealForLossyRead() {
+  {
+    std::lock_guard lk(mu_);
+    if (!staging_ || open_writers_ > 0 || unlinked_) return Status::Ok();
+  }
+  if (store_->FidelityFor(stub_fd_.get()) <= 0) return Status::Ok();
+  Status s = SealIfIdle();
+  // EAGAIN: a writer came back meanwhile; the reader sees the file as written.
+  return s.code() == EAGAIN ? Status::Ok() : s;
+}
+
+bool FileContent::TakeCacheDrop() {
+  std::lock_guard lk(mu_);
+  return std::exchange(drop_cache_, false);
+}
+
 Status FileContent::SealIfIdle() {
+  std::lock_guard seal(seal_mu_);
   std::unique_lock lk(mu_);
   if (!staging_ || open_writers_ > 0 || unlinked_) return Status::Ok();
   const uint64_t gen = change_gen_;
@@ -304,6 +322,7 @@ Status FileContent::SealIfIdle() {
   pack_.reset();
   pack_stored_ = 0;
   stub_synced_ = true;
+  drop_cache_ = true;
   return Status::Ok();
 }
 

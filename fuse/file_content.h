@@ -56,6 +56,13 @@ class FileContent {
   // when the file changed meanwhile (a later release will queue it again).
   Status SealIfIdle();
   bool NeedsSeal();
+  // Under a lossy policy, an open for reading seals an idle staged file
+  // first, so that no reader sees the raw bytes and later the reconstruction.
+  Status SealForLossyRead();
+  // A seal may have changed the bytes (lossy mode) behind pages the kernel
+  // cached while the file was written: true once after each seal, telling
+  // the next open to drop them.
+  bool TakeCacheDrop();
   // The last link is gone: free the objects once no handle remains.
   void MarkUnlinked();
 
@@ -88,6 +95,7 @@ class FileContent {
   const UniqueFd stub_fd_;
   const std::string label_;
 
+  std::mutex seal_mu_;  // one seal at a time (seal queue, lossy reads)
   std::mutex mu_;
   StubRecord rec_;
   std::shared_ptr<Staging> staging_;  // set iff rec_.state == kStaged
@@ -101,6 +109,7 @@ class FileContent {
   bool dir_entry_synced_ = true;  // false from creation until the first Sync
   bool unlinked_ = false;
   bool released_ = false;
+  bool drop_cache_ = false;  // sealed since the kernel last cached pages
   ObjectId retired_ = 0;  // the previous version while this one is rewritten (Store::RetirePack)
 };
 

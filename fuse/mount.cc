@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "base/log.h"
+#include "store/lossy_policy.h"
 
 namespace ckptfs {
 namespace {
@@ -140,6 +141,12 @@ Status ApplyOption(const std::string& opt, MountOptions* out) {
     RETURN_IF_ERROR(need_val());
     ASSIGN_OR_RETURN(long n, ParseInt(key, val, 0, 64));
     out->keyframe_every = static_cast<uint32_t>(n);
+  } else if (key == "lossy" || key == "lossless") {
+    ASSIGN_OR_RETURN(out->lossy, ParseLossyPolicy(opt));
+  } else if (key == "lossy_keyframe_every") {
+    RETURN_IF_ERROR(need_val());
+    ASSIGN_OR_RETURN(long n, ParseInt(key, val, 0, 255));
+    out->lossy_keyframe_every = static_cast<uint32_t>(n);
   } else if (key == "seal_threads") {
     RETURN_IF_ERROR(need_val());
     ASSIGN_OR_RETURN(long n, ParseInt(key, val, 1, 64));
@@ -237,6 +244,13 @@ std::string MountOptionsHelp() {
          "  delta=0|1           1: store each checkpoint as a delta against its\n"
          "                      predecessor and identical chunks once (default 1)\n"
          "  keyframe_every=K    longest delta chain, 0..64; 0: dedup only (default 8)\n"
+         "  lossy[=FIDELITY]    quantize the float weights and optimizer state of\n"
+         "                      checkpoints (opt-in, whole mount; FIDELITY: relative\n"
+         "                      error of weights, default 0.01). A directory's\n"
+         "                      user.ckptfs.policy xattr (lossless|lossy[=F])\n"
+         "                      overrides it for its subtree\n"
+         "  lossless            the default: every byte reads back as written\n"
+         "  lossy_keyframe_every=K  longest chain of lossy chunks, 0..255 (default 32)\n"
          "  seal_threads=N      background sealing threads (default 1)\n"
          "  max_threads=N       FUSE worker threads (default 8)\n"
          "  read_ahead=SIZE     kernel readahead for the mount (default 4M)\n"
@@ -377,6 +391,8 @@ int RunMount(MountOptions opts) {
   so.encoder.tensor_codec = opts.tensor_codec;
   so.delta = opts.delta;
   so.keyframe_every = opts.keyframe_every;
+  so.lossy = opts.lossy;
+  so.lossy_keyframe_every = opts.lossy_keyframe_every;
   so.background_gc = true;
   auto store = Store::Open(Env::Default(), backing, so);
   if (!store.ok()) return Fail(store.status().message());

@@ -22,6 +22,8 @@ struct MountOptions {
   bool tensor_codec = true;  // kTensor chunks for files whose format names tensors
   bool delta = true;            // StoreOptions::delta
   uint32_t keyframe_every = 8;  // StoreOptions::keyframe_every
+  double lossy = 0;             // StoreOptions::lossy (0: lossless)
+  uint32_t lossy_keyframe_every = 32;  // StoreOptions::lossy_keyframe_every
   int max_threads = 8;
   uint64_t read_ahead = 4u << 20;  // kernel readahead window for the mount
   std::string log_path;            // default: BACKING/ckptfs.log

@@ -8,10 +8,12 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <string_view>
 #include <vector>
 
 #include "base/log.h"
 #include "fuse/fs.h"
+#include "store/lossy_policy.h"
 
 namespace ckptfs {
 namespace {
@@ -239,14 +241,18 @@ void OpenHandle(fuse_req_t req, Inode& inode, fuse_file_info* fi, const fuse_ent
   auto content = fs.ContentOf(inode);
   if (!content.ok()) return ReplyErr(req, content.status());
   const bool writable = IsWritable(fi->flags);
+  if (!writable) {
+    if (Status s = content.value()->SealForLossyRead(); !s.ok()) return ReplyErr(req, s);
+  }
   if ((fi->flags & O_TRUNC) && writable) {
     Status s = content.value()->Truncate(0);
     if (!s.ok()) return ReplyErr(req, s);
   }
   content.value()->OnOpen(writable);
   fi->fh = reinterpret_cast<uintptr_t>(new FileHandle{&inode, content.value(), writable});
-  // Every change passes through this kernel, so its page cache stays valid.
-  fi->keep_cache = 1;
+  // Every write passes through this kernel, so its page cache stays valid,
+  // except across a seal, which may rewrite the bytes (lossy mode).
+  fi->keep_cache = content.value()->TakeCacheDrop() ? 0 : 1;
   int rc = created ? fuse_reply_create(req, created, fi) : fuse_reply_open(req, fi);
   if (rc != 0) {  // the opener went away: undo the open
     content.value()->OnRelease(writable);
@@ -377,7 +383,21 @@ void OpStatfs(fuse_req_t req, fuse_ino_t ino) {
   fuse_reply_statfs(req, &st.value());
 }
 
+// The policy attribute is checked here, so a typo fails the setxattr
+// instead of silently sealing files losslessly later.
+Status CheckPolicyXattr(const Inode& inode, std::string_view name, std::string_view value) {
+  if (name != kPolicyXattr) return Status::Ok();
+  if (inode.type != S_IFDIR) {
+    return Status::InvalidArgument(std::string(kPolicyXattr) + " applies to directories (their whole subtree)");
+  }
+  return ParseLossyPolicy(value).status();
+}
+
 void OpSetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size, int flags) {
+  if (Status s = CheckPolicyXattr(In(req, ino), name, std::string_view(value, size)); !s.ok()) {
+    spdlog::warn("setxattr {}: {}", name, s.message());
+    return ReplyErr(req, s);
+  }
   Status s = E(req)->SetXattr(ProcFdPath(In(req, ino).fd.get()), name,
                               std::span(reinterpret_cast<const uint8_t*>(value), size), flags);
   fuse_reply_err(req, s.code());

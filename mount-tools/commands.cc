@@ -132,6 +132,37 @@ int RunUmount(const std::string& mountpoint, bool lazy, double timeout_s) {
   return 0;
 }
 
+namespace {
+
+// Lossy files: the largest error measured per role.
+std::string LossyErrors(const std::optional<LossyInfo>& l) {
+  if (!l) return "-";
+  static const char* kRole[3] = {"w", "m", "v"};
+  std::string out;
+  for (size_t r = 0; r < 3; ++r) {
+    if (l->roles[r].elements == 0) continue;
+    char buf[48];
+    std::snprintf(buf, sizeof(buf), "%s%s %.3g", out.empty() ? "" : " ", kRole[r], l->roles[r].max_error);
+    out += buf;
+  }
+  return out.empty() ? "none lossy" : out;
+}
+
+nlohmann::json LossyJson(const std::optional<LossyInfo>& l) {
+  if (!l) return nullptr;
+  static const char* kRole[3] = {"weights", "first_moments", "second_moments"};
+  nlohmann::json j = {{"fidelity", l->fidelity}, {"exact_elements", l->exact_elements}};
+  for (size_t r = 0; r < 3; ++r) {
+    j[kRole[r]] = {{"target", l->roles[r].target},
+                   {"max_error", l->roles[r].max_error},
+                   {"elements", l->roles[r].elements},
+                   {"stored", l->roles[r].stored}};
+  }
+  return j;
+}
+
+}  // namespace
+
 int RunStats(const std::string& path, bool json) {
   auto where = ResolveStore(path);
   if (!where.ok()) {
@@ -181,7 +212,8 @@ int RunStats(const std::string& path, bool json) {
                               {"ratio", Ratio(f.logical, f.stored)},
                               {"staged", f.staged},
                               {"base", base_name(f)},
-                              {"depth", f.depth}});
+                              {"depth", f.depth},
+                              {"lossy", LossyJson(f.lossy)}});
     out["total"] = {{"logical", logical},
                     {"stored", stored + kept},
                     {"ratio", Ratio(logical, stored + kept)},
@@ -190,11 +222,13 @@ int RunStats(const std::string& path, bool json) {
     std::cout << out.dump(2) << "\n";
     return 0;
   }
-  std::printf("%-50s %12s %12s %8s %-7s %5s %s\n", "file", "logical", "stored", "ratio", "state", "depth", "base");
+  std::printf("%-50s %12s %12s %8s %-7s %5s %-28s %s\n", "file", "logical", "stored", "ratio", "state", "depth",
+              "lossy error (max)", "base");
   for (const auto& f : usage.value())
-    std::printf("%-50s %12s %12s %7.2fx %-7s %5u %s\n", f.path.c_str(), Human(f.logical).c_str(),
-                Human(f.stored).c_str(), Ratio(f.logical, f.stored), f.staged ? "staged" : "sealed",
-                static_cast<unsigned>(f.depth), base_name(f).c_str());
+    std::printf("%-50s %12s %12s %7.2fx %-7s %5u %-28s %s\n", f.path.c_str(), Human(f.logical).c_str(),
+                Human(f.stored).c_str(), Ratio(f.logical, f.stored),
+                f.staged ? "staged" : f.lossy ? "lossy" : "sealed", static_cast<unsigned>(f.depth),
+                LossyErrors(f.lossy).c_str(), base_name(f).c_str());
   if (kept > 0) std::printf("%-50s %12s %12s\n", "(packs of deleted files, kept as bases)", "", Human(kept).c_str());
   std::printf("%-50s %12s %12s %7.2fx %zu files\n", "total", Human(logical).c_str(), Human(stored + kept).c_str(),
               Ratio(logical, stored + kept), usage->size());

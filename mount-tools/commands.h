@@ -17,6 +17,8 @@ int RunFsck(const std::string& backing, bool json);
 int RunGc(const std::string& backing);
 // Runs the content-based format parsers on FILE and prints format, note and
 // tensor regions. 0 ok (an unrecognised file is format "unknown"), 2 error.
-int RunInspect(const std::string& path, bool json);
+// `roles` adds each tensor's label, order and lossy role to the JSON (kept
+// out of the default JSON, whose shape scripts rely on).
+int RunInspect(const std::string& path, bool json, bool roles = false);
 
 }  // namespace ckptfs

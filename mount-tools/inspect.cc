@@ -1,6 +1,7 @@
 // `ckptfs inspect FILE`: what the content-based format parsers
 // (codec/formats/, DetectLayout) make of a file: format, note, and the
-// tensor regions. Works on any file, inside a mount or not.
+// tensor regions with the label and role (weight, optimizer moment) lossy
+// mode would give them. Works on any file, inside a mount or not.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -13,6 +14,7 @@
 
 #include "base/unique_fd.h"
 #include "codec/formats/layout.h"
+#include "codec/lossy/roles.h"
 #include "mount-tools/commands.h"
 
 namespace ckptfs {
@@ -26,7 +28,7 @@ std::string ShapeString(const std::vector<uint64_t>& shape) {
 
 }  // namespace
 
-int RunInspect(const std::string& path, bool json) {
+int RunInspect(const std::string& path, bool json, bool with_roles) {
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd.valid()) {
     std::cerr << "ckptfs inspect: " << path << ": " << std::strerror(errno) << "\n";
@@ -43,6 +45,7 @@ int RunInspect(const std::string& path, bool json) {
   }
   FdSource src(fd.get());
   const FileLayout layout = DetectLayout(src);
+  const std::vector<lossy::RoleAssignment> roles = lossy::AssignRoles(layout);
   uint64_t tensor_bytes = 0;
   for (const auto& t : layout.tensors) tensor_bytes += t.length;
 
@@ -54,12 +57,21 @@ int RunInspect(const std::string& path, bool json) {
                           {"lossy_allowed", layout.lossy_allowed},
                           {"tensor_bytes", tensor_bytes},
                           {"tensors", nlohmann::json::array()}};
-    for (const auto& t : layout.tensors)
-      out["tensors"].push_back({{"name", t.name},
-                                {"dtype", std::string(DTypeName(t.dtype))},
-                                {"shape", t.shape},
-                                {"offset", t.offset},
-                                {"length", t.length}});
+    for (size_t i = 0; i < layout.tensors.size(); ++i) {
+      const TensorRegion& t = layout.tensors[i];
+      nlohmann::json j = {{"name", t.name},
+                          {"dtype", std::string(DTypeName(t.dtype))},
+                          {"shape", t.shape},
+                          {"offset", t.offset},
+                          {"length", t.length}};
+      if (with_roles) {
+        j["label"] = t.label;
+        j["order"] = t.order;
+        j["role"] = lossy::TensorRoleName(roles[i].role);
+        j["partner_v"] = roles[i].partner_v;  // index into "tensors", or -1
+      }
+      out["tensors"].push_back(std::move(j));
+    }
     // Names come from the file: never let invalid UTF-8 make dump() throw.
     std::cout << out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     return 0;
@@ -72,11 +84,14 @@ int RunInspect(const std::string& path, bool json) {
   std::printf("tensors:       %zu (%llu bytes)\n", layout.tensors.size(),
               static_cast<unsigned long long>(tensor_bytes));
   if (!layout.tensors.empty()) {
-    std::printf("%14s %14s  %-8s %-20s %s\n", "offset", "length", "dtype", "shape", "name");
-    for (const auto& t : layout.tensors)
-      std::printf("%14llu %14llu  %-8s %-20s %s\n", static_cast<unsigned long long>(t.offset),
+    std::printf("%14s %14s  %-8s %-20s %-6s %s  %s\n", "offset", "length", "dtype", "shape", "role", "name", "label");
+    for (size_t i = 0; i < layout.tensors.size(); ++i) {
+      const TensorRegion& t = layout.tensors[i];
+      std::printf("%14llu %14llu  %-8s %-20s %-6s %s  %s\n", static_cast<unsigned long long>(t.offset),
                   static_cast<unsigned long long>(t.length), std::string(DTypeName(t.dtype)).c_str(),
-                  ShapeString(t.shape).c_str(), t.name.c_str());
+                  ShapeString(t.shape).c_str(), lossy::TensorRoleName(roles[i].role), t.name.c_str(),
+                  t.label.empty() ? "-" : t.label.c_str());
+    }
   }
   return 0;
 }

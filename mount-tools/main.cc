@@ -49,6 +49,8 @@ int main(int argc, char** argv) {
       "inspect", "Show what the checkpoint format parsers find in FILE: format, note, tensor regions");
   inspect->add_option("FILE", inspect_path, "Any file (inside a mount or not)")->required();
   inspect->add_flag("--json", inspect_json, "Print JSON");
+  bool inspect_roles = false;  // hidden: for tests of the lossy role assignment
+  inspect->add_flag("--roles", inspect_roles, "With --json: label, order and lossy role of each tensor")->group("");
 
   try {
     app.parse(argc, argv);
@@ -73,6 +75,6 @@ int main(int argc, char** argv) {
   if (*stats) return ckptfs::RunStats(stats_path, stats_json);
   if (*fsck) return ckptfs::RunFsck(fsck_path, fsck_json);
   if (*gc) return ckptfs::RunGc(gc_path);
-  if (*inspect) return ckptfs::RunInspect(inspect_path, inspect_json);
+  if (*inspect) return ckptfs::RunInspect(inspect_path, inspect_json, inspect_roles);
   return 2;
 }

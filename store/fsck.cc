@@ -181,6 +181,7 @@ Result<std::vector<FileUsage>> Store::Usage(const std::string& subpath) {
         if (Result<std::shared_ptr<PackReader>> p = OpenPack(rec->object); p.ok()) {
           u.depth = (*p)->meta().max_depth();
           if (!(*p)->meta().bases.empty()) u.base = (*p)->meta().bases.front();
+          u.lossy = (*p)->meta().lossy;
         }
       }
     }

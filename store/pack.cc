@@ -8,6 +8,7 @@
 
 #include "base/hash.h"
 #include "codec/delta_chunk.h"
+#include "codec/lossy/lossy_chunk.h"
 #include "store/le.h"
 
 namespace ckptfs {
@@ -115,12 +116,15 @@ Result<PackStats> WritePack(Env* env, int src_fd, uint64_t size, int dst_fd, uin
       return Status::Error(EAGAIN, "source shrank while packing: expected " + std::to_string(size) +
                                        " bytes, got end of file at " + std::to_string(off + got));
     }
-    const uint64_t hash = ChunkContentHash(raw);
     const std::span<const TensorRange> ranges = RangesOverlapping(tensors, off, off + len);
     ChunkEntry e;
     std::optional<ChunkPlan> plan;
+    if (planner != nullptr) {
+      ASSIGN_OR_RETURN(plan, planner->TransformLossy(off, raw, ranges));
+    }
+    const uint64_t hash = ChunkContentHash(raw);  // of the bytes the pack holds
     // Zero chunks cost nothing on their own: never make them depend on a base.
-    const bool plannable = planner != nullptr && !IsAllZero(raw);
+    const bool plannable = !plan && planner != nullptr && !IsAllZero(raw);
     if (plannable) plan = planner->PlanRef(off, raw, hash, ranges);
     if (!plan) {
       e.codec = EncodeChunk(raw, opts, &out, off, ranges);
@@ -130,10 +134,12 @@ Result<PackStats> WritePack(Env* env, int src_fd, uint64_t size, int dst_fd, uin
       e.codec = plan->codec;
       out.swap(plan->payload);
       meta.chunk_depth[i] = plan->depth;
-      if (std::find(meta.bases.begin(), meta.bases.end(), plan->base) == meta.bases.end()) {
+      if (plan->base != 0 && std::find(meta.bases.begin(), meta.bases.end(), plan->base) == meta.bases.end()) {
         meta.bases.push_back(plan->base);
       }
-      ++(e.codec == ChunkCodec::kRef ? stats.ref_chunks : stats.delta_chunks);
+      ++(e.codec == ChunkCodec::kRef     ? stats.ref_chunks
+         : e.codec == ChunkCodec::kDelta ? stats.delta_chunks
+                                         : stats.lossy_chunks);
     }
     meta.chunk_hash[i] = hash;
     e.offset = pos;
@@ -149,6 +155,7 @@ Result<PackStats> WritePack(Env* env, int src_fd, uint64_t size, int dst_fd, uin
   timespec now{};
   ::clock_gettime(CLOCK_REALTIME, &now);
   meta.sealed_ns = static_cast<uint64_t>(now.tv_sec) * 1000000000ull + static_cast<uint64_t>(now.tv_nsec);
+  if (planner != nullptr) planner->FinishMeta(&meta);
   const std::vector<uint8_t> meta_bytes = EncodePackMeta(meta);
   header.meta_offset = pos;
   header.meta_len = static_cast<uint32_t>(meta_bytes.size());
@@ -276,6 +283,10 @@ Result<std::shared_ptr<PackReader>> PackReader::Open(Env* env, UniqueFd fd, std:
         if (e.codec == ChunkCodec::kRef && e.stored_len != kBaseRefSize)
           return corrupt(at + "ref chunk with extra bytes");
         break;
+      case ChunkCodec::kLossy:
+        if (h.version < 4) return corrupt(at + "lossy chunk in a version " + std::to_string(h.version) + " pack");
+        if (e.stored_len <= kBaseRefSize) return corrupt(at + "lossy chunk shorter than its base reference");
+        break;
       default:
         return corrupt(at + "unknown codec " + std::to_string(static_cast<int>(e.codec)));
     }
@@ -323,7 +334,7 @@ Status PackReader::ReadChunk(uint64_t index, std::vector<uint8_t>* out, BaseSour
 
   // Chunks stored against a base read that base first, which may recurse
   // into this thread's scratch buffer: they keep their payload locally.
-  const bool needs_base = e.codec == ChunkCodec::kRef || e.codec == ChunkCodec::kDelta;
+  const bool needs_base = StoredAgainstBase(e.codec);
   std::vector<uint8_t> local;
   std::vector<uint8_t>& stored = needs_base ? local : ScratchBuffer();
   stored.resize(e.stored_len);
@@ -342,24 +353,31 @@ Status PackReader::ReadChunk(uint64_t index, std::vector<uint8_t>* out, BaseSour
 
 Status PackReader::DecodeAgainstBase(ChunkCodec codec, std::span<const uint8_t> stored, std::span<uint8_t> out,
                                      BaseSource* bases) const {
+  const ObjectId base = le::Get64(stored, 0);
+  if (codec == ChunkCodec::kLossy && base == 0) {
+    return lossy::DecodeLossyChunk(stored.subspan(kBaseRefSize), {}, out).WithContext("lossy keyframe chunk");
+  }
   if (bases == nullptr)
     return Status::InvalidArgument("chunk is stored against another pack; no store to read it from");
-  const ObjectId base = le::Get64(stored, 0);
   const uint64_t off = le::Get64(stored, 8);
   const std::string what = std::string(ChunkCodecName(codec)) + " chunk against pack " + ObjectIdHex(base) +
                            " offset " + std::to_string(off);
   if (codec == ChunkCodec::kRef) return bases->ReadPackRange(base, off, out).WithContext(what);
   std::vector<uint8_t> base_bytes(out.size());
   RETURN_IF_ERROR(bases->ReadPackRange(base, off, base_bytes).WithContext(what));
+  if (codec == ChunkCodec::kLossy) {
+    return lossy::DecodeLossyChunk(stored.subspan(kBaseRefSize), base_bytes, out).WithContext(what);
+  }
   return DecodeDeltaChunk(stored.subspan(kBaseRefSize), base_bytes, out).WithContext(what);
 }
 
 Result<std::pair<ObjectId, uint64_t>> PackReader::ChunkBase(uint64_t index) const {
   if (index >= chunks_.size()) return Status::InvalidArgument("chunk index out of range");
   const ChunkEntry& e = chunks_[index];
-  if (e.codec != ChunkCodec::kRef && e.codec != ChunkCodec::kDelta) return Status::Error(ENOENT, "chunk has no base");
+  if (!StoredAgainstBase(e.codec)) return Status::Error(ENOENT, "chunk has no base");
   std::array<uint8_t, kBaseRefSize> ref;
   RETURN_IF_ERROR(env_->PReadExact(fd_.get(), ref, e.offset));
+  if (le::Get64(ref, 0) == 0) return Status::Error(ENOENT, "lossy keyframe chunk has no base");
   return std::make_pair(le::Get64(ref, 0), le::Get64(ref, 8));
 }
 

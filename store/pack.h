@@ -29,6 +29,7 @@ struct PackStats {
   PackMeta meta;            // as written
   uint64_t ref_chunks = 0;  // chunks stored as kRef (dedup)
   uint64_t delta_chunks = 0;
+  uint64_t lossy_chunks = 0;
 };
 
 // Logical bytes of other packs, for chunks stored against them. The store
@@ -48,9 +49,9 @@ class BaseSource {
 // What a chunk could be stored against, proposed by the store's lineage and
 // dedup indexes while a pack is written.
 struct ChunkPlan {
-  ChunkCodec codec = ChunkCodec::kRaw;  // kRef or kDelta
+  ChunkCodec codec = ChunkCodec::kRaw;  // kRef, kDelta or kLossy
   std::vector<uint8_t> payload;         // complete, base reference included
-  ObjectId base = 0;
+  ObjectId base = 0;  // 0: none (a lossy keyframe)
   uint8_t depth = 0;  // delta depth of the resulting chunk
 };
 class ChunkPlanner {
@@ -64,6 +65,17 @@ class ChunkPlanner {
   // enough to pay for its read cost, or nothing.
   virtual std::optional<ChunkPlan> PlanDelta(uint64_t offset, std::span<const uint8_t> raw,
                                              std::span<const TensorRange> ranges, size_t standalone_size) = 0;
+  // Lossy mode, asked before anything else: may rewrite `raw` into the
+  // file's reconstructed bytes (quantized tensors, patched zip CRCs), which
+  // are what the pack then holds, and returns the kLossy plan for chunks
+  // holding lossy tensors.
+  virtual Result<std::optional<ChunkPlan>> TransformLossy(uint64_t offset, std::span<uint8_t> raw,
+                                                          std::span<const TensorRange> ranges) {
+    (void)offset, (void)raw, (void)ranges;
+    return std::optional<ChunkPlan>{};
+  }
+  // Lets the planner add to the meta block before it is written.
+  virtual void FinishMeta(PackMeta* meta) { (void)meta; }
 };
 
 // Encodes bytes [0, size) of src_fd into dst_fd (an empty, writable file)

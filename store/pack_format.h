@@ -13,8 +13,9 @@ namespace ckptfs {
 inline constexpr char kPackMagic[8] = {'C', 'K', 'P', 'T', 'P', 'A', 'C', 'K'};
 inline constexpr char kPackFooterMagic[8] = {'C', 'K', 'P', 'T', 'E', 'N', 'D', '1'};
 // Version 2 added chunk codec kTensor; version 3 the meta block and the
-// chunk codecs kRef and kDelta. Versions 1 and 2 are still read.
-inline constexpr uint32_t kPackFormatVersion = 3;
+// chunk codecs kRef and kDelta; version 4 the chunk codec kLossy and the
+// meta block's lossy section. Versions 1 to 3 are still read.
+inline constexpr uint32_t kPackFormatVersion = 4;
 inline constexpr uint32_t kPackMinReadableVersion = 1;
 inline constexpr uint32_t kPackHeaderSize = 64;
 inline constexpr uint32_t kPackFooterSize = 32;

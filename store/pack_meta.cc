@@ -3,6 +3,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 
 #include "base/hash.h"
@@ -14,6 +15,41 @@ namespace {
 constexpr char kMetaMagic[8] = {'C', 'K', 'P', 'T', 'M', 'E', 'T', 'A'};
 constexpr size_t kFixed = 32;
 constexpr size_t kTensorEntry = 17;
+constexpr char kLossyMagic[4] = {'L', 'O', 'S', 'Y'};
+constexpr uint32_t kLossyVersion = 1;
+constexpr size_t kLossySize = 4 + 4 + 4 + 8 + 3 * 24;
+
+void PutF32(std::span<uint8_t> b, size_t at, float v) { le::Put32(b, at, std::bit_cast<uint32_t>(v)); }
+float GetF32(std::span<const uint8_t> b, size_t at) { return std::bit_cast<float>(le::Get32(b, at)); }
+
+void EncodeLossy(const LossyInfo& l, std::span<uint8_t> b) {
+  std::memcpy(b.data(), kLossyMagic, 4);
+  le::Put32(b, 4, kLossyVersion);
+  PutF32(b, 8, l.fidelity);
+  le::Put64(b, 12, l.exact_elements);
+  for (size_t r = 0; r < 3; ++r) {
+    PutF32(b, 20 + 24 * r, l.roles[r].target);
+    PutF32(b, 24 + 24 * r, l.roles[r].max_error);
+    le::Put64(b, 28 + 24 * r, l.roles[r].elements);
+    le::Put64(b, 36 + 24 * r, l.roles[r].stored);
+  }
+}
+
+std::optional<LossyInfo> DecodeLossy(std::span<const uint8_t> b) {
+  if (b.size() != kLossySize || std::memcmp(b.data(), kLossyMagic, 4) != 0 || le::Get32(b, 4) != kLossyVersion) {
+    return std::nullopt;
+  }
+  LossyInfo l;
+  l.fidelity = GetF32(b, 8);
+  l.exact_elements = le::Get64(b, 12);
+  for (size_t r = 0; r < 3; ++r) {
+    l.roles[r].target = GetF32(b, 20 + 24 * r);
+    l.roles[r].max_error = GetF32(b, 24 + 24 * r);
+    l.roles[r].elements = le::Get64(b, 28 + 24 * r);
+    l.roles[r].stored = le::Get64(b, 36 + 24 * r);
+  }
+  return l;
+}
 
 }  // namespace
 
@@ -25,7 +61,8 @@ uint64_t ChunkContentHash(std::span<const uint8_t> raw) { return XXH3_64bits(raw
 
 std::vector<uint8_t> EncodePackMeta(const PackMeta& m) {
   const size_t n = m.chunk_hash.size();
-  std::vector<uint8_t> out(kFixed + 8 * m.bases.size() + kTensorEntry * m.tensors.size() + 9 * n + 8);
+  const size_t lossy = m.lossy ? kLossySize : 0;
+  std::vector<uint8_t> out(kFixed + 8 * m.bases.size() + kTensorEntry * m.tensors.size() + 9 * n + lossy + 8);
   std::span<uint8_t> b(out);
   std::memcpy(out.data(), kMetaMagic, sizeof(kMetaMagic));
   le::Put64(b, 8, m.sealed_ns);
@@ -42,6 +79,7 @@ std::vector<uint8_t> EncodePackMeta(const PackMeta& m) {
   }
   for (uint64_t h : m.chunk_hash) le::Put64(b, pos, h), pos += 8;
   for (size_t i = 0; i < n; ++i) b[pos++] = i < m.chunk_depth.size() ? m.chunk_depth[i] : 0;
+  if (m.lossy) EncodeLossy(*m.lossy, b.subspan(pos, kLossySize)), pos += kLossySize;
   le::Put64(b, pos, Checksum64(b.first(pos), kSeedMeta));
   return out;
 }
@@ -60,7 +98,8 @@ Result<PackMeta> DecodePackMeta(std::span<const uint8_t> b, uint64_t chunk_count
   if (nc != chunk_count) return corrupt("chunk count " + std::to_string(nc) + " differs from the header's");
   if (nb > kMaxMetaBases || nt > kMaxMetaTensors) return corrupt("implausible base or tensor count");
   const uint64_t want = kFixed + 8ull * nb + kTensorEntry * uint64_t{nt} + 9 * nc + 8;
-  if (nc > b.size() || want != b.size())
+  const bool has_lossy = want + kLossySize == b.size();
+  if (nc > b.size() || (want != b.size() && !has_lossy))
     return corrupt("size " + std::to_string(b.size()) + ", expected " + std::to_string(want));
   size_t pos = kFixed;
   m.bases.resize(nb);
@@ -75,6 +114,11 @@ Result<PackMeta> DecodePackMeta(std::span<const uint8_t> b, uint64_t chunk_count
   m.chunk_hash.resize(nc);
   for (auto& h : m.chunk_hash) h = le::Get64(b, pos), pos += 8;
   m.chunk_depth.assign(b.begin() + pos, b.begin() + pos + nc);
+  pos += nc;
+  if (has_lossy) {
+    m.lossy = DecodeLossy(b.subspan(pos, kLossySize));
+    if (!m.lossy) return corrupt("bad lossy section");
+  }
   return m;
 }
 

@@ -14,10 +14,15 @@
 //      T x (u64 offset, u64 length, u8 dtype)   tensor ranges (lineage signature)
 //      C x u64            XXH3-64 (seed 0) of each chunk's raw bytes
 //      C x u8             delta depth of each chunk (0: decodes on its own)
+//      [lossy section, packs sealed under a lossy policy (format version 4):
+//       "LOSY" | u32 version 1 | f32 fidelity | u64 exact float elements |
+//       3 x (f32 target, f32 max error, u64 elements, u64 stored bytes)
+//       for weights, first moments and second moments]
 //      u64                Checksum64(everything above, kSeedMeta)
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -32,8 +37,22 @@ inline constexpr uint64_t kSeedMeta = 0x4D455441ull;  // "META"
 inline constexpr uint32_t kMaxMetaBases = 1u << 20;
 inline constexpr uint32_t kMaxMetaTensors = 1u << 22;
 
+// What lossy mode did to a file, for `ckptfs stats`.
+struct LossyRoleInfo {
+  float target = 0;     // the error bound the role was coded to
+  float max_error = 0;  // the largest error measured on any piece
+  uint64_t elements = 0;
+  uint64_t stored = 0;  // bytes of their lossy pieces
+};
+struct LossyInfo {
+  float fidelity = 0;
+  uint64_t exact_elements = 0;      // float elements of lossy tensors that stayed exact
+  LossyRoleInfo roles[3];           // weights, first moments, second moments
+};
+
 struct PackMeta {
   uint64_t sealed_ns = 0;
+  std::optional<LossyInfo> lossy;
   std::vector<ObjectId> bases;
   std::vector<TensorRange> tensors;
   std::vector<uint64_t> chunk_hash;

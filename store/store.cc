@@ -13,6 +13,7 @@
 #include "codec/formats/layout.h"
 #include "codec/tensor_chunk.h"
 #include "store/delta_planner.h"
+#include "store/lossy_policy.h"
 #include "store/store_internal.h"
 
 namespace ckptfs {
@@ -228,7 +229,7 @@ Result<UniqueFd> Store::PackDir(ObjectId id, bool create) {
   return env_->OpenAt(packs_.get(), name, O_RDONLY | O_DIRECTORY);
 }
 
-Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic<bool>* cancel) {
+Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic<bool>* cancel, double fidelity) {
   const ObjectId id = NewObjectId();
   const std::string ctx = "publishing pack " + ObjectIdHex(id);
   const std::string tmpname = ObjectIdHex(id) + internal::kTmpPackSuffix;
@@ -245,21 +246,33 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
   // Parsed now, not while the file streamed in: writers seek back, pre-extend
   // or write their index last. Unknown formats get no ranges (generic path).
   std::vector<TensorRange> tensors;
+  std::optional<LossyCoder> lossy;
   if (opts_.encoder.tensor_codec) {
     FileLayout layout = DetectLayout(FdSource(src_fd));
     tensors = TensorRangesOf(layout);
     spdlog::debug("{}: format {}, {} tensor ranges{}{}", ctx, layout.format, tensors.size(),
                   layout.note.empty() ? "" : ": ", layout.note);
+    if (fidelity > 0) {
+      lossy.emplace(env_, src_fd, layout, fidelity, TensorChunkOptions{opts_.encoder.zstd_level, opts_.encoder.planes});
+      if (!lossy->active()) lossy.reset();
+    }
   }
   // The planner pins the packs it stores chunks against until the new pack
   // is in the index as their user, so they cannot be deleted meanwhile.
   std::optional<DeltaPlanner> planner;
-  if (opts_.delta && index_loaded_) {
-    planner.emplace(&index_, this, tensors, opts_.encoder, opts_.keyframe_every);
+  if ((opts_.delta || lossy) && index_loaded_) {
+    planner.emplace(&index_, this, tensors, opts_.encoder, opts_.delta ? opts_.keyframe_every : 0);
   }
   auto release_pins = [&] {
     if (planner) (void)DeleteDeadPacks(planner->ReleasePins());
   };
+  if (lossy && planner) {
+    planner->SetLossy(&*lossy, opts_.delta ? opts_.lossy_keyframe_every : 0);
+    if (Status s = planner->PrepareLossy(env_, src_fd, size, opts_.chunk_size); !s.ok()) {
+      release_pins();
+      return fail(s);
+    }
+  }
   Result<PackStats> stats = WritePack(env_, src_fd, size, tmp->get(), opts_.chunk_size, opts_.encoder, cancel, tensors,
                                       planner ? &*planner : nullptr);
   if (!stats.ok()) {
@@ -483,7 +496,7 @@ Result<StubRecord> Store::SealStub(int stub_fd, const StubRecord& staged, int st
   // An empty file needs no pack: object 0 already means "no bytes".
   ObjectId pack = 0;
   if (size > 0) {
-    ASSIGN_OR_RETURN(pack, PublishPack(staging_fd, size));
+    ASSIGN_OR_RETURN(pack, PublishPack(staging_fd, size, nullptr, FidelityFor(stub_fd)));
   }
 
   if (still_current && !still_current()) {
@@ -517,6 +530,28 @@ Result<StubRecord> Store::SealStub(int stub_fd, const StubRecord& staged, int st
                  s.message());
   }
   return *written;
+}
+
+double Store::FidelityFor(int stub_fd) {
+  const std::string root = FdPathForLog(ns_.get());
+  std::string dir = FdPathForLog(stub_fd);
+  std::vector<uint8_t> buf(64);
+  while (dir.size() > root.size() && dir.starts_with(root)) {
+    dir.resize(dir.rfind('/'));
+    Result<size_t> n = env_->GetXattr(dir, kPolicyXattr, buf);
+    if (!n.ok()) {
+      if (n.status().code() == ENODATA || n.status().code() == ENOTSUP) continue;
+      spdlog::warn("cannot read {} of {}: {}; sealing losslessly", kPolicyXattr, dir, n.status().message());
+      return 0;
+    }
+    Result<double> f = ParseLossyPolicy(std::string_view(reinterpret_cast<const char*>(buf.data()), *n));
+    if (!f.ok()) {
+      spdlog::warn("{} of {}: {}; sealing losslessly", kPolicyXattr, dir, f.status().message());
+      return 0;
+    }
+    return *f;
+  }
+  return opts_.lossy;
 }
 
 Status Store::ReleaseStubObjects(const StubRecord& rec) {

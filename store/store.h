@@ -48,6 +48,12 @@ struct StoreOptions {
   // Delete unneeded packs on a background thread (the daemon), so that an
   // unlink never waits for a cascade of pack deletions; otherwise inline.
   bool background_gc = false;
+  // Lossy mode (store/lossy_policy.h): the fidelity files get unless a
+  // directory's user.ckptfs.policy says otherwise; 0 is lossless.
+  double lossy = 0;
+  // Longest chain of lossy chunks, each predicted from the last one's
+  // reconstruction; the next is a keyframe.
+  uint32_t lossy_keyframe_every = 32;
 };
 
 struct RecoveryReport {
@@ -78,6 +84,7 @@ struct FileUsage {
   ObjectId pack = 0;
   ObjectId base = 0;  // the pack most of its stored-against chunks name (0: none)
   uint8_t depth = 0;  // longest delta chain a read of it decodes
+  std::optional<LossyInfo> lossy;  // sealed under a lossy policy: what it did
 };
 
 class ChunkCache;
@@ -95,8 +102,14 @@ class Store : public BaseSource {
   Status RecordOwnerPid();
 
   // --- packs ---
-  // Encodes [0,size) of src_fd and publishes it as a new pack.
-  Result<ObjectId> PublishPack(int src_fd, uint64_t size, const std::atomic<bool>* cancel = nullptr);
+  // Encodes [0,size) of src_fd and publishes it as a new pack; with a
+  // fidelity > 0, lossily (store/lossy_policy.h).
+  Result<ObjectId> PublishPack(int src_fd, uint64_t size, const std::atomic<bool>* cancel = nullptr,
+                               double fidelity = 0);
+  // The lossy fidelity for the file whose stub is `stub_fd` (0: lossless):
+  // the nearest directory's user.ckptfs.policy, else the mount's. A policy
+  // that cannot be read or parsed counts as lossless, and is logged.
+  double FidelityFor(int stub_fd);
   Result<std::shared_ptr<PackReader>> OpenPack(ObjectId id);
   Status DeletePack(ObjectId id);  // missing is fine; the caller knows nothing needs it
   // A stub stopped naming `id`: deletes it, and bases only it kept, unless

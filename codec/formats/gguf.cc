@@ -176,6 +176,7 @@ struct Info {
   std::vector<uint64_t> ne;  // ggml order: ne[0] innermost
   uint32_t type = 0;
   uint64_t offset = 0;  // relative to the data section
+  uint32_t order = 0;   // position in the header, which sorting by offset loses
 };
 
 Result<Info> ReadInfo(Cursor& c) {
@@ -217,6 +218,7 @@ Result<FileLayout> ParseGguf(const ByteSource& src) {
   std::vector<Info> infos;
   for (uint64_t i = 0; i < n_tensors; ++i) {
     ASSIGN_OR_RETURN(Info t, ReadInfo(c));
+    t.order = static_cast<uint32_t>(i);
     infos.push_back(std::move(t));
     if (c.pos() > kMaxMetadataBytes) return Malformed("gguf: tensor infos too large");
   }
@@ -236,6 +238,8 @@ Result<FileLayout> ParseGguf(const ByteSource& src) {
     auto g = LookupGgml(t.type);
     TensorRegion r;
     r.name = t.name;
+    r.label = t.name;
+    r.order = t.order;
     r.dtype = g ? g->dtype : DType::kU8;
     r.offset = *off;
     r.length = *len;

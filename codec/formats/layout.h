@@ -67,6 +67,23 @@ struct TensorRegion {
   std::vector<uint64_t> shape;  // C order (outermost first) as laid out in the bytes
   uint64_t offset = 0;          // absolute, in the file
   uint64_t length = 0;          // bytes, > 0
+  // What the file calls the tensor: the dict key a torch storage is first
+  // stored under ("layer.0.weight", "exp_avg_sq"), or the safetensors, npz
+  // or GGUF tensor name. Lossy mode tells weights from optimizer moments by it.
+  std::string label;
+  // Position in the file's own order (torch: first appearance in the pickle),
+  // which pairs optimizer state with parameters; file order when unknown.
+  uint32_t order = 0;
+};
+
+// A zip member whose CRC-32 must follow its data: when lossy mode rewrites
+// the member's bytes, every field naming it is patched with the new CRC.
+struct ZipCrcField {
+  uint64_t data_offset = 0;  // absolute: the member's stored bytes
+  uint64_t data_length = 0;
+  // Absolute offsets of the 4-byte little-endian CRC-32 fields that name
+  // this member: local header, central directory, data descriptor.
+  std::vector<uint64_t> field_offsets;
 };
 
 struct FileLayout {
@@ -76,6 +93,8 @@ struct FileLayout {
   std::vector<TensorRegion> tensors;  // sorted by offset, non-overlapping, inside the file
   bool lossy_allowed = true;          // false for formats whose loaders verify data checksums (TF)
   std::string note;                   // why "unknown", or what was skipped; for logs
+  // Stored (uncompressed) zip members holding tensors: torch-zip, npz, DCP.
+  std::vector<ZipCrcField> zip_crcs;
 };
 
 // Never fails on bad input: unknown, truncated or malformed files give

@@ -241,10 +241,14 @@ Result<FileLayout> ParseNpz(const ByteSource& src, const ZipArchive& z) {
     if (!*r || (*r)->length == 0) continue;
     TensorRegion t = std::move(**r);
     t.name = e.name.substr(0, e.name.size() - 4);
+    t.label = t.name;
+    t.order = static_cast<uint32_t>(l.tensors.size());  // member order: np.savez keeps the caller's order
     t.offset += e.data_offset;
     l.tensors.push_back(std::move(t));
   }
   if (deflated) AddNote(&l.note, std::to_string(deflated) + " compressed members kept as metadata");
+  AppendZipCrcFields(z, l.tensors, &l.zip_crcs);
+  SortZipCrcFields(&l.zip_crcs);
   return l;
 }
 

@@ -15,6 +15,10 @@ constexpr size_t kMaxKeptString = 4096;  // longer strings are kept as opaque
 // Deeper tuples become opaque: torch's IDs are shallow, and an unbounded
 // chain of nested shared_ptrs would overflow the stack when destroyed.
 constexpr uint32_t kMaxTupleDepth = 32;
+// Rebuild callables between a tensor's dict key and its storage: torch
+// nests at most three (_rebuild_from_type_v2, _rebuild_parameter, the
+// tensor rebuild). A few more are tolerated; the bound keeps the search O(1).
+constexpr size_t kMaxKeySearch = 8;
 
 struct Value {
   enum Kind : uint8_t { kOther, kNone, kInt, kStr, kGlobal, kTuple, kList, kPid };
@@ -163,6 +167,7 @@ class Machine {
   // --- semantic hooks
   Status Append(Value list, std::vector<Value> items);
   Status PersistentId(Value pid);
+  std::string PendingKey() const;
   Status Reduce();
   Status Step(uint8_t op, bool* stop);
   Status TextInt(bool* handled_as_index, uint64_t* idx);
@@ -206,12 +211,30 @@ Status Machine::PersistentId(Value pid) {
       StorageType st = StorageTypeInfo(s.type);
       s.dtype = st.dtype;
       s.elsize = st.elsize;
+      s.label = PendingKey();
+      s.index = static_cast<uint32_t>(out_.storages.size());
       out_.storages.push_back(std::move(s));
     }
     ref.kind = Value::kPid;
     ref.i = static_cast<int64_t>(it->second);
   }
   return Push(std::move(ref));
+}
+
+// The key of the dict item whose value holds the storage being loaded.
+// torch pickles `key: tensor` as
+//   key, GLOBAL _rebuild_tensor_v2, MARK, <pid tuple> BINPERSID, ...
+// possibly with more GLOBALs (and MARKs) between key and pid when the
+// tensor is a Parameter or a subclass. Values above the innermost mark are
+// the pid's sibling arguments, never the key. Below it, rebuild callables
+// are skipped and the next value is the key if it is a string. A tensor in
+// a list or under an int key gets no label, rather than some unrelated
+// string further down (a list's key, a sibling's value).
+std::string Machine::PendingKey() const {
+  size_t i = marks_.empty() ? stack_.size() : marks_.back();
+  for (size_t n = 0; i > 0 && n < kMaxKeySearch && stack_[i - 1].kind == Value::kGlobal; ++n) --i;
+  if (i == 0 || stack_[i - 1].kind != Value::kStr) return {};
+  return *stack_[i - 1].s;
 }
 
 // _rebuild_tensor_v3(storage, offset, size, stride, requires_grad, hooks,

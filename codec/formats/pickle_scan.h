@@ -1,8 +1,9 @@
 // A pickle opcode scanner (protocols 0-5) that runs no Python. It executes
 // just enough of the pickle machine (stack, marks, memo, tuples, globals) to
 // collect torch's storage persistent IDs
-//   ('storage', <torch.XStorage global>, key, location, numel[, ...])
-// and the dtype argument of _rebuild_tensor_v3 for untyped storages.
+//   ('storage', <torch.XStorage global>, key, location, numel[, ...]),
+// the dict key each storage is first stored under, and the dtype argument
+// of _rebuild_tensor_v3 for untyped storages.
 // Everything else becomes an opaque value.
 #pragma once
 
@@ -23,6 +24,10 @@ struct StorageRef {
   uint64_t numel = 0;
   DType dtype = DType::kUnknown;  // from the type, or the v3 dtype for UntypedStorage
   unsigned elsize = 0;            // bytes per numel unit: 1 for untyped storages
+  // The dict key the storage is first stored under ("layer.0.weight",
+  // "exp_avg_sq"); empty when it is not a string key (list item, int key).
+  std::string label;
+  uint32_t index = 0;  // position in PickleScan::storages: first-seen order
 };
 
 struct PickleScan {

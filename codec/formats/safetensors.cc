@@ -1,6 +1,8 @@
 #include "codec/formats/safetensors.h"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
+#include <numeric>
 
 #include "codec/formats/limits.h"
 #include "store/le.h"
@@ -72,12 +74,22 @@ Result<TensorRegion> Entry(const std::string& name, const json& v, uint64_t buf_
   if (!abs || !InRange(*abs, e - b, file_size)) return Malformed("safetensors: tensor past end of file: " + name);
   TensorRegion r;
   r.name = name;
+  r.label = name;
   r.dtype = info->dtype;
   r.shape = std::move(shape);
   r.offset = *abs;
   r.length = e - b;
   if (info->bits < 8) r.shape = {r.length};  // sub-byte types: describe the packed bytes
   return r;
+}
+
+// The header is parsed into a sorted map, so its order is lost; data order
+// stands in (the safetensors library writes by dtype, then name).
+void AssignOffsetOrder(std::vector<TensorRegion>* t) {
+  std::vector<uint32_t> idx(t->size());
+  std::iota(idx.begin(), idx.end(), 0u);
+  std::stable_sort(idx.begin(), idx.end(), [&](uint32_t a, uint32_t b) { return (*t)[a].offset < (*t)[b].offset; });
+  for (uint32_t k = 0; k < idx.size(); ++k) (*t)[idx[k]].order = k;
 }
 
 }  // namespace
@@ -104,6 +116,7 @@ Result<FileLayout> ParseSafetensors(const ByteSource& src) {
     ASSIGN_OR_RETURN(TensorRegion r, Entry(name, v, 8 + n, src.size()));
     if (r.length > 0) l.tensors.push_back(std::move(r));
   }
+  AssignOffsetOrder(&l.tensors);
   return l;
 }
 

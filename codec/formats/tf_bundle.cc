@@ -451,7 +451,7 @@ FileLayout TfDataLayout(const TfBundleIndex& index, uint32_t shard_id, uint64_t 
       ++outside;
       continue;
     }
-    l.tensors.push_back({e.name, e.dtype, e.shape, e.offset, e.size});
+    l.tensors.push_back({e.name, e.dtype, e.shape, e.offset, e.size, e.name, static_cast<uint32_t>(l.tensors.size())});
   }
   std::stable_sort(l.tensors.begin(), l.tensors.end(),
                    [](const auto& a, const auto& b) { return a.offset < b.offset; });

@@ -67,6 +67,10 @@ TensorRegion RecordRegion(const ZipEntry& e, const StorageRef* ref) {
     unsigned es = DTypeSize(ref->dtype);
     if (want && *want == e.comp_size && es != 0 && e.comp_size % es == 0) r.dtype = ref->dtype;
   }
+  if (ref) {
+    r.label = ref->label;
+    r.order = ref->index;
+  }
   r.shape = {r.length / DTypeSize(r.dtype)};
   return r;
 }
@@ -126,6 +130,8 @@ Result<FileLayout> ParseTorchZip(const ByteSource& src, const ZipArchive& z) {
   FileLayout l;
   l.format = "torch-zip";
   RETURN_IF_ERROR(AppendArchiveRegions(src, z, &l.tensors, &l.note));
+  AppendZipCrcFields(z, l.tensors, &l.zip_crcs);
+  SortZipCrcFields(&l.zip_crcs);
   return l;
 }
 
@@ -134,6 +140,7 @@ Result<FileLayout> ParseDcp(const ByteSource& src) {
   uint64_t end = src.size();
   uint64_t archives = 0;
   while (end > 0 && archives < kMaxArchives && HasEocdEndingAt(src, end)) {
+    size_t first_tensor = l.tensors.size();
     auto z = ReadZip(src, end, /*allow_comment=*/false);
     Status st = z.ok() ? AppendArchiveRegions(src, *z, &l.tensors, &l.note) : z.status();
     if (!st.ok()) {
@@ -142,10 +149,12 @@ Result<FileLayout> ParseDcp(const ByteSource& src) {
       if (archives == 0) return st;
       break;
     }
+    AppendZipCrcFields(*z, std::span(l.tensors).subspan(first_tensor), &l.zip_crcs);
     ++archives;
     end = z->base;
   }
   if (archives == 0) return Malformed("no torch archive at end of file");
+  SortZipCrcFields(&l.zip_crcs);
   l.format = (archives == 1 && end == 0) ? "torch-zip" : "dcp";
   return l;
 }
@@ -184,6 +193,8 @@ Result<FileLayout> ParseTorchLegacy(const ByteSource& src) {
     r.offset = pos + 8;
     r.length = *nbytes;
     r.shape = {r.length / DTypeSize(r.dtype)};
+    r.label = ref.label;
+    r.order = ref.index;
     if (r.length > 0) l.tensors.push_back(std::move(r));
     pos += 8 + *nbytes;
   }

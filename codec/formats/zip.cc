@@ -15,11 +15,14 @@ constexpr uint32_t kCentralSig = 0x02014b50;
 constexpr uint32_t kEocdSig = 0x06054b50;
 constexpr uint32_t kZip64EocdSig = 0x06064b50;
 constexpr uint32_t kZip64LocatorSig = 0x07064b50;
+constexpr uint32_t kDescriptorSig = 0x08074b50;
 constexpr uint64_t kEocdSize = 22;
 constexpr uint64_t kLocatorSize = 20;
 constexpr uint64_t kZip64EocdSize = 56;
 constexpr uint64_t kCentralSize = 46;
 constexpr uint64_t kLocalSize = 30;
+constexpr uint64_t kLocalCrcField = 14;
+constexpr uint64_t kCentralCrcField = 16;
 
 struct Eocd {
   uint64_t pos = 0;  // absolute offset of the EOCD (or zip64 EOCD) record
@@ -114,6 +117,21 @@ Result<uint64_t> LocalDataOffset(const ByteSource& src, uint64_t local_abs, uint
   return local_abs + kLocalSize + le::Get16(h, 26) + le::Get16(h, 28);
 }
 
+// The descriptor's signature is optional, so which 4 bytes hold its CRC is
+// decided by matching the central directory's CRC. A descriptor repeating
+// neither is left alone: zip readers take the CRC from the directory.
+std::optional<uint64_t> DescriptorCrcOffset(const ByteSource& src, uint64_t data_end, uint64_t limit, uint32_t crc) {
+  if (!InRange(data_end, 4, limit)) return std::nullopt;
+  std::array<uint8_t, 8> b{};
+  bool sig_room = InRange(data_end, 8, limit);
+  if (!src.ReadAt(data_end, std::span(b).first(sig_room ? 8 : 4)).ok()) return std::nullopt;
+  bool sig = sig_room && le::Get32(b, 0) == kDescriptorSig;
+  if (sig && le::Get32(b, 4) == crc) return data_end + 4;
+  if (le::Get32(b, 0) == crc) return data_end;
+  if (sig) return data_end + 4;
+  return std::nullopt;
+}
+
 Result<ZipEntry> ParseCentral(const ByteSource& src, std::span<const uint8_t> cd, size_t* pos, uint64_t base,
                               uint64_t cd_abs) {
   size_t p = *pos;
@@ -121,6 +139,8 @@ Result<ZipEntry> ParseCentral(const ByteSource& src, std::span<const uint8_t> cd
   ZipEntry e;
   e.flags = le::Get16(cd, p + 8);
   e.method = le::Get16(cd, p + 10);
+  e.crc32 = le::Get32(cd, p + kCentralCrcField);
+  e.central_entry_offset = cd_abs + p;
   uint64_t comp = le::Get32(cd, p + 20), uncomp = le::Get32(cd, p + 24), local = le::Get32(cd, p + 42);
   size_t n = le::Get16(cd, p + 28), x = le::Get16(cd, p + 30), c = le::Get16(cd, p + 32);
   if (cd.size() - p - kCentralSize < n + x + c) return Malformed("zip: central entry overruns directory");
@@ -130,9 +150,11 @@ Result<ZipEntry> ParseCentral(const ByteSource& src, std::span<const uint8_t> cd
   e.uncomp_size = uncomp;
   auto local_abs = CheckedAdd(base, local);
   if (!local_abs) return Malformed("zip: local offset overflows");
+  e.local_header_offset = *local_abs;
   ASSIGN_OR_RETURN(e.data_offset, LocalDataOffset(src, *local_abs, cd_abs));
   // Entry data must end before the central directory starts.
   if (!InRange(e.data_offset, e.comp_size, cd_abs)) return Malformed("zip: entry data outside archive: " + e.name);
+  if (e.flags & 8) e.descriptor_crc_offset = DescriptorCrcOffset(src, e.data_offset + e.comp_size, cd_abs, e.crc32);
   *pos = p + kCentralSize + n + x + c;
   return e;
 }
@@ -169,6 +191,45 @@ Result<ZipArchive> ReadZip(const ByteSource& src, uint64_t end, bool allow_comme
     z.entries.push_back(std::move(entry));
   }
   return z;
+}
+
+void AppendZipCrcFields(const ZipArchive& z, std::span<const TensorRegion> tensors, std::vector<ZipCrcField>* out) {
+  std::vector<uint64_t> starts;
+  starts.reserve(tensors.size());
+  for (const TensorRegion& t : tensors) starts.push_back(t.offset);
+  std::sort(starts.begin(), starts.end());
+  for (const ZipEntry& e : z.entries) {
+    if (e.method != 0 || e.comp_size != e.uncomp_size || e.comp_size == 0) continue;
+    auto it = std::lower_bound(starts.begin(), starts.end(), e.data_offset);
+    if (it == starts.end() || *it - e.data_offset >= e.comp_size) continue;
+    ZipCrcField f{e.data_offset, e.comp_size, {e.central_entry_offset + kCentralCrcField}};
+    // With a data descriptor (flag bit 3, as torch writes) the local header's
+    // CRC is zero by the spec and stays so: it names no data.
+    if ((e.flags & 0x8) == 0) f.field_offsets.push_back(e.local_header_offset + kLocalCrcField);
+    if (e.descriptor_crc_offset) f.field_offsets.push_back(*e.descriptor_crc_offset);
+    out->push_back(std::move(f));
+  }
+}
+
+void SortZipCrcFields(std::vector<ZipCrcField>* fields) {
+  std::sort(fields->begin(), fields->end(), [](const ZipCrcField& a, const ZipCrcField& b) {
+    return a.data_offset != b.data_offset ? a.data_offset < b.data_offset : a.data_length < b.data_length;
+  });
+  std::vector<ZipCrcField> kept;
+  kept.reserve(fields->size());
+  for (ZipCrcField& f : *fields) {
+    ZipCrcField* last = kept.empty() ? nullptr : &kept.back();
+    if (last && last->data_offset == f.data_offset && last->data_length == f.data_length) {
+      last->field_offsets.insert(last->field_offsets.end(), f.field_offsets.begin(), f.field_offsets.end());
+    } else if (!last || f.data_offset - last->data_offset >= last->data_length) {
+      kept.push_back(std::move(f));
+    }
+  }
+  for (ZipCrcField& f : kept) {
+    std::sort(f.field_offsets.begin(), f.field_offsets.end());
+    f.field_offsets.erase(std::unique(f.field_offsets.begin(), f.field_offsets.end()), f.field_offsets.end());
+  }
+  *fields = std::move(kept);
 }
 
 }  // namespace ckptfs::formats

@@ -6,6 +6,8 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -21,6 +23,12 @@ struct ZipEntry {
   uint64_t data_offset = 0;  // absolute in the source
   uint64_t comp_size = 0;    // bytes on disk (from the central directory)
   uint64_t uncomp_size = 0;
+  uint32_t crc32 = 0;                 // as the central directory states it
+  uint64_t local_header_offset = 0;   // absolute
+  uint64_t central_entry_offset = 0;  // absolute
+  // Flag bit 3: the data descriptor's CRC field, when the descriptor
+  // repeats the central directory's CRC (with or without its signature).
+  std::optional<uint64_t> descriptor_crc_offset;
 };
 
 struct ZipArchive {
@@ -38,5 +46,12 @@ bool HasEocdEndingAt(const ByteSource& src, uint64_t end);
 // really is. With `allow_comment`, the EOCD is searched for within the last
 // 64 KiB as general zip writers may append a comment.
 Result<ZipArchive> ReadZip(const ByteSource& src, uint64_t end, bool allow_comment);
+
+// Adds the CRC fields of each stored member of `z` whose data holds the
+// start of one of `tensors`, so lossy rewrites can keep the CRCs valid.
+void AppendZipCrcFields(const ZipArchive& z, std::span<const TensorRegion> tensors, std::vector<ZipCrcField>* out);
+// Sorts by data offset; duplicate central entries for one member merge, and
+// a member overlapping an earlier one (only in hostile files) is dropped.
+void SortZipCrcFields(std::vector<ZipCrcField>* fields);
 
 }  // namespace ckptfs::formats

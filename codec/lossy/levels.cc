@@ -1,0 +1,108 @@
+#include "codec/lossy/levels.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace ckptfs::lossy {
+
+ResidualHistogram::ResidualHistogram(double lo, double hi, double scale, size_t bins)
+    : scale_(scale > 0 ? scale : 1.0), bins_(std::max<size_t>(bins, 1)) {
+  ulo_ = std::asinh(lo / scale_);
+  const double uhi = std::asinh(hi / scale_);
+  inv_width_ = uhi > ulo_ ? static_cast<double>(bins_.size()) / (uhi - ulo_) : 0.0;
+}
+
+size_t ResidualHistogram::BinOf(double value) const {
+  const double u = (std::asinh(value / scale_) - ulo_) * inv_width_;
+  return u <= 0 ? 0 : std::min(bins_.size() - 1, static_cast<size_t>(u));
+}
+
+namespace {
+
+// A bin's representative value: its weighted mean (or the plain mean of a
+// bin whose elements all weigh zero).
+double BinValue(const Bin& b, double fallback) { return b.w > 0 ? b.wr / b.w : fallback; }
+
+std::vector<double> InitialLevels(const std::vector<Bin>& bins, size_t k) {
+  double total = 0;
+  for (const Bin& b : bins) total += b.count;
+  std::vector<double> levels;
+  double acc = 0, wsum = 0, wrsum = 0;
+  size_t next = 1;
+  for (const Bin& b : bins) {
+    if (b.count == 0) continue;
+    acc += b.count, wsum += b.w, wrsum += b.wr;
+    if (acc >= total * static_cast<double>(next) / static_cast<double>(k) && wsum > 0) {
+      levels.push_back(wrsum / wsum);
+      wsum = wrsum = 0;
+      ++next;
+    }
+  }
+  if (wsum > 0) levels.push_back(wrsum / wsum);
+  std::sort(levels.begin(), levels.end());
+  levels.erase(std::unique(levels.begin(), levels.end()), levels.end());
+  return levels;
+}
+
+// One Lloyd step over the bins; returns the estimated error.
+double LloydStep(const std::vector<Bin>& bins, const std::vector<double>& means, std::vector<double>* levels,
+                 std::vector<uint64_t>* counts) {
+  const std::vector<double> bounds = LevelBounds(*levels);
+  std::vector<double> w(levels->size(), 0.0), wr(levels->size(), 0.0), wrr(levels->size(), 0.0);
+  counts->assign(levels->size(), 0);
+  size_t j = 0;
+  for (size_t bi = 0; bi < bins.size(); ++bi) {
+    const Bin& b = bins[bi];
+    const double v = means[bi];
+    while (j + 1 < levels->size() && v >= bounds[j]) ++j;
+    while (j > 0 && v < bounds[j - 1]) --j;
+    w[j] += b.w, wr[j] += b.wr, wrr[j] += b.wrr;
+    (*counts)[j] += b.count;
+  }
+  double err = 0;
+  for (size_t i = 0; i < levels->size(); ++i) {
+    const double c = (*levels)[i];
+    err += wrr[i] - 2 * c * wr[i] + c * c * w[i];
+    if (w[i] > 0) (*levels)[i] = wr[i] / w[i];
+  }
+  std::sort(levels->begin(), levels->end());
+  return std::max(0.0, err);
+}
+
+}  // namespace
+
+LevelFit FitLevels(const ResidualHistogram& h, size_t k, int iterations) {
+  LevelFit fit;
+  // Only occupied bins matter; Lloyd steps then run over far fewer.
+  std::vector<Bin> bins;
+  std::vector<double> means;
+  for (const Bin& b : h.bins()) {
+    if (b.count == 0) continue;
+    bins.push_back(b);
+    means.push_back(BinValue(b, 0));
+  }
+  fit.levels = InitialLevels(bins, std::max<size_t>(k, 1));
+  if (fit.levels.empty()) return fit;
+  double prev = -1;
+  for (int it = 0; it < iterations; ++it) {
+    fit.error = LloydStep(bins, means, &fit.levels, &fit.counts);
+    if (prev >= 0 && prev - fit.error <= 1e-4 * prev) break;
+    prev = fit.error;
+  }
+  // The counts and error of the final levels.
+  std::vector<double> final_levels = fit.levels;
+  fit.error = LloydStep(bins, means, &final_levels, &fit.counts);
+  return fit;
+}
+
+std::vector<double> LevelBounds(std::span<const double> levels) {
+  std::vector<double> b;
+  for (size_t i = 1; i < levels.size(); ++i) b.push_back(0.5 * (levels[i - 1] + levels[i]));
+  return b;
+}
+
+size_t NearestLevel(std::span<const double> bounds, double v) {
+  return static_cast<size_t>(std::upper_bound(bounds.begin(), bounds.end(), v) - bounds.begin());
+}
+
+}  // namespace ckptfs::lossy

@@ -1,0 +1,54 @@
+// The payload of a lossy chunk (chunk codec kLossy), after its 16-byte base
+// reference: the chunk cut into segments, each either coded losslessly
+// (metadata, integer and small tensors: a codec/tensor_chunk.h blob) or a
+// lossy piece (codec/lossy/quantizer.h) predicted from the base bytes at the
+// same position. The reconstruction, not the original, is what the file
+// holds from then on.
+//
+//   u8      version (kLossyChunkVersion)
+//   varint  segment count
+//   per segment: u8 kind (0 lossless, 1 lossy), varint raw length, varint stored length
+//   segment payloads, in order; raw lengths sum to the chunk's length
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "base/status.h"
+#include "codec/lossy/quantizer.h"
+#include "codec/lossy/roles.h"
+#include "codec/tensor_chunk.h"
+
+namespace ckptfs::lossy {
+
+inline constexpr uint8_t kLossyChunkVersion = 1;
+
+// A chunk-relative byte range and how to code it.
+struct ChunkSegment {
+  uint64_t begin = 0;
+  uint64_t end = 0;
+  bool lossy = false;
+  PieceSpec spec;             // lossy only
+  TensorRole role = TensorRole::kOther;  // lossy only: for statistics
+  std::vector<float> weight;  // lossy kValue only; empty: uniform
+  // Filled by the encoder: how the piece came out (lossy segments only;
+  // `coded_lossy` false when it had to be stored losslessly).
+  PieceOutcome outcome;
+  bool coded_lossy = false;
+  uint64_t stored = 0;  // bytes of its payload
+};
+
+// Codes `raw` (file offset `chunk_offset`, `ranges`: the tensor ranges
+// overlapping it) against `base` (the predecessor's bytes for this chunk,
+// or empty) and rewrites `raw` in place with the reconstruction. Segments
+// must cover the chunk in order. Appends to `out`.
+Status EncodeLossyChunk(std::span<uint8_t> raw, std::span<const uint8_t> base, uint64_t chunk_offset,
+                        std::span<const TensorRange> ranges, std::span<ChunkSegment> segments,
+                        const TensorChunkOptions& opts, std::vector<uint8_t>* out);
+
+// Decodes into exactly out.size() bytes. `base` is required (same size)
+// when any piece was coded against it.
+Status DecodeLossyChunk(std::span<const uint8_t> stored, std::span<const uint8_t> base, std::span<uint8_t> out);
+
+}  // namespace ckptfs::lossy

@@ -1,0 +1,468 @@
+#include "codec/lossy/quantizer.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <optional>
+
+#include "codec/lossless/byte_io.h"
+#include "codec/lossless/entropy.h"
+#include "codec/lossless/rans.h"
+#include "codec/lossy/float_bits.h"
+#include "codec/lossy/levels.h"
+
+namespace ckptfs::lossy {
+namespace {
+
+using lossless::ByteReader;
+using lossless::PutByte;
+using lossless::PutU32;
+using lossless::PutVarint;
+
+constexpr uint8_t kFlagAgainstBase = 1;
+constexpr double kInf = std::numeric_limits<double>::infinity();
+// Level counts the search tries, smallest first.
+constexpr unsigned kLevelCounts[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, kMaxLevels};
+// Share of the error budget spent on pruning, and share of elements kept
+// at full precision, tried by the search.
+constexpr double kPruneShares[] = {0.05, 0.2, 0.4, 0.6, 0.8, 0.95};
+constexpr double kEscapeShares[] = {0.0, 0.002, 0.02};
+// Fits are estimates from a histogram; leave room for the exact check.
+constexpr double kFitSlack = 0.95;
+
+uint64_t ZigZag(int64_t v) { return (static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63); }
+int64_t UnZigZag(uint64_t v) { return static_cast<int64_t>(v >> 1) ^ -static_cast<int64_t>(v & 1); }
+
+uint32_t ClampBits(DType t, int64_t bits) {
+  return static_cast<uint32_t>(std::clamp<int64_t>(bits, 0, MaxFiniteBits(t)));
+}
+
+// The residuals the search works on, with everything it needs per element.
+struct Analysis {
+  size_t n = 0;
+  bool against_base = false;
+  std::vector<double> r;      // residual (kValue: value units; kLogBits: units of 2^mantissa)
+  std::vector<double> w;      // weight of the squared error
+  std::vector<uint8_t> must_escape;
+  double budget = 0;          // allowed weighted squared error
+  double denominator = 0;     // of the relative metric
+};
+
+bool ValueUnusable(float f) { return !std::isfinite(f); }
+
+void AnalyseValues(const PieceSpec& spec, const PieceInput& in, Analysis* a) {
+  const size_t n = a->n;
+  const bool has_base = !in.base.empty();
+  double e_zero = 0, e_base = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const float x = BitsToFloat(spec.dtype, LoadBits(spec.dtype, in.x.data(), i));
+    const float p = has_base ? BitsToFloat(spec.dtype, LoadBits(spec.dtype, in.base.data(), i)) : 0.0f;
+    const double w = in.weight.empty() ? 1.0 : static_cast<double>(in.weight[i]);
+    if (ValueUnusable(x) || ValueUnusable(p)) continue;
+    e_zero += w * double(x) * double(x);
+    e_base += w * (double(x) - double(p)) * (double(x) - double(p));
+  }
+  a->against_base = has_base && e_base <= e_zero;
+  a->denominator = e_zero;
+  a->budget = spec.target * spec.target * e_zero;
+  for (size_t i = 0; i < n; ++i) {
+    const float x = BitsToFloat(spec.dtype, LoadBits(spec.dtype, in.x.data(), i));
+    const float p = a->against_base ? BitsToFloat(spec.dtype, LoadBits(spec.dtype, in.base.data(), i)) : 0.0f;
+    a->w[i] = in.weight.empty() ? 1.0 : static_cast<double>(in.weight[i]);
+    if (ValueUnusable(x) || ValueUnusable(p)) {
+      a->must_escape[i] = 1;
+      continue;
+    }
+    a->r[i] = double(x) - double(p);
+  }
+}
+
+void AnalyseLogBits(const PieceSpec& spec, const PieceInput& in, Analysis* a) {
+  const size_t n = a->n;
+  const bool has_base = !in.base.empty();
+  const double unit = std::ldexp(1.0, -static_cast<int>(MantissaBits(spec.dtype)));
+  double e_zero = 0, e_base = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t x = LoadBits(spec.dtype, in.x.data(), i);
+    const uint32_t p = has_base ? LoadBits(spec.dtype, in.base.data(), i) : 0;
+    if (BitsNegativeOrNonFinite(spec.dtype, x) || BitsNegativeOrNonFinite(spec.dtype, p)) continue;
+    e_zero += double(x) * double(x);
+    e_base += (double(x) - double(p)) * (double(x) - double(p));
+  }
+  a->against_base = has_base && e_base <= e_zero;
+  a->denominator = static_cast<double>(n);
+  a->budget = spec.target * spec.target * static_cast<double>(n);
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t x = LoadBits(spec.dtype, in.x.data(), i);
+    const uint32_t p = a->against_base ? LoadBits(spec.dtype, in.base.data(), i) : 0;
+    a->w[i] = 1.0;
+    if (BitsNegativeOrNonFinite(spec.dtype, x) || BitsNegativeOrNonFinite(spec.dtype, p)) {
+      a->must_escape[i] = 1;
+      continue;
+    }
+    a->r[i] = (static_cast<double>(x) - static_cast<double>(p)) * unit;
+  }
+}
+
+// One configuration the search considers. Elements are ranked by the
+// error pruning them would cost (q = w r^2), in logarithmic classes.
+struct Plan {
+  uint32_t prune_below = 0;                 // q class below this: pruned
+  uint32_t escape_from = UINT32_MAX;        // q class at or above this: escaped
+  std::vector<double> levels;
+  double est_bits = kInf;
+};
+
+double EntropyBits(std::span<const uint64_t> counts) {
+  uint64_t total = 0;
+  for (uint64_t c : counts) total += c;
+  double bits = 0;
+  for (uint64_t c : counts) {
+    if (c > 0) bits += static_cast<double>(c) * std::log2(static_cast<double>(total) / static_cast<double>(c));
+  }
+  return bits;
+}
+
+// Classes of q from the top bits of its double: monotonic, 8 per octave.
+constexpr uint32_t kQClasses = 1u << 14;
+constexpr uint32_t kForced = UINT32_MAX;  // must escape (not a finite value)
+uint32_t QClass(double q) { return static_cast<uint32_t>(std::bit_cast<uint64_t>(q) >> 49); }
+
+class Search {
+ public:
+  Search(const PieceSpec& spec, const Analysis& a) : spec_(spec), a_(a), qclass_(a.n), rbin_(a.n) {
+    count_.assign(kQClasses, 0);
+    sum_.assign(kQClasses, 0.0);
+    double lo = kInf, hi = -kInf, sq = 0;
+    uint64_t finite = 0;
+    for (size_t i = 0; i < a.n; ++i) {
+      if (a.must_escape[i]) {
+        qclass_[i] = kForced;
+        ++forced_;
+        continue;
+      }
+      const double q = a.w[i] * a.r[i] * a.r[i];
+      qclass_[i] = QClass(q);
+      ++count_[qclass_[i]];
+      sum_[qclass_[i]] += q;
+      total_ += q;
+      lo = std::min(lo, a.r[i]), hi = std::max(hi, a.r[i]), sq += a.r[i] * a.r[i];
+      ++finite;
+    }
+    if (finite == 0) return;
+    // Residual bins are fixed per piece, so each configuration only re-sums them.
+    hist_.emplace(lo, hi, 0.1 * std::sqrt(sq / static_cast<double>(finite)) + 1e-300, kResidualBins);
+    for (size_t i = 0; i < a.n; ++i) {
+      if (qclass_[i] != kForced) rbin_[i] = static_cast<uint16_t>(hist_->BinOf(a.r[i]));
+    }
+  }
+
+  uint32_t qclass(size_t i) const { return qclass_[i]; }
+  bool AllPrunable() const { return total_ <= a_.budget; }
+
+  // The cheapest plan found, or none when nothing meets the budget.
+  std::optional<Plan> Best(unsigned min_levels) const {
+    std::optional<Plan> best;
+    if (!hist_) return best;
+    for (double prune_share : kPruneShares) {
+      for (double escape_share : kEscapeShares) {
+        std::optional<Plan> p = Try(prune_share, escape_share, min_levels);
+        if (p && (!best || p->est_bits < best->est_bits)) best = std::move(p);
+      }
+    }
+    return best;
+  }
+
+ private:
+  static constexpr size_t kResidualBins = 4096;
+
+  std::optional<Plan> Try(double prune_share, double escape_share, unsigned min_levels) const {
+    Plan p;
+    double pruned_err = 0;
+    uint64_t pruned = 0;
+    while (p.prune_below < kQClasses && pruned_err + sum_[p.prune_below] <= prune_share * a_.budget) {
+      pruned_err += sum_[p.prune_below];
+      pruned += count_[p.prune_below++];
+    }
+    const uint64_t want_escapes = static_cast<uint64_t>(escape_share * static_cast<double>(a_.n));
+    uint64_t escaped = 0;
+    if (want_escapes > 0) {
+      p.escape_from = kQClasses;
+      while (p.escape_from > p.prune_below + 1 && escaped + count_[p.escape_from - 1] <= want_escapes) {
+        escaped += count_[--p.escape_from];
+      }
+    }
+    const double room = (a_.budget - pruned_err) * kFitSlack;
+    if (room <= 0 || pruned + escaped + forced_ >= a_.n) return std::nullopt;
+
+    ResidualHistogram h = hist_->EmptyLike();
+    for (size_t i = 0; i < a_.n; ++i) {
+      const uint32_t c = qclass_[i];
+      if (c >= p.prune_below && c < p.escape_from && c != kForced) h.AddToBin(rbin_[i], a_.r[i], a_.w[i]);
+    }
+    // The error falls as levels are added: binary search for the fewest that fit.
+    size_t lo = 0, hi = std::size(kLevelCounts);
+    while (lo < hi && kLevelCounts[lo] < min_levels) ++lo;
+    std::optional<LevelFit> found;
+    while (lo < hi) {
+      const size_t mid = (lo + hi) / 2;
+      LevelFit fit = FitLevels(h, kLevelCounts[mid]);
+      if (fit.error <= room) {
+        found = std::move(fit);
+        hi = mid;
+      } else {
+        lo = mid + 1;
+      }
+    }
+    if (found) {
+      std::vector<uint64_t> counts = found->counts;
+      counts.push_back(pruned);
+      counts.push_back(escaped + forced_);
+      const double elem_bits = 8.0 * DTypeSize(spec_.dtype);
+      p.est_bits =
+          EntropyBits(counts) + static_cast<double>(escaped + forced_) * elem_bits + 32.0 * found->levels.size();
+      p.levels = std::move(found->levels);
+      return p;
+    }
+    return std::nullopt;
+  }
+
+  const PieceSpec& spec_;
+  const Analysis& a_;
+  std::vector<uint32_t> qclass_;
+  std::vector<uint16_t> rbin_;
+  std::vector<uint64_t> count_;
+  std::vector<double> sum_;
+  double total_ = 0;
+  uint64_t forced_ = 0;
+  std::optional<ResidualHistogram> hist_;
+};
+
+// Levels as the decoder will see them: f32 values, or whole bit-pattern steps.
+struct StoredLevels {
+  std::vector<float> value;
+  std::vector<int64_t> steps;
+};
+
+StoredLevels StoreLevels(const PieceSpec& spec, std::span<const double> levels) {
+  StoredLevels s;
+  const double per_unit = std::ldexp(1.0, static_cast<int>(MantissaBits(spec.dtype)));
+  for (double l : levels) {
+    if (spec.domain == Domain::kValue) {
+      s.value.push_back(static_cast<float>(l));
+    } else {
+      s.steps.push_back(std::llround(l * per_unit));
+    }
+  }
+  return s;
+}
+
+// The element a symbol decodes to: shared by the encoder (reconstruction)
+// and the decoder, so both give the same bits.
+uint32_t Reconstruct(DType t, Domain d, uint32_t pred_bits, unsigned sym, const StoredLevels& lv) {
+  if (sym == 0) return pred_bits;
+  if (d == Domain::kValue) return FloatToBits(t, BitsToFloat(t, pred_bits) + lv.value[sym - 1]);
+  return ClampBits(t, static_cast<int64_t>(pred_bits) + lv.steps[sym - 1]);
+}
+
+struct Coded {
+  std::vector<uint8_t> symbols;
+  std::vector<uint32_t> escapes;  // element bits
+  PieceOutcome outcome;
+};
+
+Coded Assign(const PieceSpec& spec, const PieceInput& in, const Analysis& a, const Search& s, const Plan& p,
+             const StoredLevels& lv, std::span<uint8_t> recon) {
+  Coded c;
+  c.symbols.resize(a.n);
+  const std::vector<double> bounds = LevelBounds(p.levels);
+  const unsigned k = static_cast<unsigned>(p.levels.size());
+  for (size_t i = 0; i < a.n; ++i) {
+    const uint32_t x = LoadBits(spec.dtype, in.x.data(), i);
+    const uint32_t pred = a.against_base ? LoadBits(spec.dtype, in.base.data(), i) : 0;
+    const uint32_t qc = s.qclass(i);
+    unsigned sym;
+    if (qc != kForced && qc < p.prune_below) {
+      sym = 0;
+      ++c.outcome.pruned;
+    } else if (qc == kForced || qc >= p.escape_from || k == 0) {
+      sym = k + 1;
+    } else {
+      sym = 1 + static_cast<unsigned>(NearestLevel(bounds, a.r[i]));
+    }
+    uint32_t out = sym == k + 1 ? x : Reconstruct(spec.dtype, spec.domain, pred, sym, lv);
+    // A level can push a value past the largest finite one: keep it exact.
+    if (sym != k + 1 && spec.domain == Domain::kValue && !std::isfinite(BitsToFloat(spec.dtype, out))) sym = k + 1;
+    if (sym == k + 1) {
+      out = x;
+      c.escapes.push_back(x);
+    }
+    c.symbols[i] = static_cast<uint8_t>(sym);
+    StoreBits(spec.dtype, recon.data(), i, out);
+  }
+  c.outcome.escaped = c.escapes.size();
+  c.outcome.levels = k;
+  c.outcome.against_base = a.against_base;
+  return c;
+}
+
+void WriteBlob(const PieceSpec& spec, const Analysis& a, const StoredLevels& lv, const Coded& c,
+               std::vector<uint8_t>* out) {
+  PutByte(out, kPieceVersion);
+  PutByte(out, static_cast<uint8_t>(spec.dtype));
+  PutByte(out, static_cast<uint8_t>(spec.domain));
+  PutByte(out, a.against_base ? kFlagAgainstBase : 0);
+  PutVarint(out, a.n);
+  const size_t k = spec.domain == Domain::kValue ? lv.value.size() : lv.steps.size();
+  PutByte(out, static_cast<uint8_t>(k));
+  for (size_t i = 0; i < k; ++i) {
+    if (spec.domain == Domain::kValue) {
+      PutU32(out, std::bit_cast<uint32_t>(lv.value[i]));
+    } else {
+      PutVarint(out, ZigZag(lv.steps[i]));
+    }
+  }
+  PutVarint(out, c.escapes.size());
+  std::vector<uint8_t> rans;
+  lossless::RansEncode(c.symbols, &rans);
+  PutVarint(out, rans.size());
+  out->insert(out->end(), rans.begin(), rans.end());
+  const size_t es = DTypeSize(spec.dtype);
+  const size_t at = out->size();
+  out->resize(at + es * c.escapes.size());
+  for (size_t i = 0; i < c.escapes.size(); ++i) StoreBits(spec.dtype, out->data() + at, i, c.escapes[i]);
+}
+
+Status Malformed(const std::string& what) { return Status::Corruption("lossy piece: " + what); }
+
+}  // namespace
+
+double MeasureError(const PieceSpec& spec, std::span<const uint8_t> x, std::span<const uint8_t> recon,
+                    std::span<const float> weight) {
+  const size_t n = x.size() / DTypeSize(spec.dtype);
+  const double unit = std::ldexp(1.0, -static_cast<int>(MantissaBits(spec.dtype)));
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t xb = LoadBits(spec.dtype, x.data(), i), rb = LoadBits(spec.dtype, recon.data(), i);
+    if (spec.domain == Domain::kLogBits) {
+      const double d = (static_cast<double>(rb) - static_cast<double>(xb)) * unit;
+      num += d * d;
+      den += 1;
+      continue;
+    }
+    const double xv = BitsToFloat(spec.dtype, xb), rv = BitsToFloat(spec.dtype, rb);
+    if (!std::isfinite(xv)) {
+      if (xb != rb) return kInf;
+      continue;
+    }
+    const double w = weight.empty() ? 1.0 : weight[i];
+    den += w * xv * xv;
+    if (xb != rb) num += w * (rv - xv) * (rv - xv);
+  }
+  if (num == 0) return 0;
+  return den > 0 ? std::sqrt(num / den) : kInf;
+}
+
+Result<PieceOutcome> EncodePiece(const PieceSpec& spec, const PieceInput& in, std::vector<uint8_t>* out,
+                                 std::span<uint8_t> recon) {
+  if (!LossyDTypeSupported(spec.dtype)) return Status::InvalidArgument("lossy piece: unsupported element type");
+  const size_t es = DTypeSize(spec.dtype);
+  if (in.x.size() % es != 0 || recon.size() != in.x.size() || (!in.base.empty() && in.base.size() != in.x.size()) ||
+      (!in.weight.empty() && in.weight.size() != in.x.size() / es)) {
+    return Status::InvalidArgument("lossy piece: sizes of elements, base, weights and output disagree");
+  }
+  Analysis a;
+  a.n = in.x.size() / es;
+  a.r.assign(a.n, 0.0);
+  a.w.assign(a.n, 1.0);
+  a.must_escape.assign(a.n, 0);
+  if (spec.domain == Domain::kValue) {
+    AnalyseValues(spec, in, &a);
+  } else {
+    AnalyseLogBits(spec, in, &a);
+  }
+  const Search search(spec, a);
+  std::optional<Plan> plan;
+  if (search.AllPrunable()) {
+    plan = Plan{};
+    plan->prune_below = kQClasses;
+  }
+  unsigned min_levels = 0;
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    if (!plan) plan = search.Best(min_levels);
+    if (!plan) break;
+    const StoredLevels lv = StoreLevels(spec, plan->levels);
+    Coded c = Assign(spec, in, a, search, *plan, lv, recon);
+    c.outcome.error = MeasureError(spec, in.x, recon, in.weight);
+    if (c.outcome.error <= spec.target) {
+      WriteBlob(spec, a, lv, c, out);
+      return c.outcome;
+    }
+    // The histogram fit was optimistic: ask for more levels.
+    min_levels = static_cast<unsigned>(plan->levels.size()) * 2 + 2;
+    plan.reset();
+  }
+  return Status::Error(EFBIG, "lossy piece: no configuration meets the error target");
+}
+
+Status DecodePiece(std::span<const uint8_t> blob, std::span<const uint8_t> base, std::span<uint8_t> out) {
+  ByteReader r(blob);
+  uint8_t version, dt, dom, flags, k;
+  RETURN_IF_ERROR(r.Byte(&version, "version"));
+  if (version != kPieceVersion) return Malformed("unknown version " + std::to_string(version));
+  RETURN_IF_ERROR(r.Byte(&dt, "dtype"));
+  RETURN_IF_ERROR(r.Byte(&dom, "domain"));
+  RETURN_IF_ERROR(r.Byte(&flags, "flags"));
+  const DType t = static_cast<DType>(dt);
+  if (!LossyDTypeSupported(t) || dom > 1 || (flags & ~kFlagAgainstBase) != 0) return Malformed("bad header");
+  const Domain d = static_cast<Domain>(dom);
+  const size_t es = DTypeSize(t);
+  uint64_t n = 0;
+  RETURN_IF_ERROR(r.Varint(&n, "element count"));
+  if (out.size() % es != 0 || n != out.size() / es) return Malformed("element count does not match the chunk");
+  const bool against_base = (flags & kFlagAgainstBase) != 0;
+  if (against_base && base.size() != out.size()) return Malformed("coded against a base that is missing");
+  RETURN_IF_ERROR(r.Byte(&k, "level count"));
+  if (k > kMaxLevels) return Malformed("too many levels");
+  StoredLevels lv;
+  for (unsigned i = 0; i < k; ++i) {
+    if (d == Domain::kValue) {
+      uint32_t bits;
+      RETURN_IF_ERROR(r.U32(&bits, "level"));
+      lv.value.push_back(std::bit_cast<float>(bits));
+    } else {
+      uint64_t z;
+      RETURN_IF_ERROR(r.Varint(&z, "level"));
+      lv.steps.push_back(UnZigZag(z));
+    }
+  }
+  uint64_t n_esc = 0, rans_len = 0;
+  RETURN_IF_ERROR(r.Varint(&n_esc, "escape count"));
+  RETURN_IF_ERROR(r.Varint(&rans_len, "symbol stream length"));
+  std::span<const uint8_t> rans, esc;
+  RETURN_IF_ERROR(r.Bytes(rans_len, &rans, "symbol stream"));
+  if (n_esc > n || r.remaining() != n_esc * es) return Malformed("escape bytes do not match their count");
+  RETURN_IF_ERROR(r.Bytes(n_esc * es, &esc, "escapes"));
+  std::vector<uint8_t> symbols(n);
+  RETURN_IF_ERROR(lossless::RansDecode(rans, symbols));
+  uint64_t next_esc = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const unsigned sym = symbols[i];
+    uint32_t bits;
+    if (sym == k + 1u) {
+      if (next_esc == n_esc) return Malformed("more escape symbols than escapes");
+      bits = LoadBits(t, esc.data(), next_esc++);
+    } else if (sym > k) {
+      return Malformed("symbol out of range");
+    } else {
+      bits = Reconstruct(t, d, against_base ? LoadBits(t, base.data(), i) : 0, sym, lv);
+    }
+    StoreBits(t, out.data(), i, bits);
+  }
+  if (next_esc != n_esc) return Malformed("fewer escape symbols than escapes");
+  return Status::Ok();
+}
+
+}  // namespace ckptfs::lossy

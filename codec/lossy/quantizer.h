@@ -1,0 +1,76 @@
+// Lossy coding of one run of floating-point elements (a "piece": the part
+// of one tensor inside one chunk), DynaQuant-style:
+//   - the residual against a predictor (the predecessor's reconstructed
+//     elements, closed loop, or zero for a keyframe) is computed;
+//   - the least sensitive residuals are pruned (the element keeps its
+//     predicted value), the most sensitive are kept at full precision
+//     (escapes), and the rest snap to non-uniform levels fitted by
+//     weighted k-means;
+//   - a search picks the prune share, escape share and level count whose
+//     estimated size is smallest while the error stays within the target;
+//   - level indices are rANS-coded; index 0 means "unchanged from the
+//     predictor", so parts that did not move cost almost nothing.
+// Two domains: kValue works on values (weights, first moments) with an
+// error weighted by sensitivity; kLogBits works on the integer bit pattern
+// of non-negative values (second moments), a piecewise-linear log2.
+//
+// Blob (little-endian, LEB128 varints), documented in docs/FORMAT.md:
+//   u8 version | u8 dtype | u8 domain | u8 flags (bit 0: against the base)
+//   varint n | u8 K | K levels (kValue: f32; kLogBits: zigzag varint)
+//   varint escapes | varint rANS length | rANS blob of n symbols
+//   escapes x element bytes (verbatim)
+// Symbols: 0 = predictor, 1..K = predictor + level, K+1 = next escape.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "base/status.h"
+#include "codec/dtype.h"
+
+namespace ckptfs::lossy {
+
+inline constexpr uint8_t kPieceVersion = 1;
+inline constexpr unsigned kMaxLevels = 250;
+
+enum class Domain : uint8_t { kValue = 0, kLogBits = 1 };
+
+struct PieceSpec {
+  DType dtype = DType::kF32;  // kF32, kF16 or kBF16
+  Domain domain = Domain::kValue;
+  // kValue: sqrt(sum w (x' - x)^2) / sqrt(sum w x^2) must not exceed it.
+  // kLogBits: the RMS error of the bit pattern, in units of 2^mantissa
+  // (about log2 of the value), must not exceed it.
+  double target = 0.01;
+};
+
+struct PieceInput {
+  std::span<const uint8_t> x;       // the elements
+  std::span<const uint8_t> base;    // predecessor's reconstructed elements, or empty
+  std::span<const float> weight;    // kValue sensitivity per element (>= 0), or empty: uniform
+};
+
+struct PieceOutcome {
+  double error = 0;  // measured on the reconstruction, in the target's metric
+  bool against_base = false;
+  unsigned levels = 0;
+  uint64_t pruned = 0;
+  uint64_t escaped = 0;
+};
+
+// Appends the blob to `out` and writes the reconstruction (what decoding
+// gives) to `recon`, which has x's size. EFBIG when no lossy code meets the
+// target: the caller should store the piece losslessly.
+Result<PieceOutcome> EncodePiece(const PieceSpec& spec, const PieceInput& in, std::vector<uint8_t>* out,
+                                 std::span<uint8_t> recon);
+
+// Decodes into exactly out.size() bytes; `base` must be given (same size)
+// when the blob was coded against one. Malformed blobs are Corruption.
+Status DecodePiece(std::span<const uint8_t> blob, std::span<const uint8_t> base, std::span<uint8_t> out);
+
+// The error of `recon` against `x` in `spec`'s metric (tests, stats).
+double MeasureError(const PieceSpec& spec, std::span<const uint8_t> x, std::span<const uint8_t> recon,
+                    std::span<const float> weight = {});
+
+}  // namespace ckptfs::lossy

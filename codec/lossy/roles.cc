@@ -1,0 +1,152 @@
+#include "codec/lossy/roles.h"
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+#include <set>
+#include <string_view>
+#include <utility>
+
+namespace ckptfs::lossy {
+namespace {
+
+// Only these hold values lossy mode may perturb; fp8 is already as coarse
+// as it gets and complex numbers are not parameters of the usual kind.
+bool LossyFloat(DType t) {
+  return DTypeIsFloat(t) && (t == DType::kF32 || t == DType::kF16 || t == DType::kBF16 || t == DType::kF64);
+}
+
+uint64_t Elements(const TensorRegion& t) {
+  unsigned es = DTypeSize(t.dtype);
+  return es == 0 ? 0 : t.length / es;
+}
+
+TensorRole RoleOf(const TensorRegion& t) {
+  if (!LossyFloat(t.dtype) || Elements(t) < 2) return TensorRole::kOther;
+  std::string_view l = t.label;
+  if (l == "step" || l.ends_with(".step")) return TensorRole::kOther;
+  if (l.ends_with("exp_avg_sq")) return TensorRole::kAdamV;  // also amsgrad's max_exp_avg_sq
+  if (l.ends_with("exp_avg") || l.ends_with("momentum_buffer")) return TensorRole::kAdamM;
+  return TensorRole::kWeight;
+}
+
+// BatchNorm statistics are floats of a parameter's size sitting between
+// parameters; no optimizer keeps state for them, so they never take an
+// optimizer entry (which would shift every later pairing).
+bool NeverOptimized(std::string_view label) {
+  return label.ends_with("running_mean") || label.ends_with("running_var");
+}
+
+// The optimizer state of one parameter: first moment and/or second moment.
+struct Entry {
+  int32_t m = -1;
+  int32_t v = -1;
+};
+
+using Key = std::pair<uint64_t, DType>;  // element count, element type
+Key KeyOf(const TensorRegion& t) { return {Elements(t), t.dtype}; }
+
+// Indices of layout.tensors in the file's logical order; ties (formats
+// without one) fall back to file order.
+std::vector<int32_t> LogicalOrder(const FileLayout& layout) {
+  std::vector<int32_t> seq(layout.tensors.size());
+  std::iota(seq.begin(), seq.end(), 0);
+  std::stable_sort(seq.begin(), seq.end(),
+                   [&](int32_t a, int32_t b) { return layout.tensors[a].order < layout.tensors[b].order; });
+  return seq;
+}
+
+// Groups moments into per-parameter entries, in order. An m takes the
+// first v after it, before the next m, of its size and type; amsgrad's
+// max_exp_avg_sq joins the entry it sits in (never as its v); any other v
+// starts its own entry.
+std::vector<Entry> GroupEntries(const FileLayout& layout, const std::vector<int32_t>& seq,
+                                const std::vector<RoleAssignment>& roles) {
+  std::vector<Entry> entries;
+  int32_t open = -1;  // entry whose m still waits for its v
+  auto key_of = [&](const Entry& e) { return KeyOf(layout.tensors[e.m >= 0 ? e.m : e.v]); };
+  for (int32_t i : seq) {
+    const TensorRegion& t = layout.tensors[i];
+    if (roles[i].role == TensorRole::kAdamM) {
+      open = static_cast<int32_t>(entries.size());
+      entries.push_back({i, -1});
+      continue;
+    }
+    if (roles[i].role != TensorRole::kAdamV) continue;
+    bool fits_open = open >= 0 && key_of(entries[open]) == KeyOf(t);
+    if (t.label.ends_with("max_exp_avg_sq")) {
+      if (fits_open || (!entries.empty() && key_of(entries.back()) == KeyOf(t))) continue;
+      entries.push_back({-1, i});
+    } else if (fits_open) {
+      entries[open].v = i;
+      open = -1;
+    } else {
+      entries.push_back({-1, i});
+    }
+  }
+  return entries;
+}
+
+// Weights that may own optimizer state, per (size, type), as positions in
+// `seq` so "after the last match" is an ordered-set lookup.
+std::map<Key, std::set<size_t>> Candidates(const FileLayout& layout, const std::vector<int32_t>& seq,
+                                           const std::vector<RoleAssignment>& roles) {
+  std::map<Key, std::set<size_t>> pool;
+  for (size_t p = 0; p < seq.size(); ++p) {
+    const TensorRegion& t = layout.tensors[seq[p]];
+    if (roles[seq[p]].role == TensorRole::kWeight && !NeverOptimized(t.label)) pool[KeyOf(t)].insert(p);
+  }
+  return pool;
+}
+
+// Entries follow parameter order, so each takes the next free weight of
+// its size after the previous match. When none is left after it, the
+// search restarts from the first free one: optimizers with several param
+// groups (decay / no-decay) list their state group by group. Sizes alone
+// cannot place a group boundary, so equal-sized tensors on both sides of
+// one (a late bias, an early norm) may be paired with each other's state.
+void MatchEntries(const FileLayout& layout, const std::vector<int32_t>& seq, const std::vector<Entry>& entries,
+                  std::vector<RoleAssignment>* roles) {
+  auto pool = Candidates(layout, seq, *roles);
+  size_t next = 0;  // position in seq just past the previous match
+  for (const Entry& e : entries) {
+    auto it = pool.find(KeyOf(layout.tensors[e.m >= 0 ? e.m : e.v]));
+    if (it == pool.end() || it->second.empty()) continue;
+    auto pos = it->second.lower_bound(next);
+    if (pos == it->second.end()) pos = it->second.begin();
+    size_t p = *pos;
+    it->second.erase(pos);
+    next = p + 1;
+    (*roles)[seq[p]].partner_v = e.v;
+  }
+}
+
+}  // namespace
+
+const char* TensorRoleName(TensorRole r) {
+  switch (r) {
+    case TensorRole::kOther:
+      return "other";
+    case TensorRole::kWeight:
+      return "weight";
+    case TensorRole::kAdamM:
+      return "adam_m";
+    case TensorRole::kAdamV:
+      return "adam_v";
+  }
+  return "other";
+}
+
+std::vector<RoleAssignment> AssignRoles(const FileLayout& layout) {
+  std::vector<RoleAssignment> roles(layout.tensors.size());
+  for (size_t i = 0; i < roles.size(); ++i) roles[i].role = RoleOf(layout.tensors[i]);
+  std::vector<int32_t> seq = LogicalOrder(layout);
+  std::vector<Entry> entries = GroupEntries(layout, seq, roles);
+  for (const Entry& e : entries) {
+    if (e.m >= 0) roles[e.m].partner_v = e.v;
+  }
+  MatchEntries(layout, seq, entries, &roles);
+  return roles;
+}
+
+}  // namespace ckptfs::lossy

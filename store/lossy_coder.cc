@@ -1,0 +1,189 @@
+#include "store/lossy_coder.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "codec/lossy/float_bits.h"
+#include "store/lossy_policy.h"
+
+namespace ckptfs {
+
+using lossy::ChunkSegment;
+using lossy::TensorRole;
+
+namespace {
+
+// Weights of a parameter's error: Adam's v estimates the diagonal of the
+// Fisher information, so sum(v * dw^2) approximates the loss increase. The
+// floor keeps parameters that saw no gradient yet from being free to move.
+constexpr double kFisherFloor = 0.01;
+// Adam's update divides m by sqrt(v) + eps: errors of m count in those units.
+constexpr double kAdamEps = 1e-8;
+
+size_t RoleSlot(TensorRole r) { return static_cast<size_t>(r) - 1; }
+
+double TargetFor(TensorRole r, const RoleTargets& t) {
+  switch (r) {
+    case TensorRole::kAdamM:
+      return t.first_moment;
+    case TensorRole::kAdamV:
+      return t.second_moment;
+    default:
+      return t.weight;
+  }
+}
+
+bool Overlaps(uint64_t a, uint64_t alen, uint64_t b, uint64_t blen) { return a < b + blen && b < a + alen; }
+
+}  // namespace
+
+LossyCoder::LossyCoder(Env* env, int src_fd, const FileLayout& layout, double fidelity,
+                       const TensorChunkOptions& topts)
+    : env_(env), src_fd_(src_fd), fidelity_(fidelity), topts_(topts), ranges_(TensorRangesOf(layout)) {
+  const RoleTargets targets = TargetsFor(fidelity);
+  info_.fidelity = static_cast<float>(fidelity);
+  for (TensorRole r : {TensorRole::kWeight, TensorRole::kAdamM, TensorRole::kAdamV}) {
+    info_.roles[RoleSlot(r)].target = static_cast<float>(TargetFor(r, targets));
+  }
+  if (!layout.lossy_allowed || fidelity <= 0) return;
+  const std::vector<lossy::RoleAssignment> roles = lossy::AssignRoles(layout);
+  // In a zip, a tensor whose member's CRC cannot be rewritten stays exact.
+  const bool zip = layout.format == "torch-zip" || layout.format == "npz" || layout.format == "dcp";
+  auto crc_covered = [&](const TensorRegion& r) {
+    return std::any_of(layout.zip_crcs.begin(), layout.zip_crcs.end(), [&](const ZipCrcField& f) {
+      return r.offset >= f.data_offset && r.offset + r.length <= f.data_offset + f.data_length;
+    });
+  };
+  for (size_t i = 0; i < layout.tensors.size() && i < roles.size(); ++i) {
+    const TensorRegion& r = layout.tensors[i];
+    if (roles[i].role == TensorRole::kOther || !lossy::LossyDTypeSupported(r.dtype)) continue;
+    if (r.length / DTypeSize(r.dtype) < kMinLossyElements || (zip && !crc_covered(r))) continue;
+    Tensor t{r.offset, r.length, r.dtype, roles[i].role, std::nullopt};
+    if (roles[i].partner_v >= 0 && static_cast<size_t>(roles[i].partner_v) < layout.tensors.size()) {
+      const TensorRegion& v = layout.tensors[static_cast<size_t>(roles[i].partner_v)];
+      if (v.dtype == r.dtype && v.length == r.length) t.v_offset = v.offset;
+    }
+    tensors_.push_back(t);
+  }
+  std::sort(tensors_.begin(), tensors_.end(), [](const Tensor& a, const Tensor& b) { return a.offset < b.offset; });
+  for (const ZipCrcField& f : layout.zip_crcs) {
+    const bool touched = std::any_of(tensors_.begin(), tensors_.end(), [&](const Tensor& t) {
+      return Overlaps(t.offset, t.length, f.data_offset, f.data_length);
+    });
+    if (touched) crc_fields_.push_back(f);
+  }
+  if (!crc_fields_.empty()) tracker_.emplace(crc_fields_);
+}
+
+bool LossyCoder::HasWork(uint64_t offset, uint64_t len) const {
+  return std::any_of(tensors_.begin(), tensors_.end(),
+                     [&](const Tensor& t) { return Overlaps(t.offset, t.length, offset, len); });
+}
+
+bool LossyCoder::CrcChunk(uint64_t offset, uint64_t len) const {
+  return std::any_of(crc_fields_.begin(), crc_fields_.end(),
+                     [&](const ZipCrcField& f) { return Overlaps(f.data_offset, f.data_length, offset, len); });
+}
+
+Result<std::vector<float>> LossyCoder::Sensitivity(const Tensor& t, uint64_t begin, uint64_t end) const {
+  if (!t.v_offset || t.role == TensorRole::kAdamV) return std::vector<float>{};
+  const size_t es = DTypeSize(t.dtype), n = (end - begin) / es;
+  std::vector<uint8_t> bytes(end - begin);
+  RETURN_IF_ERROR(env_->PReadExact(src_fd_, bytes, *t.v_offset + (begin - t.offset)));
+  std::vector<double> v(n);
+  double sum = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double x = lossy::BitsToFloat(t.dtype, lossy::LoadBits(t.dtype, bytes.data(), i));
+    v[i] = std::isfinite(x) && x > 0 ? x : 0.0;
+    sum += v[i];
+  }
+  if (sum <= 0) return std::vector<float>{};  // no gradient seen yet: plain magnitude
+  std::vector<float> w(n);
+  const double floor = kFisherFloor * sum / static_cast<double>(n);
+  for (size_t i = 0; i < n; ++i) {
+    const double d = std::sqrt(v[i]) + kAdamEps;
+    w[i] = static_cast<float>(t.role == TensorRole::kWeight ? v[i] + floor : 1.0 / (d * d));
+  }
+  return w;
+}
+
+Result<std::vector<ChunkSegment>> LossyCoder::Segments(uint64_t offset, uint64_t len) const {
+  const RoleTargets targets = TargetsFor(fidelity_);
+  std::vector<ChunkSegment> segs;
+  uint64_t pos = 0;  // chunk-relative
+  auto lossless_to = [&](uint64_t end) {
+    if (end > pos) segs.push_back(ChunkSegment{pos, end});
+    pos = std::max(pos, end);
+  };
+  for (const Tensor& t : tensors_) {
+    if (!Overlaps(t.offset, t.length, offset, len)) continue;
+    const uint64_t es = DTypeSize(t.dtype);
+    // Whole elements only: a chunk boundary may split one.
+    const uint64_t lo = std::max(offset, t.offset), hi = std::min(offset + len, t.offset + t.length);
+    const uint64_t begin = t.offset + (lo - t.offset + es - 1) / es * es;
+    const uint64_t end = t.offset + (hi - t.offset) / es * es;
+    if (end <= begin) continue;
+    lossless_to(begin - offset);
+    ChunkSegment s{begin - offset, end - offset, true};
+    s.role = t.role;
+    s.spec.dtype = t.dtype;
+    s.spec.domain = t.role == TensorRole::kAdamV ? lossy::Domain::kLogBits : lossy::Domain::kValue;
+    s.spec.target = TargetFor(t.role, targets);
+    ASSIGN_OR_RETURN(s.weight, Sensitivity(t, begin, end));
+    segs.push_back(std::move(s));
+    pos = end - offset;
+  }
+  lossless_to(len);
+  return segs;
+}
+
+Status LossyCoder::CodeChunk(uint64_t offset, std::span<uint8_t> raw, std::span<const uint8_t> base,
+                             std::vector<ChunkSegment>* segs, std::vector<uint8_t>* out) {
+  ASSIGN_OR_RETURN(*segs, Segments(offset, raw.size()));
+  return lossy::EncodeLossyChunk(raw, base, offset, ranges_, *segs, topts_, out);
+}
+
+Status LossyCoder::Reconstruct(uint64_t offset, std::span<uint8_t> raw, std::span<const uint8_t> base) {
+  if (HasWork(offset, raw.size())) {
+    std::vector<ChunkSegment> segs;
+    std::vector<uint8_t> discard;
+    RETURN_IF_ERROR(CodeChunk(offset, raw, base, &segs, &discard));
+  }
+  if (tracker_) tracker_->Feed(offset, raw);
+  return Status::Ok();
+}
+
+void LossyCoder::Record(const ChunkSegment& s) {
+  LossyRoleInfo& r = info_.roles[RoleSlot(s.role)];
+  const uint64_t n = (s.end - s.begin) / DTypeSize(s.spec.dtype);
+  r.elements += n;
+  r.stored += s.stored;
+  if (s.coded_lossy) {
+    r.max_error = std::max(r.max_error, static_cast<float>(s.outcome.error));
+  } else {
+    info_.exact_elements += n;
+  }
+}
+
+Result<std::optional<LossyChunk>> LossyCoder::Encode(uint64_t offset, std::span<uint8_t> raw,
+                                                     std::span<const uint8_t> base) {
+  if (tracker_) {
+    if (crcs_.empty()) {
+      if (!tracker_->Complete()) return Status::Error(EIO, "lossy seal: zip CRCs were not computed before encoding");
+      crcs_ = tracker_->Crcs();
+    }
+    formats::PatchCrcFields(offset, raw, crc_fields_, crcs_);
+  }
+  if (!HasWork(offset, raw.size())) return std::optional<LossyChunk>{};
+  LossyChunk c;
+  std::vector<ChunkSegment> segs;
+  RETURN_IF_ERROR(CodeChunk(offset, raw, base, &segs, &c.payload));
+  for (const ChunkSegment& s : segs) {
+    if (!s.lossy) continue;
+    Record(s);
+    c.used_base |= s.coded_lossy && s.outcome.against_base;
+  }
+  return std::optional<LossyChunk>(std::move(c));
+}
+
+}  // namespace ckptfs

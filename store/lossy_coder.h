@@ -1,0 +1,79 @@
+// Lossy mode for one file being sealed: decides which tensors are coded
+// lossily (floating-point weights and optimizer moments of formats whose
+// loaders do not verify data checksums), with what error target and what
+// sensitivity, and turns each chunk into a kLossy payload whose
+// reconstruction replaces the chunk's bytes. For zip formats (torch.save,
+// npz) it first runs the reconstruction once over the file to learn each
+// rewritten member's CRC-32, so that the headers, which come before the
+// data, can carry the new CRCs.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "base/status.h"
+#include "codec/formats/layout.h"
+#include "codec/formats/zip_crc.h"
+#include "codec/lossy/lossy_chunk.h"
+#include "codec/lossy/roles.h"
+#include "store/env.h"
+#include "store/pack_meta.h"
+
+namespace ckptfs {
+
+// Tensors smaller than this stay exact: they cost little, and they include
+// the scalars (Adam's step) that must never move.
+inline constexpr uint64_t kMinLossyElements = 4096;
+
+struct LossyChunk {
+  std::vector<uint8_t> payload;  // after the base reference
+  bool used_base = false;        // some piece is predicted from the base bytes
+};
+
+class LossyCoder {
+ public:
+  LossyCoder(Env* env, int src_fd, const FileLayout& layout, double fidelity, const TensorChunkOptions& topts);
+
+  // Whether any tensor of the file is coded lossily.
+  bool active() const { return !tensors_.empty(); }
+  bool HasWork(uint64_t offset, uint64_t len) const;
+  // Whether zip CRCs must be learnt first (Reconstruct over every chunk
+  // CrcChunks names, in order, then Encode).
+  bool NeedsCrcPass() const { return !crc_fields_.empty(); }
+  bool CrcChunk(uint64_t offset, uint64_t len) const;
+  // CRC pass: rewrites `raw` with its reconstruction and feeds the CRCs.
+  Status Reconstruct(uint64_t offset, std::span<uint8_t> raw, std::span<const uint8_t> base);
+  // Rewrites `raw` with the reconstruction and patched CRCs; returns the
+  // kLossy payload (after the base reference) when the chunk holds lossy
+  // tensors, nothing otherwise.
+  Result<std::optional<LossyChunk>> Encode(uint64_t offset, std::span<uint8_t> raw, std::span<const uint8_t> base);
+  const LossyInfo& info() const { return info_; }
+
+ private:
+  struct Tensor {
+    uint64_t offset = 0, length = 0;
+    DType dtype = DType::kF32;
+    lossy::TensorRole role = lossy::TensorRole::kOther;
+    std::optional<uint64_t> v_offset;  // the partner second moment, same element type
+  };
+  Result<std::vector<lossy::ChunkSegment>> Segments(uint64_t offset, uint64_t len) const;
+  Result<std::vector<float>> Sensitivity(const Tensor& t, uint64_t begin, uint64_t end) const;
+  Status CodeChunk(uint64_t offset, std::span<uint8_t> raw, std::span<const uint8_t> base,
+                   std::vector<lossy::ChunkSegment>* segs, std::vector<uint8_t>* out);
+  void Record(const lossy::ChunkSegment& s);
+
+  Env* env_;
+  int src_fd_;
+  double fidelity_;
+  TensorChunkOptions topts_;
+  std::vector<TensorRange> ranges_;  // the lossless codec's view of the file
+  std::vector<Tensor> tensors_;      // lossy ones, sorted by offset
+  std::vector<ZipCrcField> crc_fields_;
+  std::optional<formats::ZipCrcTracker> tracker_;  // CRC pass
+  std::vector<uint32_t> crcs_;                     // its result, for Encode
+  LossyInfo info_;
+};
+
+}  // namespace ckptfs

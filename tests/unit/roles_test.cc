@@ -1,0 +1,399 @@
+// Tensor roles for lossy mode: which tensors are weights and which are
+// optimizer moments, and which second moment goes with each. Layouts are
+// built by hand here; pickles from real torch versions are checked by
+// tests/integration/test_roles.py.
+#include "codec/lossy/roles.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "codec/formats/pickle_scan.h"
+
+namespace ckptfs::lossy {
+namespace {
+
+using Bytes = std::vector<uint8_t>;
+
+// Tensors in logical order; file offsets follow that order unless a test
+// shuffles them.
+struct LayoutBuilder {
+  FileLayout l;
+  int Add(const std::string& label, uint64_t numel, DType dt = DType::kF32) {
+    TensorRegion r;
+    r.name = "t" + std::to_string(l.tensors.size());
+    r.label = label;
+    r.dtype = dt;
+    r.length = numel * DTypeSize(dt);
+    r.shape = {numel};
+    r.offset = l.tensors.empty() ? 64 : l.tensors.back().offset + l.tensors.back().length;
+    r.order = static_cast<uint32_t>(l.tensors.size());
+    l.tensors.push_back(r);
+    return static_cast<int>(l.tensors.size()) - 1;
+  }
+  // torch's per-parameter Adam state: step, exp_avg, exp_avg_sq. Returns the
+  // index of exp_avg_sq; *m gets exp_avg's.
+  int Adam(uint64_t numel, int* m = nullptr, DType dt = DType::kF32) {
+    Add("step", 1);
+    int mi = Add("exp_avg", numel, dt);
+    if (m) *m = mi;
+    return Add("exp_avg_sq", numel, dt);
+  }
+};
+
+TensorRole RoleOfOne(const std::string& label, uint64_t numel, DType dt) {
+  LayoutBuilder b;
+  b.Add(label, numel, dt);
+  return AssignRoles(b.l)[0].role;
+}
+
+TEST(RolesTest, RoleFromLabelAndDtype) {
+  EXPECT_EQ(RoleOfOne("layer.0.weight", 16, DType::kF32), TensorRole::kWeight);
+  EXPECT_EQ(RoleOfOne("layer.0.weight", 16, DType::kBF16), TensorRole::kWeight);
+  EXPECT_EQ(RoleOfOne("layer.0.weight", 16, DType::kF16), TensorRole::kWeight);
+  EXPECT_EQ(RoleOfOne("layer.0.weight", 16, DType::kF64), TensorRole::kWeight);
+  EXPECT_EQ(RoleOfOne("", 16, DType::kF32), TensorRole::kWeight);
+  EXPECT_EQ(RoleOfOne("layer.0.weight", 16, DType::kF8E4M3), TensorRole::kOther);
+  EXPECT_EQ(RoleOfOne("layer.0.weight", 16, DType::kC64), TensorRole::kOther);
+  EXPECT_EQ(RoleOfOne("layer.0.weight", 16, DType::kI64), TensorRole::kOther);
+  EXPECT_EQ(RoleOfOne("layer.0.weight", 16, DType::kU8), TensorRole::kOther);
+  EXPECT_EQ(RoleOfOne("exp_avg", 16, DType::kI32), TensorRole::kOther);
+  EXPECT_EQ(RoleOfOne("exp_avg", 16, DType::kF32), TensorRole::kAdamM);
+  EXPECT_EQ(RoleOfOne("momentum_buffer", 16, DType::kF32), TensorRole::kAdamM);
+  EXPECT_EQ(RoleOfOne("exp_avg_sq", 16, DType::kF32), TensorRole::kAdamV);
+  EXPECT_EQ(RoleOfOne("max_exp_avg_sq", 16, DType::kF32), TensorRole::kAdamV);
+  EXPECT_EQ(RoleOfOne("optimizer.state.3.exp_avg_sq", 16, DType::kBF16), TensorRole::kAdamV);
+  EXPECT_EQ(RoleOfOne("optimizer.state.3.exp_avg", 16, DType::kBF16), TensorRole::kAdamM);
+  EXPECT_EQ(RoleOfOne("step", 16, DType::kF32), TensorRole::kOther);
+  EXPECT_EQ(RoleOfOne("optimizer.state.3.step", 4, DType::kF32), TensorRole::kOther);
+  EXPECT_EQ(RoleOfOne("scale", 1, DType::kF32), TensorRole::kOther);
+  EXPECT_EQ(RoleOfOne("exp_avg_sq", 1, DType::kF32), TensorRole::kOther);
+  EXPECT_STREQ(TensorRoleName(TensorRole::kOther), "other");
+  EXPECT_STREQ(TensorRoleName(TensorRole::kWeight), "weight");
+  EXPECT_STREQ(TensorRoleName(TensorRole::kAdamM), "adam_m");
+  EXPECT_STREQ(TensorRoleName(TensorRole::kAdamV), "adam_v");
+}
+
+TEST(RolesTest, EmptyLayout) { EXPECT_TRUE(AssignRoles(FileLayout{}).empty()); }
+
+TEST(RolesTest, PlainStateDictHasNoPartners) {
+  LayoutBuilder b;
+  b.Add("l0.weight", 64), b.Add("l0.bias", 8), b.Add("bn.num_batches_tracked", 1, DType::kI64);
+  for (const RoleAssignment& r : AssignRoles(b.l)) EXPECT_EQ(r.partner_v, -1);
+}
+
+TEST(RolesTest, ModelAndAdamW) {
+  LayoutBuilder b;
+  int w0 = b.Add("l0.weight", 64), b0 = b.Add("l0.bias", 8);
+  int w1 = b.Add("l1.weight", 64), b1 = b.Add("l1.bias", 8);
+  int m[4], v[4];
+  v[0] = b.Adam(64, &m[0]), v[1] = b.Adam(8, &m[1]), v[2] = b.Adam(64, &m[2]), v[3] = b.Adam(8, &m[3]);
+  auto r = AssignRoles(b.l);
+  int weights[] = {w0, b0, w1, b1};
+  for (int k = 0; k < 4; ++k) {
+    EXPECT_EQ(r[weights[k]].role, TensorRole::kWeight);
+    EXPECT_EQ(r[weights[k]].partner_v, v[k]) << k;
+    EXPECT_EQ(r[m[k]].role, TensorRole::kAdamM);
+    EXPECT_EQ(r[m[k]].partner_v, v[k]) << k;
+    EXPECT_EQ(r[v[k]].role, TensorRole::kAdamV);
+    EXPECT_EQ(r[v[k]].partner_v, -1);
+    EXPECT_EQ(r[v[k] - 2].role, TensorRole::kOther) << "step";
+  }
+}
+
+// torch's zip writes records in its own order; pairing follows the pickle.
+TEST(RolesTest, PairingFollowsOrderNotOffsets) {
+  LayoutBuilder b;
+  int w0 = b.Add("a.weight", 32), w1 = b.Add("b.weight", 32);
+  int m0, m1;
+  int v0 = b.Adam(32, &m0), v1 = b.Adam(32, &m1);
+  // Reverse the file offsets: the layout is sorted by offset, so the
+  // tensors vector is reversed too while the orders stay.
+  std::vector<TensorRegion> rev(b.l.tensors.rbegin(), b.l.tensors.rend());
+  uint64_t off = 64;
+  for (auto& t : rev) t.offset = off, off += t.length;
+  b.l.tensors = rev;
+  auto at = [&](int i) { return static_cast<int>(rev.size()) - 1 - i; };
+  auto r = AssignRoles(b.l);
+  EXPECT_EQ(r[at(w0)].partner_v, at(v0));
+  EXPECT_EQ(r[at(w1)].partner_v, at(v1));
+  EXPECT_EQ(r[at(m0)].partner_v, at(v0));
+  EXPECT_EQ(r[at(m1)].partner_v, at(v1));
+}
+
+TEST(RolesTest, FrozenParameterGetsNoState) {
+  LayoutBuilder b;
+  int w0 = b.Add("l0.weight", 64), b0 = b.Add("l0.bias", 8);
+  int fw = b.Add("frozen.weight", 64), fb = b.Add("frozen.bias", 8);
+  int w2 = b.Add("l2.weight", 64);
+  // frozen.weight has requires_grad=False: no optimizer entry.
+  int v0 = b.Adam(64), v1 = b.Adam(8), v2 = b.Adam(8), v3 = b.Adam(64);
+  auto r = AssignRoles(b.l);
+  EXPECT_EQ(r[w0].partner_v, v0);
+  EXPECT_EQ(r[b0].partner_v, v1);
+  EXPECT_EQ(r[fw].partner_v, -1);
+  EXPECT_EQ(r[fw].role, TensorRole::kWeight);
+  EXPECT_EQ(r[fb].partner_v, v2);
+  EXPECT_EQ(r[w2].partner_v, v3);
+}
+
+// BatchNorm's running statistics sit between parameters with the same
+// size as the next norm's parameters; they never take optimizer state.
+TEST(RolesTest, BuffersOfEqualSizeInterleaved) {
+  LayoutBuilder b;
+  int cw = b.Add("conv.weight", 288);
+  int n1w = b.Add("bn1.weight", 32), n1b = b.Add("bn1.bias", 32);
+  int rm1 = b.Add("bn1.running_mean", 32), rv1 = b.Add("bn1.running_var", 32);
+  b.Add("bn1.num_batches_tracked", 1, DType::kI64);
+  int n2w = b.Add("bn2.weight", 32), n2b = b.Add("bn2.bias", 32);
+  int rm2 = b.Add("bn2.running_mean", 32), rv2 = b.Add("bn2.running_var", 32);
+  int v0 = b.Adam(288), v1 = b.Adam(32), v2 = b.Adam(32), v3 = b.Adam(32), v4 = b.Adam(32);
+  auto r = AssignRoles(b.l);
+  EXPECT_EQ(r[cw].partner_v, v0);
+  EXPECT_EQ(r[n1w].partner_v, v1);
+  EXPECT_EQ(r[n1b].partner_v, v2);
+  EXPECT_EQ(r[n2w].partner_v, v3);
+  EXPECT_EQ(r[n2b].partner_v, v4);
+  for (int i : {rm1, rv1, rm2, rv2}) {
+    EXPECT_EQ(r[i].role, TensorRole::kWeight);
+    EXPECT_EQ(r[i].partner_v, -1);
+  }
+}
+
+// A registered buffer of another size before the parameters is skipped
+// because the first entry's size does not match it.
+TEST(RolesTest, BufferOfOtherSizeBeforeParameters) {
+  LayoutBuilder b;
+  int buf = b.Add("buf", 8);
+  int w = b.Add("emb.weight", 80), bias = b.Add("l.bias", 8);
+  int v0 = b.Adam(80), v1 = b.Adam(8);
+  auto r = AssignRoles(b.l);
+  EXPECT_EQ(r[buf].partner_v, -1);
+  EXPECT_EQ(r[w].partner_v, v0);
+  EXPECT_EQ(r[bias].partner_v, v1);
+}
+
+TEST(RolesTest, SgdMomentumHasNoSecondMoment) {
+  LayoutBuilder b;
+  int w = b.Add("l.weight", 64), bias = b.Add("l.bias", 8);
+  int m0 = b.Add("momentum_buffer", 64), m1 = b.Add("momentum_buffer", 8);
+  auto r = AssignRoles(b.l);
+  EXPECT_EQ(r[m0].role, TensorRole::kAdamM);
+  EXPECT_EQ(r[m1].role, TensorRole::kAdamM);
+  for (int i : {w, bias, m0, m1}) EXPECT_EQ(r[i].partner_v, -1);
+}
+
+// An m never takes the v of a later parameter.
+TEST(RolesTest, FirstMomentTakesOnlyItsOwnEntrysV) {
+  LayoutBuilder b;
+  int w0 = b.Add("a", 16), w1 = b.Add("b", 16);
+  int m0 = b.Add("momentum_buffer", 16);
+  int m1 = b.Add("exp_avg", 16), v1 = b.Add("exp_avg_sq", 16);
+  auto r = AssignRoles(b.l);
+  EXPECT_EQ(r[m0].partner_v, -1);
+  EXPECT_EQ(r[m1].partner_v, v1);
+  EXPECT_EQ(r[w0].partner_v, -1);
+  EXPECT_EQ(r[w1].partner_v, v1);
+}
+
+TEST(RolesTest, AmsgradMaxJoinsItsEntry) {
+  LayoutBuilder b;
+  int w0 = b.Add("a", 16), w1 = b.Add("b", 16);
+  int m0, m1;
+  int v0 = b.Adam(16, &m0);
+  int x0 = b.Add("max_exp_avg_sq", 16);
+  int v1 = b.Adam(16, &m1);
+  int x1 = b.Add("max_exp_avg_sq", 16);
+  auto r = AssignRoles(b.l);
+  EXPECT_EQ(r[x0].role, TensorRole::kAdamV);
+  EXPECT_EQ(r[x1].role, TensorRole::kAdamV);
+  EXPECT_EQ(r[w0].partner_v, v0);
+  EXPECT_EQ(r[w1].partner_v, v1);
+  EXPECT_EQ(r[m0].partner_v, v0);
+  EXPECT_EQ(r[m1].partner_v, v1);
+}
+
+// A writer may put max_exp_avg_sq between exp_avg and exp_avg_sq; it
+// must not become the m's partner.
+TEST(RolesTest, AmsgradMaxBeforeSecondMoment) {
+  LayoutBuilder b;
+  int w0 = b.Add("a", 16), w1 = b.Add("b", 16);
+  int m0 = b.Add("state.0.exp_avg", 16);
+  b.Add("state.0.max_exp_avg_sq", 16);
+  int v0 = b.Add("state.0.exp_avg_sq", 16);
+  int m1 = b.Add("state.1.exp_avg", 16);
+  b.Add("state.1.max_exp_avg_sq", 16);
+  int v1 = b.Add("state.1.exp_avg_sq", 16);
+  auto r = AssignRoles(b.l);
+  EXPECT_EQ(r[m0].partner_v, v0);
+  EXPECT_EQ(r[m1].partner_v, v1);
+  EXPECT_EQ(r[w0].partner_v, v0);
+  EXPECT_EQ(r[w1].partner_v, v1);
+}
+
+TEST(RolesTest, LoneSecondMoments) {
+  LayoutBuilder b;
+  int w0 = b.Add("a", 16), w1 = b.Add("b", 24);
+  int v0 = b.Add("exp_avg_sq", 16), v1 = b.Add("exp_avg_sq", 24);
+  auto r = AssignRoles(b.l);
+  EXPECT_EQ(r[w0].partner_v, v0);
+  EXPECT_EQ(r[w1].partner_v, v1);
+}
+
+TEST(RolesTest, DtypeMustMatch) {
+  LayoutBuilder b;
+  int w = b.Add("a", 16, DType::kBF16);
+  int m;
+  int v = b.Adam(16, &m, DType::kF32);
+  auto r = AssignRoles(b.l);
+  EXPECT_EQ(r[w].partner_v, -1);
+  EXPECT_EQ(r[m].partner_v, v);
+}
+
+TEST(RolesTest, UnmatchedEntryStaysUnpaired) {
+  LayoutBuilder b;
+  int w = b.Add("a", 16);
+  int m;
+  int v0 = b.Adam(16);
+  int v1 = b.Adam(48, &m);
+  auto r = AssignRoles(b.l);
+  EXPECT_EQ(r[w].partner_v, v0);
+  EXPECT_EQ(r[m].partner_v, v1);
+}
+
+// Optimizers built with decay / no-decay groups list the state of all
+// decayed weights first; the biases' entries restart from the beginning
+// once nothing of their size is left after the last match.
+TEST(RolesTest, ParamGroupsRestartTheSearch) {
+  LayoutBuilder b;
+  int w0 = b.Add("l0.weight", 64), b0 = b.Add("l0.bias", 8);
+  int w1 = b.Add("l1.weight", 64), b1 = b.Add("l1.bias", 16);
+  int vw0 = b.Adam(64), vw1 = b.Adam(64), vb0 = b.Adam(8), vb1 = b.Adam(16);
+  auto r = AssignRoles(b.l);
+  EXPECT_EQ(r[w0].partner_v, vw0);
+  EXPECT_EQ(r[w1].partner_v, vw1);
+  EXPECT_EQ(r[b0].partner_v, vb0);
+  EXPECT_EQ(r[b1].partner_v, vb1);
+}
+
+// Two models and their optimizers in one file (a GAN): each optimizer's
+// entries continue after the previous one's matches.
+TEST(RolesTest, TwoModelsTwoOptimizers) {
+  LayoutBuilder b;
+  int g0 = b.Add("G.l.weight", 64), g1 = b.Add("G.l.bias", 8);
+  int d0 = b.Add("D.l.weight", 64), d1 = b.Add("D.l.bias", 8);
+  int vg0 = b.Adam(64), vg1 = b.Adam(8), vd0 = b.Adam(64), vd1 = b.Adam(8);
+  auto r = AssignRoles(b.l);
+  EXPECT_EQ(r[g0].partner_v, vg0);
+  EXPECT_EQ(r[g1].partner_v, vg1);
+  EXPECT_EQ(r[d0].partner_v, vd0);
+  EXPECT_EQ(r[d1].partner_v, vd1);
+}
+
+// --------------------------------------------- pickle labels (synthetic)
+
+// Writes the opcodes torch's pickler (protocol 2) emits.
+struct Pkl {
+  Bytes b;
+  uint8_t memo = 0;
+  void Op(char c) { b.push_back(static_cast<uint8_t>(c)); }
+  void Str(const std::string& s) {
+    Op('X');
+    for (int i = 0; i < 4; ++i) b.push_back(static_cast<uint8_t>(s.size() >> (8 * i)));
+    b.insert(b.end(), s.begin(), s.end());
+  }
+  uint8_t Put() {
+    Op('q');
+    b.push_back(memo);
+    return memo++;
+  }
+  void Get(uint8_t i) { Op('h'), b.push_back(i); }
+  void Int(uint8_t v) { Op('K'), b.push_back(v); }
+  void Global(const std::string& mod, const std::string& name) {
+    Op('c');
+    for (char c : mod + "\n" + name + "\n") Op(c);
+  }
+  // _rebuild_tensor_v2((storage pid), 0, (n,), (1,), False, OrderedDict())
+  void Tensor(const std::string& key, uint8_t numel, bool parameter = false) {
+    if (parameter) Global("torch._utils", "_rebuild_parameter");
+    Global("torch._utils", "_rebuild_tensor_v2");
+    Op('('), Op('(');
+    Str("storage"), Global("torch", "FloatStorage"), Str(key), Str("cpu"), Int(numel);
+    Op('t'), Op('Q');
+    Int(0), Int(numel), Op('\x85'), Int(1), Op('\x85'), Op('\x89');
+    Global("collections", "OrderedDict"), Op(')'), Op('R');
+    Op('t'), Op('R');
+    if (parameter) Op('\x88'), Global("collections", "OrderedDict"), Op(')'), Op('R'), Op('\x87'), Op('R');
+  }
+};
+
+std::vector<std::string> Labels(const Bytes& pkl) {
+  auto scan = formats::ScanPickle(pkl);
+  EXPECT_TRUE(scan.ok()) << scan.status().message();
+  std::vector<std::string> out;
+  if (!scan.ok()) return out;
+  for (size_t i = 0; i < scan->storages.size(); ++i) {
+    EXPECT_EQ(scan->storages[i].index, i);
+    out.push_back(scan->storages[i].label);
+  }
+  return out;
+}
+
+TEST(PickleLabelTest, TorchCheckpointShape) {
+  Pkl p;
+  p.Op('\x80'), p.b.push_back(2);
+  p.Op('}'), p.Op('(');
+  p.Str("model"), p.Global("collections", "OrderedDict"), p.Op(')'), p.Op('R'), p.Op('(');
+  p.Str("l.weight"), p.Tensor("0", 4);
+  p.Str("l.bias"), p.Tensor("1", 2);
+  p.Str("tied.weight"), p.Tensor("0", 4);  // same storage: keeps its first label
+  p.Op('u');
+  p.Str("optimizer"), p.Op('}'), p.Op('(');
+  p.Str("state"), p.Op('}'), p.Op('(');
+  p.Int(0), p.Op('}'), p.Op('(');
+  p.Str("step"), p.Tensor("2", 1);
+  p.Str("exp_avg");
+  uint8_t m = p.Put();
+  p.Tensor("3", 4);
+  p.Str("exp_avg_sq");
+  uint8_t v = p.Put();
+  p.Tensor("4", 4);
+  p.Op('u');
+  p.Int(1), p.Op('}'), p.Op('(');
+  p.Str("step"), p.Tensor("5", 1);
+  p.Get(m), p.Tensor("6", 2);  // memoized key
+  p.Get(v), p.Tensor("7", 2);
+  p.Op('u'), p.Op('u');
+  p.Str("param_groups"), p.Op(']'), p.Op('u');
+  p.Str("step"), p.Int(5);
+  p.Str("param"), p.Tensor("8", 3, /*parameter=*/true);
+  p.Str("list"), p.Op(']'), p.Op('('), p.Tensor("9", 2), p.Tensor("10", 2), p.Op('e');
+  p.Int(7), p.Tensor("11", 2);  // int key
+  p.Op('u'), p.Op('.');
+  std::vector<std::string> want = {"l.weight", "l.bias",     "step",  "exp_avg", "exp_avg_sq", "step",
+                                   "exp_avg",  "exp_avg_sq", "param", "",        "",           ""};
+  EXPECT_EQ(Labels(p.b), want);
+}
+
+TEST(PickleLabelTest, BareTensorHasNoLabel) {
+  Pkl p;
+  p.Op('\x80'), p.b.push_back(2);
+  p.Tensor("0", 4);
+  p.Op('.');
+  EXPECT_EQ(Labels(p.b), std::vector<std::string>{""});
+}
+
+// A string value just below a non-string key must not become the label.
+TEST(PickleLabelTest, SiblingStringValueIsNotALabel) {
+  Pkl p;
+  p.Op('\x80'), p.b.push_back(2);
+  p.Op('}'), p.Op('(');
+  p.Str("name"), p.Str("value");
+  p.Int(3), p.Tensor("0", 4);
+  p.Op('u'), p.Op('.');
+  EXPECT_EQ(Labels(p.b), std::vector<std::string>{""});
+}
+
+}  // namespace
+}  // namespace ckptfs::lossy
