@@ -23,9 +23,9 @@
 
 namespace ckptfs {
 
-// Tensors smaller than this stay exact: they cost little, and they include
-// the scalars (Adam's step) that must never move.
-inline constexpr uint64_t kMinLossyElements = 4096;
+// Tensors smaller than this stay exact: a piece's header and tables would
+// cost more than quantizing saves, and the scalars (Adam's step) never move.
+inline constexpr uint64_t kMinLossyElements = 64;
 
 struct LossyChunk {
   std::vector<uint8_t> payload;  // after the base reference

@@ -260,7 +260,9 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
   // The planner pins the packs it stores chunks against until the new pack
   // is in the index as their user, so they cannot be deleted meanwhile.
   std::optional<DeltaPlanner> planner;
-  if ((opts_.delta || lossy) && index_loaded_) {
+  // Recovery seals staged files before the index is loaded: a lossy file
+  // then gets a planner without predecessors, and is coded as a keyframe.
+  if ((opts_.delta && index_loaded_) || lossy) {
     planner.emplace(&index_, this, tensors, opts_.encoder, opts_.delta ? opts_.keyframe_every : 0);
   }
   auto release_pins = [&] {

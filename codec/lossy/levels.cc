@@ -12,6 +12,12 @@ ResidualHistogram::ResidualHistogram(double lo, double hi, double scale, size_t 
   inv_width_ = uhi > ulo_ ? static_cast<double>(bins_.size()) / (uhi - ulo_) : 0.0;
 }
 
+double ResidualHistogram::BinWidth(size_t i) const {
+  if (inv_width_ <= 0) return 1.0;
+  const double u0 = ulo_ + static_cast<double>(i) / inv_width_, u1 = ulo_ + static_cast<double>(i + 1) / inv_width_;
+  return scale_ * (std::sinh(u1) - std::sinh(u0));
+}
+
 size_t ResidualHistogram::BinOf(double value) const {
   const double u = (std::asinh(value / scale_) - ulo_) * inv_width_;
   return u <= 0 ? 0 : std::min(bins_.size() - 1, static_cast<size_t>(u));
@@ -23,19 +29,26 @@ namespace {
 // bin whose elements all weigh zero).
 double BinValue(const Bin& b, double fallback) { return b.w > 0 ? b.wr / b.w : fallback; }
 
-std::vector<double> InitialLevels(const std::vector<Bin>& bins, size_t k) {
+// Levels at equal shares of density^(1/3): where Lloyd-Max levels end up
+// for many levels (Panter-Dite), so the tails get their share from the
+// start instead of after many slow iterations.
+std::vector<double> InitialLevels(const std::vector<Bin>& bins, const std::vector<double>& widths, size_t k) {
+  std::vector<double> mass(bins.size());
   double total = 0;
-  for (const Bin& b : bins) total += b.count;
+  for (size_t i = 0; i < bins.size(); ++i) {
+    const double w = std::max(widths[i], 1e-300);
+    mass[i] = std::cbrt(std::max(bins[i].w, 0.0) / w) * w + (bins[i].count > 0 ? 1e-300 : 0.0);
+    total += mass[i];
+  }
   std::vector<double> levels;
   double acc = 0, wsum = 0, wrsum = 0;
   size_t next = 1;
-  for (const Bin& b : bins) {
-    if (b.count == 0) continue;
-    acc += b.count, wsum += b.w, wrsum += b.wr;
+  for (size_t i = 0; i < bins.size(); ++i) {
+    acc += mass[i], wsum += bins[i].w, wrsum += bins[i].wr;
     if (acc >= total * static_cast<double>(next) / static_cast<double>(k) && wsum > 0) {
       levels.push_back(wrsum / wsum);
       wsum = wrsum = 0;
-      ++next;
+      while (acc >= total * static_cast<double>(next) / static_cast<double>(k)) ++next;
     }
   }
   if (wsum > 0) levels.push_back(wrsum / wsum);
@@ -75,13 +88,15 @@ LevelFit FitLevels(const ResidualHistogram& h, size_t k, int iterations) {
   LevelFit fit;
   // Only occupied bins matter; Lloyd steps then run over far fewer.
   std::vector<Bin> bins;
-  std::vector<double> means;
-  for (const Bin& b : h.bins()) {
+  std::vector<double> means, widths;
+  for (size_t i = 0; i < h.bins().size(); ++i) {
+    const Bin& b = h.bins()[i];
     if (b.count == 0) continue;
     bins.push_back(b);
     means.push_back(BinValue(b, 0));
+    widths.push_back(h.BinWidth(i));
   }
-  fit.levels = InitialLevels(bins, std::max<size_t>(k, 1));
+  fit.levels = InitialLevels(bins, widths, std::max<size_t>(k, 1));
   if (fit.levels.empty()) return fit;
   double prev = -1;
   for (int it = 0; it < iterations; ++it) {

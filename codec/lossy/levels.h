@@ -27,6 +27,8 @@ class ResidualHistogram {
   ResidualHistogram(double lo, double hi, double scale, size_t bins = 2048);
   void Add(double value, double weight) { AddToBin(BinOf(value), value, weight); }
   size_t BinOf(double value) const;
+  // Width of bin i in value units.
+  double BinWidth(size_t i) const;
   void AddToBin(size_t bin, double value, double weight) {
     Bin& b = bins_[bin];
     b.w += weight;

@@ -253,3 +253,24 @@ TEST(LossyPolicy, ParsesTheAcceptedFormsOnly) {
 
 }  // namespace
 }  // namespace ckptfs::lossy
+
+namespace ckptfs::lossy {
+namespace {
+
+// Trained weights are heavy-tailed; they must still be quantized at the
+// default fidelity, not fall back to exact storage.
+TEST(LossyPiece, HeavyTailedWeightsAtTheDefaultFidelity) {
+  std::mt19937 g(17);
+  std::exponential_distribution<float> e(1.0f);
+  std::vector<float> v(128 * 96);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = (g() & 1 ? 0.02f : -0.02f) * e(g);
+  const std::vector<uint8_t> x = Floats(v);
+  const PieceSpec spec{DType::kF32, Domain::kValue, 0.01};
+  Coded c = Encode(spec, x);
+  ExpectDecodesToRecon(c);
+  EXPECT_LE(MeasureError(spec, x, c.recon), 0.01);
+  EXPECT_LT(c.blob.size(), x.size() / 2);
+}
+
+}  // namespace
+}  // namespace ckptfs::lossy
