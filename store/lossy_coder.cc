@@ -38,7 +38,7 @@ bool Overlaps(uint64_t a, uint64_t alen, uint64_t b, uint64_t blen) { return a <
 }  // namespace
 
 LossyCoder::LossyCoder(Env* env, int src_fd, const FileLayout& layout, double fidelity,
-                       const TensorChunkOptions& topts)
+                       const TensorChunkOptions& topts, const SiblingFinder& find_sibling)
     : env_(env), src_fd_(src_fd), fidelity_(fidelity), topts_(topts), ranges_(TensorRangesOf(layout)) {
   const RoleTargets targets = TargetsFor(fidelity);
   info_.fidelity = static_cast<float>(fidelity);
@@ -58,7 +58,7 @@ LossyCoder::LossyCoder(Env* env, int src_fd, const FileLayout& layout, double fi
     const TensorRegion& r = layout.tensors[i];
     if (roles[i].role == TensorRole::kOther || !lossy::LossyDTypeSupported(r.dtype)) continue;
     if (r.length / DTypeSize(r.dtype) < kMinLossyElements || (zip && !crc_covered(r))) continue;
-    Tensor t{r.offset, r.length, r.dtype, roles[i].role, std::nullopt};
+    Tensor t{r.offset, r.length, r.dtype, roles[i].role, std::nullopt, false, r.order};
     if (roles[i].partner_v >= 0 && static_cast<size_t>(roles[i].partner_v) < layout.tensors.size()) {
       const TensorRegion& v = layout.tensors[static_cast<size_t>(roles[i].partner_v)];
       if (v.dtype == r.dtype && v.length == r.length) t.v_offset = v.offset;
@@ -66,6 +66,16 @@ LossyCoder::LossyCoder(Env* env, int src_fd, const FileLayout& layout, double fi
     tensors_.push_back(t);
   }
   std::sort(tensors_.begin(), tensors_.end(), [](const Tensor& a, const Tensor& b) { return a.offset < b.offset; });
+  const bool lacks_v = std::any_of(tensors_.begin(), tensors_.end(), [](const Tensor& t) {
+    return t.role == TensorRole::kWeight && !t.v_offset;
+  });
+  const bool has_moments = std::any_of(roles.begin(), roles.end(), [](const lossy::RoleAssignment& r) {
+    return r.role == TensorRole::kAdamV || r.role == TensorRole::kAdamM;
+  });
+  // A file of weights alone: its optimizer state may be a sibling file.
+  if (lacks_v && !has_moments && find_sibling) {
+    if (std::optional<SiblingMoments> s = find_sibling()) PairWithSibling(std::move(*s));
+  }
   for (const ZipCrcField& f : layout.zip_crcs) {
     const bool touched = std::any_of(tensors_.begin(), tensors_.end(), [&](const Tensor& t) {
       return Overlaps(t.offset, t.length, f.data_offset, f.data_length);
@@ -73,6 +83,35 @@ LossyCoder::LossyCoder(Env* env, int src_fd, const FileLayout& layout, double fi
     if (touched) crc_fields_.push_back(f);
   }
   if (!crc_fields_.empty()) tracker_.emplace(crc_fields_);
+}
+
+// The sibling's second moments, in their file's order, go to this file's
+// weights in theirs, by element count and type, as AssignRoles pairs
+// within one file.
+void LossyCoder::PairWithSibling(SiblingMoments sibling) {
+  const std::vector<lossy::RoleAssignment> roles = lossy::AssignRoles(sibling.layout);
+  std::vector<const TensorRegion*> vs;
+  for (size_t i = 0; i < roles.size() && i < sibling.layout.tensors.size(); ++i) {
+    if (roles[i].role == TensorRole::kAdamV) vs.push_back(&sibling.layout.tensors[i]);
+  }
+  std::stable_sort(vs.begin(), vs.end(), [](const TensorRegion* a, const TensorRegion* b) { return a->order < b->order; });
+  std::vector<Tensor*> weights;
+  for (Tensor& t : tensors_) {
+    if (t.role == TensorRole::kWeight && !t.v_offset) weights.push_back(&t);
+  }
+  std::stable_sort(weights.begin(), weights.end(), [](const Tensor* a, const Tensor* b) { return a->order < b->order; });
+  size_t next = 0;
+  for (const TensorRegion* v : vs) {
+    for (size_t tried = 0; tried < weights.size(); ++tried, next = (next + 1) % weights.size()) {
+      Tensor* w = weights[next];
+      if (w->v_offset || w->dtype != v->dtype || w->length != v->length) continue;
+      w->v_offset = v->offset;
+      w->v_in_sibling = true;
+      ++sibling_pairs_;
+      break;
+    }
+  }
+  if (sibling_pairs_ > 0) sibling_ = std::move(sibling);
 }
 
 bool LossyCoder::HasWork(uint64_t offset, uint64_t len) const {
@@ -89,7 +128,12 @@ Result<std::vector<float>> LossyCoder::Sensitivity(const Tensor& t, uint64_t beg
   if (!t.v_offset || t.role == TensorRole::kAdamV) return std::vector<float>{};
   const size_t es = DTypeSize(t.dtype), n = (end - begin) / es;
   std::vector<uint8_t> bytes(end - begin);
-  RETURN_IF_ERROR(env_->PReadExact(src_fd_, bytes, *t.v_offset + (begin - t.offset)));
+  const uint64_t at = *t.v_offset + (begin - t.offset);
+  if (t.v_in_sibling) {
+    RETURN_IF_ERROR(sibling_->source->ReadAt(at, bytes).WithContext("reading the sibling file's second moments"));
+  } else {
+    RETURN_IF_ERROR(env_->PReadExact(src_fd_, bytes, at));
+  }
   std::vector<double> v(n);
   double sum = 0;
   for (size_t i = 0; i < n; ++i) {

@@ -9,6 +9,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <vector>
@@ -27,6 +29,15 @@ namespace ckptfs {
 // cost more than quantizing saves, and the scalars (Adam's step) never move.
 inline constexpr uint64_t kMinLossyElements = 64;
 
+// Adam's second moments from another file of the same save (optimizer.pt
+// beside model.safetensors), for weights whose own file lacks them.
+struct SiblingMoments {
+  std::shared_ptr<const ByteSource> source;
+  FileLayout layout;
+};
+// Asked only when the file has weights without a second moment.
+using SiblingFinder = std::function<std::optional<SiblingMoments>()>;
+
 struct LossyChunk {
   std::vector<uint8_t> payload;  // after the base reference
   bool used_base = false;        // some piece is predicted from the base bytes
@@ -34,7 +45,8 @@ struct LossyChunk {
 
 class LossyCoder {
  public:
-  LossyCoder(Env* env, int src_fd, const FileLayout& layout, double fidelity, const TensorChunkOptions& topts);
+  LossyCoder(Env* env, int src_fd, const FileLayout& layout, double fidelity, const TensorChunkOptions& topts,
+             const SiblingFinder& find_sibling = {});
 
   // Whether any tensor of the file is coded lossily.
   bool active() const { return !tensors_.empty(); }
@@ -50,6 +62,8 @@ class LossyCoder {
   // tensors, nothing otherwise.
   Result<std::optional<LossyChunk>> Encode(uint64_t offset, std::span<uint8_t> raw, std::span<const uint8_t> base);
   const LossyInfo& info() const { return info_; }
+  // Weights whose sensitivity comes from a sibling file's second moments.
+  uint32_t sibling_pairs() const { return sibling_pairs_; }
 
  private:
   struct Tensor {
@@ -57,7 +71,10 @@ class LossyCoder {
     DType dtype = DType::kF32;
     lossy::TensorRole role = lossy::TensorRole::kOther;
     std::optional<uint64_t> v_offset;  // the partner second moment, same element type
+    bool v_in_sibling = false;         // ... in sibling_, not in this file
+    uint32_t order = 0;
   };
+  void PairWithSibling(SiblingMoments sibling);
   Result<std::vector<lossy::ChunkSegment>> Segments(uint64_t offset, uint64_t len) const;
   Result<std::vector<float>> Sensitivity(const Tensor& t, uint64_t begin, uint64_t end) const;
   Status CodeChunk(uint64_t offset, std::span<uint8_t> raw, std::span<const uint8_t> base,
@@ -71,6 +88,8 @@ class LossyCoder {
   std::vector<TensorRange> ranges_;  // the lossless codec's view of the file
   std::vector<Tensor> tensors_;      // lossy ones, sorted by offset
   std::vector<ZipCrcField> crc_fields_;
+  std::optional<SiblingMoments> sibling_;
+  uint32_t sibling_pairs_ = 0;
   std::optional<formats::ZipCrcTracker> tracker_;  // CRC pass
   std::vector<uint32_t> crcs_;                     // its result, for Encode
   LossyInfo info_;

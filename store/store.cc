@@ -229,7 +229,8 @@ Result<UniqueFd> Store::PackDir(ObjectId id, bool create) {
   return env_->OpenAt(packs_.get(), name, O_RDONLY | O_DIRECTORY);
 }
 
-Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic<bool>* cancel, double fidelity) {
+Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic<bool>* cancel, double fidelity,
+                                   const SiblingFinder& find_sibling) {
   const ObjectId id = NewObjectId();
   const std::string ctx = "publishing pack " + ObjectIdHex(id);
   const std::string tmpname = ObjectIdHex(id) + internal::kTmpPackSuffix;
@@ -253,8 +254,12 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
     spdlog::debug("{}: format {}, {} tensor ranges{}{}", ctx, layout.format, tensors.size(),
                   layout.note.empty() ? "" : ": ", layout.note);
     if (fidelity > 0) {
-      lossy.emplace(env_, src_fd, layout, fidelity, TensorChunkOptions{opts_.encoder.zstd_level, opts_.encoder.planes});
+      lossy.emplace(env_, src_fd, layout, fidelity, TensorChunkOptions{opts_.encoder.zstd_level, opts_.encoder.planes},
+                    find_sibling);
       if (!lossy->active()) lossy.reset();
+      if (lossy && lossy->sibling_pairs() > 0) {
+        spdlog::info("{}: sensitivity of {} weights from a sibling file's second moments", ctx, lossy->sibling_pairs());
+      }
     }
   }
   // The planner pins the packs it stores chunks against until the new pack
@@ -498,7 +503,8 @@ Result<StubRecord> Store::SealStub(int stub_fd, const StubRecord& staged, int st
   // An empty file needs no pack: object 0 already means "no bytes".
   ObjectId pack = 0;
   if (size > 0) {
-    ASSIGN_OR_RETURN(pack, PublishPack(staging_fd, size, nullptr, FidelityFor(stub_fd)));
+    ASSIGN_OR_RETURN(pack, PublishPack(staging_fd, size, nullptr, FidelityFor(stub_fd),
+                                       [&] { return FindSiblingMoments(stub_fd); }));
   }
 
   if (still_current && !still_current()) {

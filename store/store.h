@@ -25,6 +25,7 @@
 #include "base/unique_fd.h"
 #include "codec/chunk_codec.h"
 #include "store/env.h"
+#include "store/lossy_coder.h"
 #include "store/object_id.h"
 #include "store/pack.h"
 #include "store/pack_index.h"
@@ -105,7 +106,10 @@ class Store : public BaseSource {
   // Encodes [0,size) of src_fd and publishes it as a new pack; with a
   // fidelity > 0, lossily (store/lossy_policy.h).
   Result<ObjectId> PublishPack(int src_fd, uint64_t size, const std::atomic<bool>* cancel = nullptr,
-                               double fidelity = 0);
+                               double fidelity = 0, const SiblingFinder& find_sibling = {});
+  // The newest other file in the stub's directory that holds Adam second
+  // moments (the optimizer file of the same save), read as it is now.
+  std::optional<SiblingMoments> FindSiblingMoments(int stub_fd);
   // The lossy fidelity for the file whose stub is `stub_fd` (0: lossless):
   // the nearest directory's user.ckptfs.policy, else the mount's. A policy
   // that cannot be read or parsed counts as lossless, and is logged.

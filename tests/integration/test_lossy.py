@@ -812,3 +812,27 @@ def test_bell_shaped_weights_quantized(mount_factory, dist):
     assert ent["lossy"] is not None
     assert ent["lossy"]["exact_elements"] == 0 and err > 0, \
         f"a {dist} f32 tensor of {w.size} elements stayed exact under -o lossy: {ent['lossy']}"
+
+
+def test_sensitivity_from_a_sibling_optimizer_file(mount_factory):
+    """A model file without optimizer state (model.npz here, as
+    model.safetensors from a Trainer) takes its weights' sensitivity from
+    the second moments in the optimizer file of the same directory."""
+    f = 0.05
+    m = mount_factory(opts=[f"lossy={f}"])
+    model, opt = make_mlp(21)
+    train(model, opt, 5)
+    save_dir = m.mnt / "checkpoint-5"
+    save_dir.mkdir()
+    torch.save(opt.state_dict(), save_dir / "optimizer.pt")
+    m.wait_sealed()
+    weights = {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
+    np.savez(save_dir / "model.npz", **weights)
+    m.wait_sealed()
+    assert "sensitivity of 4 weights from a sibling file's second moments" in m.log_text()
+    back = np.load(save_dir / "model.npz")
+    state = opt.state_dict()["state"]
+    for i, name in enumerate(weights):  # state_dict order is the optimizer's parameter order
+        v = state[i]["exp_avg_sq"].numpy().astype(np.float64).ravel()
+        err = value_error(weights[name].ravel(), back[name].ravel(), sensitivity(v, "weights"))
+        assert err <= f * TOL, f"{name}: v-weighted error {err} above {f}"
