@@ -173,6 +173,7 @@ Result<std::vector<ChunkSegment>> LossyCoder::Segments(uint64_t offset, uint64_t
     s.spec.dtype = t.dtype;
     s.spec.domain = t.role == TensorRole::kAdamV ? lossy::Domain::kLogBits : lossy::Domain::kValue;
     s.spec.target = TargetFor(t.role, targets);
+    if (t.role == TensorRole::kWeight) s.spec.residual_cap = targets.weight_update;
     ASSIGN_OR_RETURN(s.weight, Sensitivity(t, begin, end));
     segs.push_back(std::move(s));
     pos = end - offset;

@@ -36,6 +36,7 @@ std::string FormatLossyPolicy(double fidelity) {
 RoleTargets TargetsFor(double fidelity) {
   RoleTargets t;
   t.weight = fidelity;
+  t.weight_update = std::min(1.0, 10 * fidelity);
   t.first_moment = std::min(0.9, 20 * fidelity);
   t.second_moment = 10 * fidelity;
   return t;

@@ -28,6 +28,9 @@ std::string FormatLossyPolicy(double fidelity);
 // second moments within a log2-domain RMS error.
 struct RoleTargets {
   double weight = 0;
+  // Weights coded against their predecessor also keep the error within
+  // this share of their change since it (PieceSpec::residual_cap).
+  double weight_update = 0;
   double first_moment = 0;
   double second_moment = 0;
 };

@@ -67,6 +67,9 @@ void AnalyseValues(const PieceSpec& spec, const PieceInput& in, Analysis* a) {
   a->against_base = has_base && e_base <= e_zero;
   a->denominator = e_zero;
   a->budget = spec.target * spec.target * e_zero;
+  if (a->against_base && spec.residual_cap > 0) {
+    a->budget = std::min(a->budget, spec.residual_cap * spec.residual_cap * e_base);
+  }
   for (size_t i = 0; i < n; ++i) {
     const float x = BitsToFloat(spec.dtype, LoadBits(spec.dtype, in.x.data(), i));
     const float p = a->against_base ? BitsToFloat(spec.dtype, LoadBits(spec.dtype, in.base.data(), i)) : 0.0f;

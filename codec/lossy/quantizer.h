@@ -43,6 +43,10 @@ struct PieceSpec {
   // kLogBits: the RMS error of the bit pattern, in units of 2^mantissa
   // (about log2 of the value), must not exceed it.
   double target = 0.01;
+  // kValue against a base: the error may also not exceed this share of the
+  // residual (the change since the predecessor), so a small update is not
+  // dropped wholesale just because it is small next to the values (0: no cap).
+  double residual_cap = 0;
 };
 
 struct PieceInput {

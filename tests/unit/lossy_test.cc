@@ -274,3 +274,31 @@ TEST(LossyPiece, HeavyTailedWeightsAtTheDefaultFidelity) {
 
 }  // namespace
 }  // namespace ckptfs::lossy
+
+namespace ckptfs::lossy {
+namespace {
+
+// A small update must not vanish just because it is small next to the
+// weights: with a residual cap the error stays within that share of it.
+TEST(LossyPiece, ResidualCapKeepsSmallUpdates) {
+  std::vector<float> w = Normal(1 << 14, 0.02f, 18), step = Normal(1 << 14, 1e-5f, 19), next(w.size());
+  for (size_t i = 0; i < w.size(); ++i) next[i] = w[i] + step[i];
+  const std::vector<uint8_t> base = Floats(w), x = Floats(next);
+  PieceSpec spec{DType::kF32, Domain::kValue, 0.01};
+  Coded lazy = Encode(spec, x, base);
+  EXPECT_EQ(lazy.recon, base);  // the whole update fits in 1% of the weights: dropped
+  spec.residual_cap = 0.1;
+  Coded kept = Encode(spec, x, base);
+  ExpectDecodesToRecon(kept, base);
+  double err = 0, upd = 0;
+  for (size_t i = 0; i < w.size(); ++i) {
+    const double r = BitsToFloat(DType::kF32, LoadBits(DType::kF32, kept.recon.data(), i));
+    err += (r - next[i]) * (r - next[i]);
+    upd += double(next[i] - w[i]) * double(next[i] - w[i]);
+  }
+  EXPECT_LE(std::sqrt(err / upd), 0.1 * 1.01);  // f32 rounding of next - w
+  EXPECT_LE(MeasureError(spec, x, kept.recon), 0.01);
+}
+
+}  // namespace
+}  // namespace ckptfs::lossy

@@ -1,0 +1,886 @@
+#!/usr/bin/env python3
+"""Lossy-mode accuracy harness (issue 5): compression ratio against the
+validation loss of training runs that restore from lossy checkpoints.
+
+  .venv-pypi/bin/python bench/lossy_accuracy.py [--fidelities 0.003,0.01,0.03,0.1]
+
+Workloads (real models on real data, CPU, deterministic):
+  A  a character-level decoder-only transformer trained on the licence texts
+     Debian ships in /usr/share/common-licenses/ (90/10 split by position);
+  B  an MLP classifier on scikit-learn's bundled digits.
+
+Protocol, the same for every method: W warm-up steps run once and shared,
+then P steps with a checkpoint (torch.save of {model, optimizer, scheduler,
+step}) every P/20 steps; after every second checkpoint the run restores from
+it (model, optimizer and scheduler load_state_dict), 10 restores in all.
+Batches depend only on the step number, so runs differ only by what the
+restores inject. Methods:
+  none           checkpoints through a lossless ckptfs mount (exact restores);
+  ckptfs EPS     through a mount with -o lossy=EPS (restores read the
+                 reconstruction back from the mount);
+  LC-Checkpoint  and ExCP, re-implemented in bench/lossy_baselines.py.
+Reports per workload the total ratio (bytes written / bytes stored), the
+ratio of checkpoints 2..20, the final validation loss and its change
+against `none`, then whether ckptfs dominates each baseline point, and the
+issue's acceptance lines. Markdown on stdout, progress on stderr, JSON in
+bench/out/lossy_accuracy.json.
+"""
+import argparse
+import copy
+import io
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _common as C  # noqa: E402
+import lossy_baselines as LB  # noqa: E402
+
+try:
+    import numpy as np
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+    from sklearn.datasets import load_digits
+except ImportError as e:  # pragma: no cover - environment check
+    sys.exit(f"lossy_accuracy.py needs torch 2.x, numpy and scikit-learn ({e}).\n"
+             f"Run it with the PyPI venv: .venv-pypi/bin/python bench/lossy_accuracy.py")
+
+CHECKPOINTS = 20
+LICENSES = "/usr/share/common-licenses"
+T0 = time.monotonic()
+
+
+def log(msg):
+    print(f"[{time.monotonic() - T0:7.1f}s] {msg}", file=sys.stderr, flush=True)
+
+
+# ---- schedule ------------------------------------------------------------------
+
+class WarmupCosine:
+    """LambdaLR factor: linear warm-up over the warm-up steps, then cosine
+    decay to `floor` of the peak over the protocol steps. A class rather than
+    a closure so LambdaLR.state_dict() keeps its (plain) attributes."""
+
+    def __init__(self, warmup, steps, floor=0.1):
+        self.warmup, self.steps, self.floor = warmup, steps, floor
+
+    def __call__(self, i):
+        if i < self.warmup:
+            return (i + 1) / self.warmup
+        t = min(1.0, (i - self.warmup) / max(1, self.steps))
+        return self.floor + (1 - self.floor) * 0.5 * (1 + math.cos(math.pi * t))
+
+
+# ---- workload A: character transformer -----------------------------------------
+
+def license_text():
+    """The licence files, symlinks resolved and duplicates dropped, in name
+    order so the corpus is identical on every run."""
+    seen, parts = set(), []
+    for name in sorted(os.listdir(LICENSES)):
+        path = os.path.realpath(os.path.join(LICENSES, name))
+        if path in seen or not os.path.isfile(path):
+            continue
+        seen.add(path)
+        text = open(path, encoding="utf-8", errors="replace").read()
+        if text not in parts:
+            parts.append(text)
+    return "\n".join(parts)
+
+
+class Block(nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.fc1, self.fc2 = nn.Linear(dim, 4 * dim), nn.Linear(4 * dim, dim)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(y.transpose(1, 2).reshape(b, t, d))
+        return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+
+
+class CharLM(nn.Module):
+    """Decoder-only, pre-LN, learned position embeddings, no dropout."""
+
+    def __init__(self, vocab, dim, layers, heads, context):
+        super().__init__()
+        self.tok, self.pos = nn.Embedding(vocab, dim), nn.Embedding(context, dim)
+        self.blocks = nn.ModuleList(Block(dim, heads) for _ in range(layers))
+        self.ln, self.head = nn.LayerNorm(dim), nn.Linear(dim, vocab)
+
+    def forward(self, idx):
+        x = self.tok(idx) + self.pos.weight[: idx.shape[1]]
+        for blk in self.blocks:
+            x = blk(x)
+        return self.head(self.ln(x))
+
+
+class CharWorkload:
+    key = "A"
+    title = "A: character transformer on /usr/share/common-licenses"
+
+    def __init__(self, size, warmup, steps):
+        self.size, self.warmup, self.steps = size, warmup, steps
+        text = license_text()
+        chars = sorted(set(text))
+        lut = {c: i for i, c in enumerate(chars)}
+        data = torch.tensor([lut[c] for c in text], dtype=torch.long)
+        cut = int(len(data) * 0.9)
+        self.train, self.val, self.vocab = data[:cut], data[cut:], len(chars)
+        self.context = size["context"]
+        # Fixed validation set: non-overlapping windows over the held-out 10%.
+        n = (len(self.val) - 1) // (self.context + 1)
+        n = min(n, size["val_windows"])
+        w = torch.stack([self.val[i * (self.context + 1): (i + 1) * (self.context + 1)] for i in range(n)])
+        self.val_x, self.val_y = w[:, :-1], w[:, 1:]
+        self.text_chars = len(text)
+
+    def describe(self):
+        s = self.size
+        return (f"{s['layers']} layers, d_model {s['dim']}, {s['heads']} heads, context {self.context}, "
+                f"vocab {self.vocab}, batch {s['batch']}; corpus {self.text_chars} chars "
+                f"({len(self.train)} train / {len(self.val)} val), {len(self.val_x)} val windows")
+
+    def build_model(self):
+        s = self.size
+        return CharLM(self.vocab, s["dim"], s["layers"], s["heads"], self.context)
+
+    def make_optimizer(self, model):
+        return torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.99), weight_decay=0.1)
+
+    def batch(self, step):
+        g = torch.Generator().manual_seed(1_000_003 + step)
+        starts = torch.randint(0, len(self.train) - self.context - 1, (self.size["batch"],), generator=g)
+        w = torch.stack([self.train[s: s + self.context + 1] for s in starts.tolist()])
+        return w[:, :-1], w[:, 1:]
+
+    def loss(self, model, x, y):
+        return F.cross_entropy(model(x).reshape(-1, self.vocab), y.reshape(-1))
+
+    clip = 1.0
+
+    @torch.no_grad()
+    def evaluate(self, model):
+        model.eval()
+        total, count = 0.0, 0
+        for i in range(0, len(self.val_x), 64):
+            x, y = self.val_x[i: i + 64], self.val_y[i: i + 64]
+            total += F.cross_entropy(model(x).reshape(-1, self.vocab), y.reshape(-1), reduction="sum").item()
+            count += y.numel()
+        model.train()
+        return {"val_loss": total / count}
+
+
+# ---- workload B: MLP on digits ---------------------------------------------------
+
+class DigitsWorkload:
+    key = "B"
+    title = "B: MLP classifier on scikit-learn digits"
+
+    def __init__(self, size, warmup, steps):
+        self.size, self.warmup, self.steps = size, warmup, steps
+        x, y = load_digits(return_X_y=True)
+        perm = np.random.default_rng(0).permutation(len(y))  # fixed split
+        cut = int(len(y) * 0.8)
+        tr, va = perm[:cut], perm[cut:]
+        mean, std = x[tr].mean(0), x[tr].std(0) + 1e-6  # standardize on train only
+        self.train_x = torch.tensor((x[tr] - mean) / std, dtype=torch.float32)
+        self.val_x = torch.tensor((x[va] - mean) / std, dtype=torch.float32)
+        self.train_y, self.val_y = torch.tensor(y[tr]), torch.tensor(y[va])
+
+    def describe(self):
+        s = self.size
+        return (f"64 -> {' -> '.join([str(s['hidden'])] * s['layers'])} -> 10, GELU, batch {s['batch']}; "
+                f"{len(self.train_y)} train / {len(self.val_y)} val images")
+
+    def build_model(self):
+        s, layers, width = self.size, [], 64
+        for _ in range(self.size["layers"]):
+            layers += [nn.Linear(width, s["hidden"]), nn.GELU()]
+            width = s["hidden"]
+        return nn.Sequential(*layers, nn.Linear(width, 10))
+
+    def make_optimizer(self, model):
+        return torch.optim.AdamW(model.parameters(), lr=self.size["lr"], betas=(0.9, 0.999), weight_decay=0.1)
+
+    def batch(self, step):
+        g = torch.Generator().manual_seed(2_000_003 + step)
+        idx = torch.randint(0, len(self.train_y), (self.size["batch"],), generator=g)
+        return self.train_x[idx], self.train_y[idx]
+
+    def loss(self, model, x, y):
+        return F.cross_entropy(model(x), y)
+
+    clip = None
+
+    @torch.no_grad()
+    def evaluate(self, model):
+        model.eval()
+        out = model(self.val_x)
+        model.train()
+        return {"val_loss": F.cross_entropy(out, self.val_y).item(),
+                "val_acc": (out.argmax(1) == self.val_y).float().mean().item()}
+
+
+SIZES = {
+    "full": {"A": dict(dim=96, layers=3, heads=4, context=64, batch=8, val_windows=512),
+             # Small and slow enough to still be learning through the whole
+             # protocol: a saturated model rewards whatever drops updates.
+             "B": dict(hidden=128, layers=2, batch=16, lr=1e-3)},
+    "quick": {"A": dict(dim=32, layers=2, heads=2, context=32, batch=4, val_windows=32),
+              "B": dict(hidden=64, layers=2, batch=32, lr=1e-3)},
+}
+WARMUP = {"full": {"A": 1000, "B": 100}, "quick": {"A": 20, "B": 20}}
+STEPS = {"full": {"A": 1000, "B": 400}, "quick": {"A": 40, "B": 40}}
+
+
+# ---- training state ----------------------------------------------------------------
+
+class Trainer:
+    """Model, AdamW and scheduler of one run."""
+
+    def __init__(self, wl):
+        self.wl = wl
+        torch.manual_seed(0)
+        self.model = wl.build_model()
+        self.opt = wl.make_optimizer(self.model)
+        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, WarmupCosine(wl.warmup, wl.steps))
+
+    def step(self, i):
+        x, y = self.wl.batch(i)
+        loss = self.wl.loss(self.model, x, y)
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.wl.clip:
+            nn.utils.clip_grad_norm_(self.model.parameters(), self.wl.clip)
+        self.opt.step()
+        self.sched.step()
+        return loss.item()
+
+    def checkpoint(self, step):
+        return {"model": self.model.state_dict(), "optimizer": self.opt.state_dict(),
+                "scheduler": self.sched.state_dict(), "step": step}
+
+    def load(self, ckpt):
+        # Deep copy: Optimizer.load_state_dict keeps the given tensors when
+        # dtype and device already match, and AdamW updates them in place.
+        ckpt = copy.deepcopy(ckpt)
+        self.model.load_state_dict(ckpt["model"])
+        self.opt.load_state_dict(ckpt["optimizer"])
+        self.sched.load_state_dict(ckpt["scheduler"])
+
+    def adam_triples(self):
+        """(weight, exp_avg, exp_avg_sq) keys of the flattened checkpoint, for
+        the baselines: optimizer state index i is the i-th parameter."""
+        groups = self.opt.param_groups
+        assert len(groups) == 1, "one parameter group expected"
+        names = [n for n, _ in self.model.named_parameters()]
+        assert len(names) == len(groups[0]["params"])
+        return [(("model", n), ("optimizer", "state", i, "exp_avg"), ("optimizer", "state", i, "exp_avg_sq"))
+                for i, n in enumerate(names)]
+
+
+def flatten_tensors(obj, prefix=()):
+    """{path tuple: tensor} of every tensor in nested dicts and lists."""
+    if isinstance(obj, torch.Tensor):
+        return {prefix: obj}
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, (list, tuple)) else ()
+    out = {}
+    for k, v in items:
+        out.update(flatten_tensors(v, prefix + (k,)))
+    return out
+
+
+def replace_tensors(obj, new, prefix=()):
+    """A copy of obj with the tensor at each path taken from `new`."""
+    if isinstance(obj, torch.Tensor):
+        return new[prefix]
+    if isinstance(obj, dict):
+        return {k: replace_tensors(v, new, prefix + (k,)) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(replace_tensors(v, new, prefix + (i,)) for i, v in enumerate(obj))
+    return obj
+
+
+def role(path):
+    if path[0] == "model":
+        return "w"
+    return {"exp_avg": "m", "exp_avg_sq": "v"}.get(path[-1], "other")
+
+
+def relative_errors(orig, restored):
+    """Relative L2 error ||restored - orig|| / ||orig|| per role (weights,
+    Adam m, Adam v) over all float tensors: what a restore injected."""
+    a, b = flatten_tensors(orig), flatten_tensors(restored)
+    num, den = {}, {}
+    for path, t in a.items():
+        r = role(path)
+        if r == "other" or not t.is_floating_point():
+            continue
+        t64, u64 = t.double(), b[path].double()
+        num[r] = num.get(r, 0.0) + (u64 - t64).pow(2).sum().item()
+        den[r] = den.get(r, 0.0) + t64.pow(2).sum().item()
+    return {r: math.sqrt(num[r] / den[r]) if den[r] else 0.0 for r in num}
+
+
+def torch_save_bytes(obj):
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
+
+
+def zstd_bytes(data, level=3):
+    p = subprocess.run(["zstd", f"-{level}", "-q", "-c"], input=data, capture_output=True, check=True)
+    return len(p.stdout)
+
+
+def pickle_metadata_bytes(saved):
+    """zstd -3 size of the pickle inside a torch.save zip: the structure,
+    keys, shapes and Python values (scheduler) without the tensor data."""
+    with zipfile.ZipFile(io.BytesIO(saved)) as z:
+        name = next(n for n in z.namelist() if n.endswith("/data.pkl"))
+        return zstd_bytes(z.read(name))
+
+
+# ---- methods -----------------------------------------------------------------------
+
+class MethodUnavailable(Exception):
+    pass
+
+
+class CkptfsMethod:
+    """Checkpoints written into a fresh ckptfs mount; restores torch.load
+    them back, after sealing, so a lossy mount returns its reconstruction."""
+
+    kind = "ckptfs"
+
+    def __init__(self, work, workload, label, setting, opts):
+        self.name, self.setting, self.opts = label, setting, list(opts)
+        slug = "ckptfs-" + (setting.replace("=", "").replace(".", "_") or "lossless")
+        work = os.path.join(work, workload)
+        self.backing = os.path.join(work, slug, "backing")
+        self.mnt = os.path.join(work, slug, "mnt")
+        self.written, self.stored_first, self.stats_total = [], None, None
+
+    def begin(self):
+        shutil.rmtree(os.path.dirname(self.backing), ignore_errors=True)
+        os.makedirs(self.backing)
+        os.makedirs(self.mnt)
+        msg = mount_with_retry(self.backing, self.mnt, self.opts)
+        if msg is not None:
+            raise MethodUnavailable(msg)
+
+    def path(self, k):
+        return os.path.join(self.mnt, f"ckpt_{k:02d}.pt")
+
+    def save(self, k, ckpt):
+        with open(self.path(k), "wb") as f:
+            torch.save(ckpt, f)
+            f.flush()
+            os.fsync(f.fileno())
+            self.written.append(f.tell())
+        if k == 1 or k % 2 == 0:
+            C.wait_sealed(self.mnt, poll=0.05)  # restores must read the sealed (reconstructed) file
+        if k == 1:
+            self.stored_first = store_bytes(self.backing)
+
+    def restore(self, k):
+        return torch.load(self.path(k), map_location="cpu", weights_only=True)
+
+    def end(self):
+        if not C.is_mounted(self.mnt):
+            return
+        try:
+            C.wait_sealed(self.mnt, poll=0.05)
+            self.stats_total = C.stats(self.mnt)["total"]["stored"]
+        finally:
+            C.umount(self.mnt, self.backing)
+
+    def sizes(self):
+        return {"written": sum(self.written), "written_first": self.written[0],
+                "stored": store_bytes(self.backing), "stored_first": self.stored_first,
+                "stats_stored": self.stats_total}
+
+
+class BaselineMethod:
+    """A re-implemented baseline: written bytes are the torch.save size of
+    each checkpoint; stored bytes are the codec's output, the exact small
+    tensors, and the zstd'd pickle metadata."""
+
+    kind = "baseline"
+
+    def __init__(self, codec, triples):
+        self.codec, self.triples = codec, triples
+        self.name, self.setting = codec.name, codec.setting
+        self.written, self.stored, self.last, self.info = [], [], None, []
+
+    def begin(self):
+        pass
+
+    def save(self, k, ckpt):
+        saved = torch_save_bytes(ckpt)
+        tensors = flatten_tensors(ckpt)
+        arrays = {p: t.detach().numpy() for p, t in tensors.items()}
+        recon, nbytes, info = self.codec.encode(arrays, self.triples)
+        meta = pickle_metadata_bytes(saved)
+        self.written.append(len(saved))
+        self.stored.append(nbytes + meta)
+        self.info.append(dict(info, meta_bytes=meta))
+        # The codec keeps its arrays as the next reference: hand out copies.
+        new = {p: torch.from_numpy(np.array(recon[p], copy=True)) for p in tensors}
+        self.last = (k, replace_tensors(ckpt, new))
+
+    def restore(self, k):
+        assert self.last[0] == k
+        return self.last[1]
+
+    def end(self):
+        pass
+
+    def sizes(self):
+        exact = sum(i["exact_bytes"] for i in self.info)
+        meta = sum(i["meta_bytes"] for i in self.info)
+        return {"written": sum(self.written), "written_first": self.written[0],
+                "stored": sum(self.stored), "stored_first": self.stored[0],
+                "exact_bytes": exact, "meta_bytes": meta}
+
+
+class JitterControl:
+    """Control, not a compressor: restores the exact checkpoint with every
+    float element of the model and Adam state multiplied by (1 + a*u), u
+    uniform in [-1, 1] (relative error a/sqrt(3)), a fresh draw per restore.
+    At a ~ 1e-7 (an ulp) it shows whether training amplifies rounding-size
+    differences (chaos); at a ~ 0.01 (a lossy restore's weight error),
+    repeated with other seeds, how far unbiased noise of that size moves the
+    final val loss: the resolution of the "Δ vs none" column."""
+
+    kind = "control"
+    name = "control"
+
+    def __init__(self, seed, amplitude):
+        self.seed, self.amplitude = seed, amplitude
+        self.setting = f"jitter ±{amplitude:g} #{seed}"
+        self.last = None
+
+    def begin(self):
+        pass
+
+    def save(self, k, ckpt):
+        rng = np.random.default_rng([self.seed, k])
+        new = {}
+        for p, t in flatten_tensors(ckpt).items():
+            t = t.detach().clone()
+            if role(p) in ("w", "m", "v") and t.is_floating_point():
+                u = torch.from_numpy(rng.uniform(-1, 1, t.shape).astype(np.float32))
+                t = t * (1 + self.amplitude * u)
+            new[p] = t
+        self.last = (k, replace_tensors(ckpt, new))
+
+    def restore(self, k):
+        assert self.last[0] == k
+        return self.last[1]
+
+    def end(self):
+        pass
+
+    def sizes(self):
+        return {"written": 0, "written_first": 0, "stored": 0, "stored_first": 0}
+
+
+def store_bytes(backing):
+    """Everything the store holds for file data: packs/ and staging/."""
+    total = 0
+    for sub in ("packs", "staging"):
+        for root, _, files in os.walk(os.path.join(backing, sub)):
+            total += sum(os.path.getsize(os.path.join(root, f)) for f in files)
+    return total
+
+
+def mount_with_retry(backing, mnt, opts, tries=5):
+    """Mounts; returns None, or the error once retrying cannot help. The
+    binary may be being rebuilt, hence the retries; an unknown option is
+    final."""
+    msg = ""
+    for attempt in range(tries):
+        args = ["mount"] + (["-o", ",".join(opts)] if opts else []) + [backing, mnt]
+        p = C.run(*args, check=False)
+        if p.returncode == 0 and C.is_mounted(mnt):
+            return None
+        msg = (p.stdout + p.stderr).strip().splitlines()
+        msg = msg[-1] if msg else f"exit {p.returncode}"
+        if "unknown mount option" in msg or "invalid" in msg.lower():
+            break
+        time.sleep(2)
+    return msg
+
+
+# ---- the protocol ---------------------------------------------------------------------
+
+def warm_up(wl):
+    """W steps from a seeded init, once; returns the state and step time."""
+    tr = Trainer(wl)
+    t0 = time.perf_counter()
+    for i in range(wl.warmup):
+        tr.step(i)
+    secs = time.perf_counter() - t0
+    state = copy.deepcopy(tr.checkpoint(wl.warmup))
+    params = sum(p.numel() for p in tr.model.parameters())
+    ckpt_bytes = len(torch_save_bytes(tr.checkpoint(wl.warmup)))
+    return state, {"warmup_seconds": secs, "step_ms": 1000 * secs / max(1, wl.warmup),
+                   "params": params, "checkpoint_bytes": ckpt_bytes,
+                   "after_warmup": wl.evaluate(tr.model)}
+
+
+def run_protocol(wl, warm, method):
+    """P steps from the shared warm-up state, a checkpoint every P/20 steps,
+    a restore after every second one. Returns the result row."""
+    tr = Trainer(wl)
+    tr.load(warm)
+    every = wl.steps // CHECKPOINTS
+    errors, t0 = [], time.perf_counter()
+    method.begin()
+    try:
+        for i in range(wl.steps):
+            step = wl.warmup + i
+            tr.step(step)
+            if (i + 1) % every:
+                continue
+            k = (i + 1) // every
+            ckpt = tr.checkpoint(step + 1)
+            method.save(k, ckpt)
+            if k % 2 == 0:
+                restored = method.restore(k)
+                errors.append(relative_errors(ckpt, restored))
+                tr.load(restored)
+        metrics = wl.evaluate(tr.model)
+    finally:
+        method.end()
+    sizes = method.sizes()
+    row = {"method": method.name, "setting": method.setting, "kind": method.kind, "status": "ok",
+           **metrics, **sizes, "restores": len(errors), "rel_err": mean_errors(errors),
+           "rel_err_all": errors, "seconds": time.perf_counter() - t0}
+    if sizes["stored"]:
+        row["total_ratio"] = sizes["written"] / sizes["stored"]
+        row["delta_ratio"] = ((sizes["written"] - sizes["written_first"]) /
+                              max(1, sizes["stored"] - sizes["stored_first"]))
+    return row
+
+
+def mean_errors(errors):
+    roles = sorted({r for e in errors for r in e})
+    return {r: sum(e.get(r, 0.0) for e in errors) / len(errors) for r in roles} if errors else {}
+
+
+def methods_for(wl, triples, work, args):
+    """The method list, in table order, as (factory) callables so each run
+    builds its codec or store fresh."""
+    extra = [o for o in args.mount_options.split(",") if o]
+    if "none" in args.methods:
+        yield lambda: CkptfsMethod(work, wl.key, "none", "", extra)
+    for eps in args.fidelities if "ckptfs" in args.methods else ():
+        yield lambda eps=eps: CkptfsMethod(work, wl.key, "ckptfs", f"lossy={eps:g}", extra + [f"lossy={eps:g}"])
+    for n in args.lc_bits if "lc" in args.methods else ():
+        yield lambda n=n: BaselineMethod(LB.LCCheckpoint(n, args.exact_below), triples)
+    for a in args.excp_alpha if "excp" in args.methods else ():
+        yield lambda a=a: BaselineMethod(LB.ExCP(a, args.excp_beta, exact_below=args.exact_below),
+                                         triples)
+    for seed, amplitude in enumerate(args.controls, 1):
+        yield lambda seed=seed, amplitude=amplitude: JitterControl(seed, amplitude)
+
+
+def run_workload(wl, work, args):
+    log(f"{wl.title}: {wl.describe()}")
+    warm, info = warm_up(wl)
+    log(f"{wl.key}: warm-up {wl.warmup} steps in {info['warmup_seconds']:.1f}s "
+        f"({info['step_ms']:.1f} ms/step), {info['params']} params, checkpoint {C.human(info['checkpoint_bytes'])}, "
+        f"val {info['after_warmup']}")
+    triples = Trainer(wl).adam_triples()
+    rows = []
+    for factory in methods_for(wl, triples, work, args):
+        method = factory()
+        name = f"{method.name} {method.setting}".strip()
+        try:
+            row = run_protocol(wl, warm, method)
+        except MethodUnavailable as e:
+            log(f"{wl.key}: {name}: ckptfs lossy mode unavailable: {e}")
+            rows.append({"method": method.name, "setting": method.setting, "kind": method.kind,
+                         "status": "unavailable", "error": str(e)})
+            continue
+        rows.append(row)
+        ratio = (f"ratio {row['total_ratio']:.2f} (delta {row['delta_ratio']:.2f}), "
+                 if "total_ratio" in row else "")
+        log(f"{wl.key}: {name}: {row['seconds']:.1f}s, {ratio}val loss {row['val_loss']:.4f}, "
+            f"rel err {fmt_errors(row['rel_err'])}")
+    return {"title": wl.title, "model": wl.describe(), "warmup": wl.warmup, "steps": wl.steps, **info,
+            "rows": rows}
+
+
+# ---- reporting ---------------------------------------------------------------------
+
+def fmt_errors(e):
+    return " / ".join(f"{e[r]:.2g}" if r in e else "-" for r in ("w", "m", "v"))
+
+
+def none_row(res):
+    return next((r for r in res["rows"] if r["method"] == "none" and r["status"] == "ok"), None)
+
+
+def ckptfs_points(res):
+    return [r for r in res["rows"] if r["kind"] == "ckptfs" and r["status"] == "ok"]
+
+
+def baseline_points(res):
+    return [r for r in res["rows"] if r["kind"] == "baseline" and r["status"] == "ok"]
+
+
+def loss_of(r):
+    """Val loss for comparisons; a diverged run (nan/inf) ranks last."""
+    x = r["val_loss"]
+    return x if math.isfinite(x) else math.inf
+
+
+def badness(r):
+    """What the ratio-accuracy comparison ranks by, lower is better: the
+    classifier's (B) validation error rate, the val loss otherwise. A
+    classifier's val loss rewards whatever shrinks its logits (a partial
+    optimizer reset does), so accuracy is the measure that says whether
+    restores hurt it."""
+    if "val_acc" in r:
+        return 1.0 - r["val_acc"] if math.isfinite(r["val_loss"]) else math.inf
+    return loss_of(r)
+
+
+def fmt_quality(r):
+    return f"{100 * r['val_acc']:.2f}% acc" if "val_acc" in r else fmt_loss(r)
+
+
+def fmt_loss(r):
+    return f"{r['val_loss']:.4f}" if math.isfinite(r["val_loss"]) else f"diverged ({r['val_loss']})"
+
+
+def label(r):
+    return f"{r['method']} {r['setting']}".strip()
+
+
+def dominator(point, candidates):
+    """The highest-ratio candidate with a higher ratio at equal or better quality (badness)."""
+    better = [c for c in candidates if c["total_ratio"] > point["total_ratio"] and badness(c) <= badness(point)]
+    return max(better, key=lambda c: c["total_ratio"], default=None)
+
+
+def table(res):
+    base = none_row(res)
+    rows = []
+    for r in res["rows"]:
+        if r["status"] != "ok":
+            rows.append([r["method"], r["setting"], f"ckptfs lossy mode unavailable: {r['error']}",
+                         "", "", "", "", "", ""])
+            continue
+        finite = math.isfinite(r["val_loss"])
+        delta = f"{100 * (r['val_loss'] / base['val_loss'] - 1):+.2f}%" if base and finite else "-"
+        acc = f"{100 * r['val_acc']:.2f}%" if "val_acc" in r else "-"
+        ratios = [f"{r[k]:.2f}" if k in r else "-" for k in ("total_ratio", "delta_ratio")]
+        rows.append([r["method"], r["setting"] or "lossless", *ratios, fmt_loss(r), delta, acc,
+                     r["restores"], fmt_errors(r["rel_err"])])
+    return C.md_table(["method", "setting", "total ratio", "delta-only ratio", "final val loss",
+                       "Δ vs none", "val accuracy", "restores", "rel. err w / m / v"], rows)
+
+
+def dominance_table(res):
+    rows, ck = [], ckptfs_points(res)
+    for b in baseline_points(res):
+        d = dominator(b, ck)
+        rows.append([label(b), f"{b['total_ratio']:.2f}", fmt_quality(b),
+                     f"yes: {label(d)} ({d['total_ratio']:.2f}x, {fmt_quality(d)})" if d else "no"])
+    return C.md_table(["baseline point", "ratio", "val loss (A) / accuracy (B)",
+                       "ckptfs point with higher ratio at equal or better quality"], rows)
+
+
+def best_points(points, none_row_, usable):
+    """A baseline's best points: its Pareto front (no other point of it has a
+    higher ratio at equal or better quality) among points whose val loss is
+    within `usable` x the lossless one; if none is usable, its best one."""
+    ok = [p for p in points if loss_of(p) <= usable * none_row_["val_loss"]]
+    if not ok:
+        return [min(points, key=badness)] if points else []
+    return [p for p in ok if dominator(p, ok) is None]
+
+
+def acceptance(results, args):
+    lines = []
+    a = results.get("A")
+    if a:
+        base = none_row(a)
+        hits = [r for r in ckptfs_points(a) if r["method"] == "ckptfs" and base
+                and r["total_ratio"] >= 30 and loss_of(r) <= 1.01 * base["val_loss"]]
+        best = max(hits, key=lambda r: r["total_ratio"], default=None)
+        lines.append(("PASS" if best else "FAIL") + " (1) A: a ckptfs lossy setting with total ratio >= 30 and "
+                     "final val loss <= 1.01 x none's" +
+                     (f": {label(best)} {best['total_ratio']:.1f}x, {best['val_loss']:.4f}" if best else
+                      (" (no lossy ckptfs point: lossy mode unavailable)"
+                       if not any(r["method"] == "ckptfs" and r["status"] == "ok" for r in a["rows"]) else "")))
+    for key, res in results.items():
+        base = none_row(res)
+        if not base:
+            continue
+        ck = ckptfs_points(res)
+        for name in sorted({r["method"] for r in baseline_points(res)}):
+            pts = best_points([r for r in baseline_points(res) if r["method"] == name], base, args.usable_loss)
+            beaten = [(p, dominator(p, ck)) for p in pts]
+            ok = all(d for _, d in beaten)
+            detail = "; ".join(f"{label(p)} {p['total_ratio']:.1f}x/{fmt_quality(p)} -> "
+                               + (f"{label(d)} {d['total_ratio']:.1f}x/{fmt_quality(d)}" if d else "not dominated")
+                               for p, d in beaten)
+            lines.append(f"{'PASS' if ok else 'FAIL'} (2) {key}: ckptfs dominates {name}'s best points ({detail})")
+    return lines
+
+
+# ---- main -------------------------------------------------------------------------
+
+def floats(s):
+    return [float(x) for x in s.split(",") if x]
+
+
+def ints(s):
+    return [int(x) for x in s.split(",") if x]
+
+
+def parse_args():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workloads", default="A,B", help="comma-separated: A, B")
+    ap.add_argument("--fidelities", type=floats, default=floats("0.003,0.01,0.03,0.1"),
+                    help="ckptfs -o lossy=EPS values (relative error per tensor)")
+    ap.add_argument("--warmup", type=int, default=None, help="warm-up steps (default A 1000, B 300)")
+    ap.add_argument("--steps", type=int, default=None, help="protocol steps, a multiple of 20 (default A 1000, B 300)")
+    ap.add_argument("--quick", action="store_true", help="tiny models and step counts: a smoke test")
+    ap.add_argument("--keep", action="store_true", help="keep the work dir (backing stores)")
+    ap.add_argument("--out", default=os.path.join(C.OUT_DIR, "lossy_accuracy.json"), help="JSON output")
+    ap.add_argument("--methods", default="none,ckptfs,lc,excp",
+                    help="comma-separated subset of: none, ckptfs, lc, excp")
+    ap.add_argument("--lc-bits", type=ints, default=ints("2,3,4"), help="LC-Checkpoint n (2^n-1 buckets)")
+    ap.add_argument("--excp-alpha", type=floats, default=floats("5e-5,2e-4,1e-3"), help="ExCP alpha values")
+    ap.add_argument("--excp-beta", type=float, default=2.0, help="ExCP momentum pruning beta")
+    ap.add_argument("--exact-below", type=int, default=1024,
+                    help="baselines keep tensors with fewer elements exact (raw bytes)")
+    ap.add_argument("--usable-loss", type=float, default=1.10,
+                    help="check (2): a baseline's best points are those within this x none's val loss")
+    ap.add_argument("--controls", type=floats, default=floats("0.01,0.01"),
+                    help="control runs, one per value: exact restores with relative jitter of that "
+                         "amplitude (1e-7: about an ulp); '' for none")
+    ap.add_argument("-o", "--mount-options", default="", help="extra ckptfs -o options for every mount")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (the VM is shared)")
+    args = ap.parse_args()
+    args.workloads = [w.strip().upper() for w in args.workloads.split(",") if w.strip()]
+    args.methods = [m.strip().lower() for m in args.methods.split(",") if m.strip()]
+    if set(args.workloads) - {"A", "B"} or set(args.methods) - {"none", "ckptfs", "lc", "excp"}:
+        ap.error("unknown workload or method")
+    if args.steps is not None and (args.steps % CHECKPOINTS or args.steps <= 0):
+        ap.error(f"--steps must be a positive multiple of {CHECKPOINTS}")
+    return args
+
+
+def main():
+    args = parse_args()
+    C.check_binary()
+    torch.set_num_threads(args.threads)
+    mode = "quick" if args.quick else "full"
+    os.makedirs(C.OUT_DIR, exist_ok=True)
+    work = tempfile.mkdtemp(prefix="lossy-work-", dir=C.OUT_DIR)
+    # Run a private copy of the binary: others rebuild build/ckptfs meanwhile.
+    binary = os.path.join(work, "ckptfs")
+    source = C.CKPTFS
+    shutil.copy2(source, binary)
+    C.CKPTFS = binary
+    args.binary = {"source": source, "sha256": C.sha256_file(binary),
+                   "mtime": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(os.path.getmtime(source)))}
+    log(f"using a copy of {source} (built {args.binary['mtime']}, sha256 {args.binary['sha256'][:12]})")
+    kinds = {"A": CharWorkload, "B": DigitsWorkload}
+    results = {}
+    try:
+        for key in args.workloads:
+            wl = kinds[key](SIZES[mode][key],
+                            args.warmup if args.warmup is not None else WARMUP[mode][key],
+                            args.steps if args.steps is not None else STEPS[mode][key])
+            results[key] = run_workload(wl, work, args)
+    finally:
+        cleanup(work, args.keep)
+    report(results, args, mode)
+
+
+def cleanup(work, keep):
+    mounted = [os.path.join(r, d) for r, ds, _ in os.walk(work) for d in ds
+               if d == "mnt" and C.is_mounted(os.path.join(r, d))]
+    for m in mounted:
+        C.umount(m, os.path.join(os.path.dirname(m), "backing"))
+    if keep:
+        log(f"kept {work}")
+    elif any(C.is_mounted(m) for m in mounted):
+        log(f"not removing {work}: still mounted")
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def noise_floor(res):
+    """One line on what the control runs moved the final val loss by."""
+    base = none_row(res)
+    ctl = [r for r in res["rows"] if r["kind"] == "control" and r["status"] == "ok"]
+    if not base or not ctl:
+        return None
+    moves = ", ".join(f"{r['setting']}: {100 * (r['val_loss'] / base['val_loss'] - 1):+.3f}%" for r in ctl)
+    return ("Controls (exact restores with random relative jitter, no compression) moved the final "
+            f"val loss by {moves}.")
+
+
+def json_safe(x):
+    """NaN and inf become null so the file is strict JSON."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {str(k): json_safe(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [json_safe(v) for v in x]
+    return x
+
+
+def report(results, args, mode):
+    for key, res in results.items():
+        print(f"\n## {res['title']}\n")
+        print(f"{res['model']}; {res['params']} parameters, checkpoint {C.human(res['checkpoint_bytes'])} "
+              f"(model + AdamW + scheduler); {res['step_ms']:.1f} ms/step on {args.threads} thread(s); "
+              f"warm-up {res['warmup']} steps, then {res['steps']} steps, {CHECKPOINTS} checkpoints.\n")
+        print(table(res))
+        floor = noise_floor(res)
+        if floor:
+            print(f"\n{floor}")
+        print("\nRatio–accuracy: does some ckptfs point have a higher total ratio at equal or better quality "
+              "(A: val loss; B, a classifier: val accuracy)?\n")
+        print(dominance_table(res))
+    lines = acceptance(results, args)
+    print("\n## Acceptance\n")
+    for line in lines:
+        print(line)
+    total = time.monotonic() - T0
+    print(f"\nTotal time {total:.0f}s ({mode} sizes); ckptfs binary {args.binary['source']} "
+          f"built {args.binary['mtime']}, sha256 {args.binary['sha256'][:12]}.")
+    out = {"args": {k: v for k, v in vars(args).items()}, "mode": mode, "seconds": total,
+           "workloads": results, "acceptance": lines}
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(json_safe(out), f, indent=2, default=str)
+    log(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
