@@ -760,7 +760,7 @@ def ints(s):
 def parse_args():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workloads", default="A,B", help="comma-separated: A, B")
-    ap.add_argument("--fidelities", type=floats, default=floats("0.003,0.01,0.03,0.1"),
+    ap.add_argument("--fidelities", type=floats, default=floats("0.003,0.01,0.03,0.05,0.1"),
                     help="ckptfs -o lossy=EPS values (relative error per tensor)")
     ap.add_argument("--warmup", type=int, default=None, help="warm-up steps (default A 1000, B 300)")
     ap.add_argument("--steps", type=int, default=None, help="protocol steps, a multiple of 20 (default A 1000, B 300)")
