@@ -414,7 +414,18 @@ class CkptfsMethod:
                 "stats_stored": self.stats_total}
 
 
-class BaselineMethod:
+class InMemoryRestore:
+    """Methods whose restores hand back the state they computed at save."""
+
+    def restore(self, k):
+        assert self.last[0] == k
+        return self.last[1]
+
+    def end(self):
+        pass
+
+
+class BaselineMethod(InMemoryRestore):
     """A re-implemented baseline: written bytes are the torch.save size of
     each checkpoint; stored bytes are the codec's output, the exact small
     tensors, and the zstd'd pickle metadata."""
@@ -442,13 +453,6 @@ class BaselineMethod:
         new = {p: torch.from_numpy(np.array(recon[p], copy=True)) for p in tensors}
         self.last = (k, replace_tensors(ckpt, new))
 
-    def restore(self, k):
-        assert self.last[0] == k
-        return self.last[1]
-
-    def end(self):
-        pass
-
     def sizes(self):
         exact = sum(i["exact_bytes"] for i in self.info)
         meta = sum(i["meta_bytes"] for i in self.info)
@@ -457,7 +461,7 @@ class BaselineMethod:
                 "exact_bytes": exact, "meta_bytes": meta}
 
 
-class JitterControl:
+class JitterControl(InMemoryRestore):
     """Control, not a compressor: restores the exact checkpoint with every
     float element of the model and Adam state multiplied by (1 + a*u), u
     uniform in [-1, 1] (relative error a/sqrt(3)), a fresh draw per restore.
@@ -487,13 +491,6 @@ class JitterControl:
                 t = t * (1 + self.amplitude * u)
             new[p] = t
         self.last = (k, replace_tensors(ckpt, new))
-
-    def restore(self, k):
-        assert self.last[0] == k
-        return self.last[1]
-
-    def end(self):
-        pass
 
     def sizes(self):
         return {"written": 0, "written_first": 0, "stored": 0, "stored_first": 0}
