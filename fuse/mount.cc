@@ -145,7 +145,8 @@ Status ApplyOption(const std::string& opt, MountOptions* out) {
     ASSIGN_OR_RETURN(out->lossy, ParseLossyPolicy(opt));
   } else if (key == "lossy_keyframe_every") {
     RETURN_IF_ERROR(need_val());
-    ASSIGN_OR_RETURN(long n, ParseInt(key, val, 0, 255));
+    // Reads decode a chain through nested base reads, which stop at 64 levels.
+    ASSIGN_OR_RETURN(long n, ParseInt(key, val, 0, 64));
     out->lossy_keyframe_every = static_cast<uint32_t>(n);
   } else if (key == "seal_threads") {
     RETURN_IF_ERROR(need_val());
@@ -250,7 +251,7 @@ std::string MountOptionsHelp() {
          "                      user.ckptfs.policy xattr (lossless|lossy[=F])\n"
          "                      overrides it for its subtree\n"
          "  lossless            the default: every byte reads back as written\n"
-         "  lossy_keyframe_every=K  longest chain of lossy chunks, 0..255 (default 32)\n"
+         "  lossy_keyframe_every=K  longest chain of lossy chunks, 0..64 (default 32)\n"
          "  seal_threads=N      background sealing threads (default 1)\n"
          "  max_threads=N       FUSE worker threads (default 8)\n"
          "  read_ahead=SIZE     kernel readahead for the mount (default 4M)\n"
