@@ -8,8 +8,9 @@
 namespace ckptfs {
 
 Result<double> ParseLossyPolicy(std::string_view text) {
+  const std::string given(text);
   auto bad = [&] {
-    return Status::InvalidArgument("lossy policy \"" + std::string(text) +
+    return Status::InvalidArgument("lossy policy \"" + given +
                                    "\": expected \"lossless\", \"lossy\" or \"lossy=FIDELITY\" with FIDELITY in (0, " +
                                    std::to_string(kMaxFidelity).substr(0, 3) + "], e.g. lossy=0.01");
   };
