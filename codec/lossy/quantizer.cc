@@ -47,7 +47,6 @@ struct Analysis {
   std::vector<double> w;      // weight of the squared error
   std::vector<uint8_t> must_escape;
   double budget = 0;          // allowed weighted squared error
-  double denominator = 0;     // of the relative metric
 };
 
 bool ValueUnusable(float f) { return !std::isfinite(f); }
@@ -65,7 +64,6 @@ void AnalyseValues(const PieceSpec& spec, const PieceInput& in, Analysis* a) {
     e_base += w * (double(x) - double(p)) * (double(x) - double(p));
   }
   a->against_base = has_base && e_base <= e_zero;
-  a->denominator = e_zero;
   a->budget = spec.target * spec.target * e_zero;
   if (a->against_base && spec.residual_cap > 0) {
     a->budget = std::min(a->budget, spec.residual_cap * spec.residual_cap * e_base);
@@ -95,7 +93,6 @@ void AnalyseLogBits(const PieceSpec& spec, const PieceInput& in, Analysis* a) {
     e_base += (double(x) - double(p)) * (double(x) - double(p));
   }
   a->against_base = has_base && e_base <= e_zero;
-  a->denominator = static_cast<double>(n);
   a->budget = spec.target * spec.target * static_cast<double>(n);
   for (size_t i = 0; i < n; ++i) {
     const uint32_t x = LoadBits(spec.dtype, in.x.data(), i);
