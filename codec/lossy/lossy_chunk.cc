@@ -66,10 +66,10 @@ Status EncodeLossyChunk(std::span<uint8_t> raw, std::span<const uint8_t> base, u
 
 Status DecodeLossyChunk(std::span<const uint8_t> stored, std::span<const uint8_t> base, std::span<uint8_t> out) {
   ByteReader r(stored);
-  uint8_t version;
+  uint8_t version = 0;
   RETURN_IF_ERROR(r.Byte(&version, "version"));
   if (version != kLossyChunkVersion) return Malformed("unknown version " + std::to_string(version));
-  uint64_t count;
+  uint64_t count = 0;
   RETURN_IF_ERROR(r.Varint(&count, "segment count"));
   if (count > out.size() + 1) return Malformed("more segments than bytes");
   struct Seg {

@@ -409,7 +409,7 @@ Result<PieceOutcome> EncodePiece(const PieceSpec& spec, const PieceInput& in, st
 
 Status DecodePiece(std::span<const uint8_t> blob, std::span<const uint8_t> base, std::span<uint8_t> out) {
   ByteReader r(blob);
-  uint8_t version, dt, dom, flags, k;
+  uint8_t version = 0, dt = 0, dom = 0, flags = 0, k = 0;
   RETURN_IF_ERROR(r.Byte(&version, "version"));
   if (version != kPieceVersion) return Malformed("unknown version " + std::to_string(version));
   RETURN_IF_ERROR(r.Byte(&dt, "dtype"));
@@ -429,11 +429,11 @@ Status DecodePiece(std::span<const uint8_t> blob, std::span<const uint8_t> base,
   StoredLevels lv;
   for (unsigned i = 0; i < k; ++i) {
     if (d == Domain::kValue) {
-      uint32_t bits;
+      uint32_t bits = 0;
       RETURN_IF_ERROR(r.U32(&bits, "level"));
       lv.value.push_back(std::bit_cast<float>(bits));
     } else {
-      uint64_t z;
+      uint64_t z = 0;
       RETURN_IF_ERROR(r.Varint(&z, "level"));
       lv.steps.push_back(UnZigZag(z));
     }
