@@ -156,7 +156,11 @@ Result<std::vector<ChunkSegment>> LossyCoder::Segments(uint64_t offset, uint64_t
   std::vector<ChunkSegment> segs;
   uint64_t pos = 0;  // chunk-relative
   auto lossless_to = [&](uint64_t end) {
-    if (end > pos) segs.push_back(ChunkSegment{pos, end});
+    if (end > pos) {
+      ChunkSegment s;
+      s.begin = pos, s.end = end;
+      segs.push_back(std::move(s));
+    }
     pos = std::max(pos, end);
   };
   for (const Tensor& t : tensors_) {
@@ -168,7 +172,8 @@ Result<std::vector<ChunkSegment>> LossyCoder::Segments(uint64_t offset, uint64_t
     const uint64_t end = t.offset + (hi - t.offset) / es * es;
     if (end <= begin) continue;
     lossless_to(begin - offset);
-    ChunkSegment s{begin - offset, end - offset, true};
+    ChunkSegment s;
+    s.begin = begin - offset, s.end = end - offset, s.lossy = true;
     s.role = t.role;
     s.spec.dtype = t.dtype;
     s.spec.domain = t.role == TensorRole::kAdamV ? lossy::Domain::kLogBits : lossy::Domain::kValue;
