@@ -258,6 +258,7 @@ bool FileContent::OnRelease(bool writable) {
   std::lock_guard lk(mu_);
   --open_handles_;
   if (writable) --open_writers_;
+  released_cv_.notify_all();
   MaybeReleaseObjectsLocked();
   return NeedsSealLocked();
 }
@@ -270,9 +271,17 @@ bool FileContent::NeedsSeal() {
 Status FileContent::SealForLossyRead() {
   {
     std::lock_guard lk(mu_);
-    if (!staging_ || open_writers_ > 0 || unlinked_) return Status::Ok();
+    if (!staging_ || unlinked_) return Status::Ok();
   }
   if (store_->FidelityFor(stub_fd_.get()) <= 0) return Status::Ok();
+  {
+    // close() returns before the kernel's RELEASE of the writer's handle
+    // reaches the daemon: give a writer that just closed the file time to
+    // be counted out, or this reader would see the bytes as written.
+    std::unique_lock lk(mu_);
+    released_cv_.wait_for(lk, kReleaseGrace, [&] { return open_writers_ == 0 || !staging_ || unlinked_; });
+    if (!staging_ || open_writers_ > 0 || unlinked_) return Status::Ok();
+  }
   Status s = SealIfIdle();
   // EAGAIN: a writer came back meanwhile; the reader sees the file as written.
   return s.code() == EAGAIN ? Status::Ok() : s;

@@ -9,6 +9,8 @@
 #include <sys/stat.h>
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -95,7 +97,11 @@ class FileContent {
   const UniqueFd stub_fd_;
   const std::string label_;
 
+  // How long a lossy read waits for a writer's pending RELEASE.
+  static constexpr std::chrono::seconds kReleaseGrace{2};
+
   std::mutex seal_mu_;  // one seal at a time (seal queue, lossy reads)
+  std::condition_variable released_cv_;  // a handle was released (mu_)
   std::mutex mu_;
   StubRecord rec_;
   std::shared_ptr<Staging> staging_;  // set iff rec_.state == kStaged
