@@ -10,12 +10,14 @@ ResidualHistogram::ResidualHistogram(double lo, double hi, double scale, size_t 
   ulo_ = std::asinh(lo / scale_);
   const double uhi = std::asinh(hi / scale_);
   inv_width_ = uhi > ulo_ ? static_cast<double>(bins_.size()) / (uhi - ulo_) : 0.0;
-}
-
-double ResidualHistogram::BinWidth(size_t i) const {
-  if (inv_width_ <= 0) return 1.0;
-  const double u0 = ulo_ + static_cast<double>(i) / inv_width_, u1 = ulo_ + static_cast<double>(i + 1) / inv_width_;
-  return scale_ * (std::sinh(u1) - std::sinh(u0));
+  widths_.assign(bins_.size(), 1.0);
+  if (inv_width_ <= 0) return;
+  double prev = scale_ * std::sinh(ulo_);
+  for (size_t i = 0; i < bins_.size(); ++i) {
+    const double next = scale_ * std::sinh(ulo_ + static_cast<double>(i + 1) / inv_width_);
+    widths_[i] = next - prev;
+    prev = next;
+  }
 }
 
 size_t ResidualHistogram::BinOf(double value) const {

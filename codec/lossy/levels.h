@@ -28,7 +28,7 @@ class ResidualHistogram {
   void Add(double value, double weight) { AddToBin(BinOf(value), value, weight); }
   size_t BinOf(double value) const;
   // Width of bin i in value units.
-  double BinWidth(size_t i) const;
+  double BinWidth(size_t i) const { return widths_[i]; }
   void AddToBin(size_t bin, double value, double weight) {
     Bin& b = bins_[bin];
     b.w += weight;
@@ -50,6 +50,7 @@ class ResidualHistogram {
  private:
   double scale_, ulo_, inv_width_;
   std::vector<Bin> bins_;
+  std::vector<double> widths_;  // computed once: sinh is not cheap
   uint64_t count_ = 0;
 };
 
