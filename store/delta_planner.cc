@@ -16,25 +16,27 @@ DeltaPlanner::DeltaPlanner(PackIndex* index, BaseSource* bases, std::span<const 
       tensors_(tensors),
       topts_{enc.zstd_level, enc.planes},
       keyframe_every_(keyframe_every) {
-  if (keyframe_every_ > 0 && enc.tensor_codec) {
-    base_ = index_->FindBase(tensors_);
-    if (base_) pins_.push_back(base_->pack);
-  }
+  if (keyframe_every_ > 0 && enc.tensor_codec) FindPredecessor();
+}
+
+void DeltaPlanner::FindPredecessor() {
+  base_ = index_->FindBase(tensors_);
+  if (base_) pins_.push_back(base_->pack);
 }
 
 void DeltaPlanner::SetLossy(LossyCoder* coder, uint32_t keyframe_every) {
   lossy_ = coder;
   lossy_keyframe_every_ = keyframe_every;
-  if (!base_ && keyframe_every > 0) {
-    base_ = index_->FindBase(tensors_);
-    if (base_) pins_.push_back(base_->pack);
-  }
+  if (!base_ && keyframe_every > 0) FindPredecessor();
 }
 
 std::span<const uint8_t> DeltaPlanner::LossyBase(uint64_t offset, std::span<const uint8_t> raw,
                                                  std::span<const TensorRange> ranges, uint8_t* depth) {
   *depth = 0;
-  if (!LoadBaseBytes(offset, raw, ranges) || base_depth_ + 1u > lossy_keyframe_every_) return {};
+  if (!lossy_->HasWork(offset, raw.size()) || !LoadBaseBytes(offset, raw, ranges) ||
+      base_depth_ + 1u > lossy_keyframe_every_) {
+    return {};
+  }
   *depth = static_cast<uint8_t>(base_depth_ + 1);
   return base_bytes_;
 }
@@ -48,10 +50,8 @@ Status DeltaPlanner::PrepareLossy(Env* env, int src_fd, uint64_t size, uint32_t 
     buf.resize(len);
     RETURN_IF_ERROR(env->PReadExact(src_fd, buf, off));
     uint8_t depth = 0;
-    std::span<const uint8_t> base =
-        lossy_->HasWork(off, len) ? LossyBase(off, buf, RangesOverlapping(tensors_, off, off + len), &depth)
-                                  : std::span<const uint8_t>{};
-    RETURN_IF_ERROR(lossy_->Reconstruct(off, buf, base));
+    RETURN_IF_ERROR(
+        lossy_->Reconstruct(off, buf, LossyBase(off, buf, RangesOverlapping(tensors_, off, off + len), &depth)));
   }
   return Status::Ok();
 }
@@ -60,9 +60,7 @@ Result<std::optional<ChunkPlan>> DeltaPlanner::TransformLossy(uint64_t offset, s
                                                               std::span<const TensorRange> ranges) {
   if (lossy_ == nullptr) return std::optional<ChunkPlan>{};
   uint8_t depth = 0;
-  std::span<const uint8_t> base =
-      lossy_->HasWork(offset, raw.size()) ? LossyBase(offset, raw, ranges, &depth) : std::span<const uint8_t>{};
-  ASSIGN_OR_RETURN(std::optional<LossyChunk> chunk, lossy_->Encode(offset, raw, base));
+  ASSIGN_OR_RETURN(std::optional<LossyChunk> chunk, lossy_->Encode(offset, raw, LossyBase(offset, raw, ranges, &depth)));
   if (!chunk) return std::optional<ChunkPlan>{};
   ChunkPlan p = chunk->used_base ? RefPlan(ChunkCodec::kLossy, base_->pack, *base_off_, depth)
                                  : RefPlan(ChunkCodec::kLossy, 0, 0, 0);

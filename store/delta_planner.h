@@ -64,8 +64,10 @@ class DeltaPlanner : public ChunkPlanner {
   // that covers most of it.
   std::optional<uint64_t> BaseOffset(uint64_t offset, size_t len, std::span<const TensorRange> ranges) const;
   static ChunkPlan RefPlan(ChunkCodec codec, ObjectId base, uint64_t base_offset, uint8_t depth);
+  // Picks the predecessor (lineage) and pins it.
+  void FindPredecessor();
   // The predecessor's bytes a lossy chunk is predicted from (empty: none,
-  // a keyframe), and the depth the chunk gets with them.
+  // a keyframe, or no lossy tensor here), and the depth the chunk gets with them.
   std::span<const uint8_t> LossyBase(uint64_t offset, std::span<const uint8_t> raw,
                                      std::span<const TensorRange> ranges, uint8_t* depth);
 

@@ -37,9 +37,9 @@ bool Overlaps(uint64_t a, uint64_t alen, uint64_t b, uint64_t blen) { return a <
 
 }  // namespace
 
-LossyCoder::LossyCoder(Env* env, int src_fd, const FileLayout& layout, double fidelity,
-                       const TensorChunkOptions& topts, const SiblingFinder& find_sibling)
-    : env_(env), src_fd_(src_fd), fidelity_(fidelity), topts_(topts), ranges_(TensorRangesOf(layout)) {
+LossyCoder::LossyCoder(Env* env, int src_fd, const FileLayout& layout, std::span<const TensorRange> ranges,
+                       double fidelity, const TensorChunkOptions& topts, const SiblingFinder& find_sibling)
+    : env_(env), src_fd_(src_fd), fidelity_(fidelity), topts_(topts), ranges_(ranges) {
   const RoleTargets targets = TargetsFor(fidelity);
   info_.fidelity = static_cast<float>(fidelity);
   for (TensorRole r : {TensorRole::kWeight, TensorRole::kAdamM, TensorRole::kAdamV}) {

@@ -45,8 +45,9 @@ struct LossyChunk {
 
 class LossyCoder {
  public:
-  LossyCoder(Env* env, int src_fd, const FileLayout& layout, double fidelity, const TensorChunkOptions& topts,
-             const SiblingFinder& find_sibling = {});
+  // `ranges`: TensorRangesOf(layout), as the pack writer has them.
+  LossyCoder(Env* env, int src_fd, const FileLayout& layout, std::span<const TensorRange> ranges, double fidelity,
+             const TensorChunkOptions& topts, const SiblingFinder& find_sibling = {});
 
   // Whether any tensor of the file is coded lossily.
   bool active() const { return !tensors_.empty(); }
@@ -85,7 +86,7 @@ class LossyCoder {
   int src_fd_;
   double fidelity_;
   TensorChunkOptions topts_;
-  std::vector<TensorRange> ranges_;  // the lossless codec's view of the file
+  std::span<const TensorRange> ranges_;  // the lossless codec's view of the file
   std::vector<Tensor> tensors_;      // lossy ones, sorted by offset
   std::vector<ZipCrcField> crc_fields_;
   std::optional<SiblingMoments> sibling_;

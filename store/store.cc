@@ -254,8 +254,8 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
     spdlog::debug("{}: format {}, {} tensor ranges{}{}", ctx, layout.format, tensors.size(),
                   layout.note.empty() ? "" : ": ", layout.note);
     if (fidelity > 0) {
-      lossy.emplace(env_, src_fd, layout, fidelity, TensorChunkOptions{opts_.encoder.zstd_level, opts_.encoder.planes},
-                    find_sibling);
+      lossy.emplace(env_, src_fd, layout, tensors, fidelity,
+                    TensorChunkOptions{opts_.encoder.zstd_level, opts_.encoder.planes}, find_sibling);
       if (!lossy->active()) lossy.reset();
       if (lossy && lossy->sibling_pairs() > 0) {
         spdlog::info("{}: sensitivity of {} weights from a sibling file's second moments", ctx, lossy->sibling_pairs());

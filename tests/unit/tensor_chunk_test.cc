@@ -418,10 +418,10 @@ TEST(RangesOverlappingTest, MatchesALinearScan) {
 TEST(TensorRangesOfTest, DropsUnknownAndSmallAndSorts) {
   FileLayout l;
   l.format = "test";
-  l.tensors.push_back({"b", DType::kBF16, {}, 50000, 8192});
-  l.tensors.push_back({"a", DType::kF32, {}, 1000, kMinPiece});
-  l.tensors.push_back({"tiny", DType::kF32, {}, 6000, kMinPiece - 1});
-  l.tensors.push_back({"opaque", DType::kUnknown, {}, 70000, 100000});
+  l.tensors.push_back({"b", DType::kBF16, {}, 50000, 8192, "", 0});
+  l.tensors.push_back({"a", DType::kF32, {}, 1000, kMinPiece, "", 0});
+  l.tensors.push_back({"tiny", DType::kF32, {}, 6000, kMinPiece - 1, "", 0});
+  l.tensors.push_back({"opaque", DType::kUnknown, {}, 70000, 100000, "", 0});
   std::vector<TensorRange> r = TensorRangesOf(l);
   ASSERT_EQ(r.size(), 2u);
   EXPECT_EQ(r[0].offset, 1000u);
