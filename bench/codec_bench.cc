@@ -179,6 +179,7 @@ Method MeasureCkptfs(const std::vector<Chunk>& chunks, std::span<const TensorRan
   }
   if (const char* g = std::getenv("CODEC_BENCH_RANS_MAX")) opts.planes.rans_max_size = std::atof(g);
   if (const char* g = std::getenv("CODEC_BENCH_SPLIT_GAIN")) opts.planes.split_min_gain_bits = std::atof(g);
+  if (const char* g = std::getenv("CODEC_BENCH_GRID_GAIN")) opts.planes.grid_min_gain_bits = std::atof(g);
   std::vector<Bytes> stored(chunks.size());
   std::vector<ChunkCodec> codec(chunks.size());
   Method m;
@@ -243,9 +244,11 @@ nlohmann::json PlaneReport(const std::vector<Chunk>& chunks, std::span<const Ten
       if (p.dtype == DType::kUnknown) continue;
       Bytes out;
       lossless::EncodeStats st;
-      (void)lossless::EncodeTensorBytes(p.dtype, c.raw.subspan(p.begin, p.end - p.begin), {}, &out, &st);
+      (void)lossless::EncodeTensorBytes(p.dtype, c.raw.subspan(p.begin, p.end - p.begin), {p.row_length, p.first_col},
+                                        {}, &out, &st);
       for (size_t k = 0; k < st.planes.size(); ++k) {
-        auto& a = agg[std::string(DTypeName(p.dtype)) + " plane " + std::to_string(k) + " " +
+        const char* grid = st.transform == lossless::PlaneTransform::kRotl1Grid ? " grid" : "";
+        auto& a = agg[std::string(DTypeName(p.dtype)) + grid + " plane " + std::to_string(k) + " " +
                       lossless::PlaneMethodName(st.planes[k].method)];
         a[0] += double(st.planes[k].raw_bytes);
         a[1] += double(st.planes[k].stored_bytes);

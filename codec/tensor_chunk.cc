@@ -35,7 +35,12 @@ std::vector<ChunkPiece> CutChunk(uint64_t chunk_offset, uint64_t len, std::span<
     const uint64_t b = rb - chunk_offset, e = re - chunk_offset;
     if (b < pos) continue;  // overlapping ranges: keep the first
     if (b > pos) pieces.push_back({pos, b, DType::kUnknown});
-    pieces.push_back({b, e, r.dtype});
+    ChunkPiece p{b, e, r.dtype};
+    if (r.row_length > 0) {
+      p.row_length = r.row_length;
+      p.first_col = ((rb - r.offset) / w) % r.row_length;
+    }
+    pieces.push_back(p);
     pos = e;
   }
   if (pos < len) pieces.push_back({pos, len, DType::kUnknown});
@@ -64,6 +69,20 @@ bool IsZero(const uint8_t* p, size_t n) {
   return true;
 }
 
+// The part [begin, end) of a tensor piece, with its column moved along.
+ChunkPiece SubPiece(const ChunkPiece& p, uint64_t begin, uint64_t end) {
+  ChunkPiece s = p;
+  s.begin = begin;
+  s.end = end;
+  if (p.row_length > 0) {
+    const uint64_t w = std::max<uint64_t>(DTypeSize(p.dtype), 1);
+    s.first_col = (p.first_col + (begin - p.begin) / w) % p.row_length;
+  }
+  return s;
+}
+
+lossless::GridHint HintOf(const ChunkPiece& p) { return {p.row_length, p.first_col}; }
+
 // Splits a tensor piece around zero runs of at least kMinZeroRun bytes,
 // found on a 4 KiB grid (a multiple of every element size).
 void SplitZeroRuns(std::span<const uint8_t> chunk, const ChunkPiece& piece, std::vector<ChunkPiece>* out) {
@@ -72,7 +91,7 @@ void SplitZeroRuns(std::span<const uint8_t> chunk, const ChunkPiece& piece, std:
   uint64_t run = 0, run_len = 0;  // current zero run on the grid
   auto flush = [&] {              // a long enough run: [pos, run) as tensor, the run as zeros
     if (run_len >= kMinZeroRun) {
-      if (run > pos) out->push_back({pos, run, piece.dtype});
+      if (run > pos) out->push_back(SubPiece(piece, pos, run));
       out->push_back({run, run + run_len, DType::kUnknown, true});
       pos = run + run_len;
     }
@@ -87,7 +106,7 @@ void SplitZeroRuns(std::span<const uint8_t> chunk, const ChunkPiece& piece, std:
     }
   }
   flush();
-  if (pos < piece.end) out->push_back({pos, piece.end, piece.dtype});
+  if (pos < piece.end) out->push_back(SubPiece(piece, pos, piece.end));
 }
 
 SegmentKind CodeMeta(std::span<const uint8_t> raw, int level, std::vector<uint8_t>* out) {
@@ -125,7 +144,7 @@ Status DecodeSegment(SegmentKind kind, std::span<const uint8_t> stored, std::spa
 // The common case, a chunk wholly inside one tensor: the blob is coded
 // straight into `out` behind a descriptor whose stored length is a padded
 // varint patched in afterwards, instead of being coded aside and copied.
-Status EncodeWholeTensorChunk(std::span<const uint8_t> raw, DType dtype, const TensorChunkOptions& opts,
+Status EncodeWholeTensorChunk(std::span<const uint8_t> raw, const ChunkPiece& piece, const TensorChunkOptions& opts,
                               std::vector<uint8_t>* out) {
   PutByte(out, kTensorChunkVersion);
   PutVarint(out, 1);
@@ -133,9 +152,26 @@ Status EncodeWholeTensorChunk(std::span<const uint8_t> raw, DType dtype, const T
   PutVarint(out, raw.size());
   const size_t len_at = out->size();
   out->resize(len_at + 10);
-  RETURN_IF_ERROR(lossless::EncodeTensorBytes(dtype, raw, opts.planes, out));
+  RETURN_IF_ERROR(lossless::EncodeTensorBytes(piece.dtype, raw, HintOf(piece), opts.planes, out));
   lossless::PutVarint10At(out, len_at, out->size() - len_at - 10);
   return Status::Ok();
+}
+
+}  // namespace
+
+namespace {
+
+uint64_t RowLengthOf(const TensorRegion& t) {
+  if (t.shape.size() < 2 || t.shape[0] < 2) return 0;
+  uint64_t n = 1;
+  for (size_t k = 1; k < t.shape.size(); ++k) {
+    if (t.shape[k] != 0 && n > UINT64_MAX / t.shape[k]) return 0;
+    n *= t.shape[k];
+  }
+  // The shape must describe exactly the bytes, or rows would be misplaced.
+  const uint64_t w = DTypeSize(t.dtype);
+  if (n == 0 || w == 0 || t.length % w != 0 || (t.length / w) / n != t.shape[0] || (t.length / w) % n != 0) return 0;
+  return n;
 }
 
 }  // namespace
@@ -144,7 +180,7 @@ std::vector<TensorRange> TensorRangesOf(const FileLayout& layout) {
   std::vector<TensorRange> out;
   for (const TensorRegion& t : layout.tensors) {
     if (t.dtype == DType::kUnknown || t.length < kMinTensorPiece) continue;
-    out.push_back({t.offset, t.length, t.dtype});
+    out.push_back({t.offset, t.length, t.dtype, RowLengthOf(t)});
   }
   std::sort(out.begin(), out.end(), [](const TensorRange& a, const TensorRange& b) { return a.offset < b.offset; });
   return out;
@@ -169,7 +205,7 @@ Status EncodeTensorChunk(std::span<const uint8_t> raw, uint64_t chunk_offset, st
     }
   }
   if (pieces.size() == 1 && !pieces[0].zero && pieces[0].dtype != DType::kUnknown) {
-    return EncodeWholeTensorChunk(raw, pieces[0].dtype, opts, out);
+    return EncodeWholeTensorChunk(raw, pieces[0], opts, out);
   }
   // Per-thread piece buffers keep their capacity from chunk to chunk.
   thread_local std::vector<std::vector<uint8_t>> coded;
@@ -187,7 +223,7 @@ Status EncodeTensorChunk(std::span<const uint8_t> raw, uint64_t chunk_offset, st
       continue;
     }
     kinds[i] = SegmentKind::kTensor;
-    RETURN_IF_ERROR(lossless::EncodeTensorBytes(pieces[i].dtype, bytes, opts.planes, &coded[i]));
+    RETURN_IF_ERROR(lossless::EncodeTensorBytes(pieces[i].dtype, bytes, HintOf(pieces[i]), opts.planes, &coded[i]));
   }
   PutByte(out, kTensorChunkVersion);
   PutVarint(out, pieces.size());

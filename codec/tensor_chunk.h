@@ -36,6 +36,10 @@ struct TensorRange {
   uint64_t offset = 0;
   uint64_t length = 0;
   DType dtype = DType::kU8;
+  // Elements per row when the tensor is a matrix (the product of every
+  // dimension but the first), which lets the plane codec predict fp32
+  // magnitudes by row and column; 0 when it is not one or the shape is unknown.
+  uint64_t row_length = 0;
 };
 
 // The ranges of `layout` worth coding as tensors, sorted by offset.
@@ -51,6 +55,8 @@ struct ChunkPiece {
   uint64_t end = 0;
   DType dtype = DType::kUnknown;
   bool zero = false;  // a run of zero bytes inside a tensor (encoder only)
+  uint64_t row_length = 0;  // see TensorRange
+  uint64_t first_col = 0;   // column of the piece's first element when row_length > 0
 };
 
 // How the encoder cuts the chunk [chunk_offset, chunk_offset + len): pieces

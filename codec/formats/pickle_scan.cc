@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <memory>
+#include <optional>
 #include <unordered_map>
 
 namespace ckptfs::formats {
@@ -237,18 +238,53 @@ std::string Machine::PendingKey() const {
   return *stack_[i - 1].s;
 }
 
-// _rebuild_tensor_v3(storage, offset, size, stride, requires_grad, hooks,
-// dtype, ...) carries the dtype that an UntypedStorage lacks.
+// Integers of a tuple, or nullopt when it is not a tuple of non-negative ints.
+std::optional<std::vector<uint64_t>> IntTuple(const Value& v) {
+  if (v.kind != Value::kTuple) return std::nullopt;
+  std::vector<uint64_t> out;
+  for (const Value& it : *v.items) {
+    if (it.kind != Value::kInt || it.i < 0) return std::nullopt;
+    out.push_back(static_cast<uint64_t>(it.i));
+  }
+  return out;
+}
+
+// The size tuple when (offset, size, stride) views numel elements exactly,
+// contiguously and in C order.
+std::vector<uint64_t> WholeStorageShape(const Value& offset, const Value& size, const Value& stride, uint64_t numel) {
+  auto dims = IntTuple(size), steps = IntTuple(stride);
+  if (offset.kind != Value::kInt || offset.i != 0 || !dims || !steps || dims->size() != steps->size()) return {};
+  uint64_t expect = 1;
+  for (size_t k = dims->size(); k-- > 0;) {
+    if ((*dims)[k] != 1 && (*steps)[k] != expect) return {};
+    if ((*dims)[k] != 0 && expect > UINT64_MAX / (*dims)[k]) return {};
+    expect *= (*dims)[k];
+  }
+  return expect == numel ? *dims : std::vector<uint64_t>{};
+}
+
+// _rebuild_tensor_v2(storage, offset, size, stride, ...) and
+// _rebuild_tensor_v3(..., dtype, ...) give the tensor's shape; v3 also
+// carries the dtype that an UntypedStorage lacks.
 Status Machine::Reduce() {
   ASSIGN_OR_RETURN(Value args, Pop());
   ASSIGN_OR_RETURN(Value fn, Pop());
-  if (fn.kind == Value::kGlobal && *fn.s == "torch._utils._rebuild_tensor_v3" && args.kind == Value::kTuple &&
-      args.items->size() >= 7) {
-    const Value& st = (*args.items)[0];
-    const Value& dt = (*args.items)[6];
-    if (st.kind == Value::kPid && dt.kind == Value::kGlobal) {
-      StorageRef& s = out_.storages[static_cast<size_t>(st.i)];
-      if (s.dtype == DType::kUnknown) s.dtype = DTypeFromTorchName(*dt.s);
+  const bool v2 = fn.kind == Value::kGlobal && *fn.s == "torch._utils._rebuild_tensor_v2";
+  const bool v3 = fn.kind == Value::kGlobal && *fn.s == "torch._utils._rebuild_tensor_v3";
+  if ((v2 || v3) && args.kind == Value::kTuple && args.items->size() >= 4) {
+    const auto& a = *args.items;
+    if (a[0].kind == Value::kPid) {
+      StorageRef& s = out_.storages[static_cast<size_t>(a[0].i)];
+      if (v3 && a.size() >= 7 && a[6].kind == Value::kGlobal && s.dtype == DType::kUnknown) {
+        s.dtype = DTypeFromTorchName(*a[6].s);
+      }
+      if (!s.viewed) {
+        s.viewed = true;
+        const uint64_t elsize = s.dtype == DType::kUnknown ? 0 : DTypeSize(s.dtype);
+        // Untyped storages count bytes; their tensors count elements.
+        const uint64_t numel = s.elsize == 1 && elsize > 1 ? s.numel / elsize : s.numel;
+        s.shape = WholeStorageShape(a[1], a[2], a[3], numel);
+      }
     }
   }
   return PushOther();

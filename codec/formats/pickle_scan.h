@@ -2,8 +2,9 @@
 // just enough of the pickle machine (stack, marks, memo, tuples, globals) to
 // collect torch's storage persistent IDs
 //   ('storage', <torch.XStorage global>, key, location, numel[, ...]),
-// the dict key each storage is first stored under, and the dtype argument
-// of _rebuild_tensor_v3 for untyped storages.
+// the dict key each storage is first stored under, the dtype argument of
+// _rebuild_tensor_v3 for untyped storages, and the size and stride
+// arguments of _rebuild_tensor_v2/v3.
 // Everything else becomes an opaque value.
 #pragma once
 
@@ -28,6 +29,10 @@ struct StorageRef {
   // "exp_avg_sq"); empty when it is not a string key (list item, int key).
   std::string label;
   uint32_t index = 0;  // position in PickleScan::storages: first-seen order
+  // Shape of the first tensor built on the storage, when that tensor covers
+  // all of it, contiguously, in C order; empty otherwise.
+  std::vector<uint64_t> shape;
+  bool viewed = false;  // a tensor rebuild has named this storage
 };
 
 struct PickleScan {

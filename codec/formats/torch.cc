@@ -55,6 +55,20 @@ RefMap ScanDataPkl(const ByteSource& src, const ZipArchive& z, const std::string
   return refs;
 }
 
+// The pickle's shape when it describes exactly the region's elements, else
+// one flat dimension.
+std::vector<uint64_t> ShapeOf(const TensorRegion& r, const StorageRef* ref) {
+  const uint64_t n = r.length / DTypeSize(r.dtype);
+  if (ref == nullptr || ref->shape.empty() || ref->dtype != r.dtype) return {n};
+  uint64_t product = 1;
+  for (uint64_t d : ref->shape) {
+    auto p = CheckedMul(product, d);
+    if (!p) return {n};
+    product = *p;
+  }
+  return product == n ? ref->shape : std::vector<uint64_t>{n};
+}
+
 // A record's dtype holds only if its size matches what the pickle says.
 TensorRegion RecordRegion(const ZipEntry& e, const StorageRef* ref) {
   TensorRegion r;
@@ -71,7 +85,7 @@ TensorRegion RecordRegion(const ZipEntry& e, const StorageRef* ref) {
     r.label = ref->label;
     r.order = ref->index;
   }
-  r.shape = {r.length / DTypeSize(r.dtype)};
+  r.shape = ShapeOf(r, ref);
   return r;
 }
 
@@ -192,7 +206,7 @@ Result<FileLayout> ParseTorchLegacy(const ByteSource& src) {
     r.dtype = ref.dtype == DType::kUnknown || *nbytes % DTypeSize(ref.dtype) != 0 ? DType::kU8 : ref.dtype;
     r.offset = pos + 8;
     r.length = *nbytes;
-    r.shape = {r.length / DTypeSize(r.dtype)};
+    r.shape = ShapeOf(r, &ref);
     r.label = ref.label;
     r.order = ref.index;
     if (r.length > 0) l.tensors.push_back(std::move(r));

@@ -32,6 +32,13 @@ constexpr double kDenseBitsPerByte = 4.5;
 constexpr size_t kSplitMinLanes = 32 << 10;
 constexpr size_t kMinBucket = 4096;
 constexpr unsigned kMaxBuckets = 64;
+// Grid predictor: rows shorter than this are vectors in disguise (biases,
+// norms stacked), and the terms must stay a small share of the data.
+constexpr uint64_t kMinGridRowLength = 16;
+constexpr uint64_t kMinGridRows = 8;
+constexpr uint64_t kLanesPerGridTerm = 16;
+constexpr uint64_t kGridProbeRows = 32;
+constexpr uint64_t kGridFitRows = 256;
 
 // Complex numbers are pairs of floats whose parts share statistics, so
 // they are coded as float lanes. Unknown data is coded as bytes.
@@ -51,6 +58,10 @@ unsigned LaneSize(DType t) {
 // The exponent regrouping only helps multi-byte IEEE-style floats; for fp8
 // any bit permutation within the byte leaves order-0 statistics unchanged.
 bool RotationApplies(DType t) { return DTypeIsFloat(t) && LaneSize(t) >= 2; }
+
+// The predictor works on exponent plus 8 mantissa bits, which only fp32's
+// rotated top two planes hold without the sign mixed in.
+bool GridApplies(DType t) { return t == DType::kF32; }
 
 size_t StrideFor(size_t n) { return n > kSampleAbove ? kSampleStride : 1; }
 
@@ -306,6 +317,7 @@ struct Header {
   uint8_t tail = 0;
   PlaneMethod method[kMaxLane] = {};
   uint64_t stored_len[kMaxLane] = {};
+  GridModel grid;  // kRotl1Grid only
 };
 
 Status ReadHeader(ByteReader* r, size_t raw_size, Header* h) {
@@ -319,7 +331,7 @@ Status ReadHeader(ByteReader* r, size_t raw_size, Header* h) {
   h->dtype = static_cast<DType>(dtype);
   h->lane = LaneSize(h->dtype);
   RETURN_IF_ERROR(r->Byte(&transform, "transform"));
-  if (transform > 1 || (transform == 1 && !RotationApplies(h->dtype))) {
+  if (transform > 2 || (transform >= 1 && !RotationApplies(h->dtype)) || (transform == 2 && !GridApplies(h->dtype))) {
     return Status::Corruption("transform " + std::to_string(transform) + " invalid for dtype " +
                               std::string(DTypeName(h->dtype)));
   }
@@ -344,7 +356,49 @@ Status ReadHeader(ByteReader* r, size_t raw_size, Header* h) {
     h->method[k] = static_cast<PlaneMethod>(m);
     RETURN_IF_ERROR(r->Varint(&h->stored_len[k], "plane length"));
   }
+  if (h->transform == PlaneTransform::kRotl1Grid) return ReadGrid(r, h->lanes, &h->grid);
   return Status::Ok();
+}
+
+// Estimated bits per lane the grid saves, net of its terms.
+double GridGain(const GridEstimate& e, uint64_t terms, uint64_t lanes) {
+  // About two bytes per term once delta-coded.
+  const double term_bits = 16.0 * static_cast<double>(terms) / static_cast<double>(lanes);
+  return e.plain_bits - std::min(e.folded_bits, e.biased_bits) - term_bits;
+}
+
+// Fits the grid predictor to the top two planes and, when it pays, replaces
+// them by its residual. Returns whether it did. A probe of a few rows turns
+// down most tensors it does not suit (weights) at a small cost; the column
+// terms are then fitted on more rows, and the row terms on every row.
+bool TryGrid(GridHint hint, std::span<uint8_t> hi, std::span<uint8_t> lo, const PlaneCodecOptions& opts,
+             GridModel* model) {
+  const uint64_t lanes = hi.size();
+  if (!opts.allow_grid || hint.row_length < kMinGridRowLength || hint.first_col >= hint.row_length) return false;
+  const uint64_t rows = GridRows(hint.row_length, hint.first_col, lanes);
+  if (rows < kMinGridRows || (rows + hint.row_length) * kLanesPerGridTerm > lanes) return false;
+  const uint64_t probe = GridSampleStep(rows, kGridProbeRows);
+  *model = FitGridSample(hi, lo, hint, probe);
+  GridEstimate e = EstimateGrid(*model, hi, lo, probe);
+  if (GridGain(e, rows + hint.row_length, lanes) < opts.grid_min_gain_bits) return false;
+  const uint64_t step = GridSampleStep(rows, kGridFitRows);
+  if (step < probe) {
+    *model = FitGridSample(hi, lo, hint, step);
+    e = EstimateGrid(*model, hi, lo, step);
+    if (GridGain(e, rows + hint.row_length, lanes) < opts.grid_min_gain_bits) return false;
+  }
+  model->fold = e.folded_bits < e.biased_bits;
+  FitGridRows(model, hi, lo);
+  ApplyGrid(*model, hi, lo, /*forward=*/true);
+  return true;
+}
+
+// Plane k in its scratch slot, copied there if it was read in place.
+std::span<uint8_t> Writable(std::span<uint8_t> scratch, unsigned k, size_t lanes, const uint8_t** ptr) {
+  std::span<uint8_t> dst(scratch.data() + k * lanes, lanes);
+  if (*ptr != dst.data() && lanes != 0) std::memcpy(dst.data(), *ptr, lanes);
+  *ptr = dst.data();
+  return dst;
 }
 
 }  // namespace
@@ -367,17 +421,23 @@ const char* PlaneMethodName(PlaneMethod m) {
 
 Status EncodeTensorBytes(DType t, std::span<const uint8_t> raw, const PlaneCodecOptions& opts,
                          std::vector<uint8_t>* out, EncodeStats* stats) {
+  return EncodeTensorBytes(t, raw, GridHint{}, opts, out, stats);
+}
+
+Status EncodeTensorBytes(DType t, std::span<const uint8_t> raw, GridHint grid, const PlaneCodecOptions& opts,
+                         std::vector<uint8_t>* out, EncodeStats* stats) {
   if (static_cast<uint8_t>(t) > kMaxDType) {
     return Status::InvalidArgument("EncodeTensorBytes: unknown dtype value " + std::to_string(static_cast<int>(t)));
   }
   const unsigned w = LaneSize(t);
   const size_t lanes = raw.size() / w;
   const size_t tail = raw.size() - lanes * w;
-  const PlaneTransform tr = RotationApplies(t) ? PlaneTransform::kRotl1Planes : PlaneTransform::kBytePlanes;
+  PlaneTransform tr = RotationApplies(t) ? PlaneTransform::kRotl1Planes : PlaneTransform::kBytePlanes;
 
   // A single plane is the input itself; only multi-byte lanes need copying.
   std::span<uint8_t> split;
   std::span<const uint8_t> plane[kMaxLane];
+  GridModel model;
   if (w == 1) {
     plane[0] = raw.first(lanes);
   } else {
@@ -386,6 +446,9 @@ Status EncodeTensorBytes(DType t, std::span<const uint8_t> raw, const PlaneCodec
     for (unsigned k = 0; k < w; ++k) ptrs[k] = split.data() + k * lanes;
     SplitLanes(w, tr == PlaneTransform::kRotl1Planes, raw.data(), lanes, ptrs);
     for (unsigned k = 0; k < w; ++k) plane[k] = {ptrs[k], lanes};
+    if (GridApplies(t) && TryGrid(grid, {ptrs[w - 1], lanes}, {ptrs[w - 2], lanes}, opts, &model)) {
+      tr = PlaneTransform::kRotl1Grid;
+    }
   }
 
   CodedPlane coded[kMaxLane];
@@ -419,6 +482,7 @@ Status EncodeTensorBytes(DType t, std::span<const uint8_t> raw, const PlaneCodec
     PutByte(out, static_cast<uint8_t>(coded[k].method));
     PutVarint(out, coded[k].StoredSize(lanes));
   }
+  if (tr == PlaneTransform::kRotl1Grid) PutGrid(model, out);
   for (unsigned k = 0; k < w; ++k) {
     std::span<const uint8_t> payload = coded[k].method == PlaneMethod::kRaw ? plane[k] : coded[k].bytes;
     out->insert(out->end(), payload.begin(), payload.end());
@@ -466,7 +530,12 @@ Status DecodeTensorBytes(std::span<const uint8_t> blob, std::span<uint8_t> raw_o
       RETURN_IF_ERROR(s.WithContext("plane " + std::to_string(k)));
       ptrs[k] = dst.data();
     }
-    MergeLanes(h.lane, h.transform == PlaneTransform::kRotl1Planes, ptrs, lanes, raw_out.data());
+    if (h.transform == PlaneTransform::kRotl1Grid) {
+      std::span<uint8_t> top = Writable(scratch, h.lane - 1, lanes, &ptrs[h.lane - 1]);
+      std::span<uint8_t> below = Writable(scratch, h.lane - 2, lanes, &ptrs[h.lane - 2]);
+      ApplyGrid(h.grid, top, below, /*forward=*/false);
+    }
+    MergeLanes(h.lane, h.transform != PlaneTransform::kBytePlanes, ptrs, lanes, raw_out.data());
   }
   if (!tail.empty()) std::memcpy(raw_out.data() + lanes * h.lane, tail.data(), tail.size());
   return Status::Ok();

@@ -14,6 +14,7 @@
 //   u8      tail length (bytes after the last whole lane, stored verbatim)
 //   u8      plane count (== lane size)
 //   per plane: u8 method (PlaneMethod), varint stored length
+//   kRotl1Grid only: the predictor's terms (codec/lossless/grid.h)
 //   plane payloads, in plane order
 //   tail bytes
 // A kSplit payload is: u8 bucket count B (2..64), 256 x u8 bucket of each
@@ -30,6 +31,7 @@
 
 #include "base/status.h"
 #include "codec/dtype.h"
+#include "codec/lossless/grid.h"
 
 namespace ckptfs::lossless {
 
@@ -38,6 +40,8 @@ inline constexpr uint8_t kPlaneBlobMagicV2 = 0xB2;
 enum class PlaneTransform : uint8_t {
   kBytePlanes = 0,   // plane k = byte k of each little-endian lane
   kRotl1Planes = 1,  // lane rotated left by one bit first (floats)
+  kRotl1Grid = 2,    // fp32 only: kRotl1Planes, then the top two planes hold
+                     // the residual of a row/column predictor (grid.h)
 };
 
 enum class PlaneMethod : uint8_t {
@@ -67,6 +71,10 @@ struct PlaneCodecOptions {
   // The split costs a gather per element on decode; it is used only when
   // the exponent context saves at least this many bits per byte.
   double split_min_gain_bits = 0.25;
+  bool allow_grid = true;  // row/column predictor for fp32 matrices (grid.h)
+  // The predictor costs a pass each way; it is used when it saves at least
+  // this many bits per element, after the bytes its terms take.
+  double grid_min_gain_bits = 0.05;
 };
 
 // What the encoder chose, for benches and tests.
@@ -85,6 +93,10 @@ struct EncodeStats {
 // stored verbatim) into a self-describing blob appended to `out`.
 // kUnknown is coded as bytes.
 Status EncodeTensorBytes(DType t, std::span<const uint8_t> raw, const PlaneCodecOptions& opts,
+                         std::vector<uint8_t>* out, EncodeStats* stats = nullptr);
+// The same, for elements that sit in a row-major matrix as `grid` says,
+// which lets fp32 data use kRotl1Grid.
+Status EncodeTensorBytes(DType t, std::span<const uint8_t> raw, GridHint grid, const PlaneCodecOptions& opts,
                          std::vector<uint8_t>* out, EncodeStats* stats = nullptr);
 
 // Decodes a blob produced above into exactly raw_out.size() bytes. Any

@@ -48,14 +48,61 @@ EncSymbol MakeEncSymbol(uint32_t freq, uint32_t start, unsigned scale) {
   return e;
 }
 
-inline void EncPut(uint32_t* state, uint16_t** ptr, const EncSymbol& sym, unsigned scale) {
-  uint32_t x = *state;
-  if (x >= sym.x_max) {
-    *--*ptr = static_cast<uint16_t>(x);
-    x >>= 16;
+// Branch-free like the decoder's refill: the word is always written below
+// the stream pointer, which moves only when the state overflows. Every
+// stream has room for one more word than it can emit, so the write stays
+// inside its own stream.
+template <unsigned kScale>
+inline void EncPut(uint32_t& x, uint16_t*& ptr, const EncSymbol& sym) {
+  const bool flush = x >= sym.x_max;
+  ptr[-1] = static_cast<uint16_t>(x);
+  ptr -= flush ? 1 : 0;
+  x = flush ? x >> 16 : x;
+  const uint32_t hi = static_cast<uint32_t>((static_cast<unsigned __int128>(x) * sym.rcp) >> 64);
+  const uint32_t q = sym.rcp == 0 ? x : hi;
+  x = (q << kScale) + (x - q * sym.freq) + sym.start;
+}
+
+// Codes `in` backwards into the states; symbol i belongs to state i % 8.
+template <unsigned kScale>
+void EncodeStates(std::span<const uint8_t> in, const EncSymbol* syms, uint32_t st[kStates], uint16_t* ptr[kStates]) {
+  size_t i = in.size();
+  while (i % kStates != 0) {
+    --i;
+    EncPut<kScale>(st[i % kStates], ptr[i % kStates], syms[in[i]]);
   }
-  const uint32_t q = sym.rcp == 0 ? x : static_cast<uint32_t>((static_cast<unsigned __int128>(x) * sym.rcp) >> 64);
-  *state = (q << scale) + (x - q * sym.freq) + sym.start;
+  uint32_t x0 = st[0], x1 = st[1], x2 = st[2], x3 = st[3], x4 = st[4], x5 = st[5], x6 = st[6], x7 = st[7];
+  uint16_t *p0 = ptr[0], *p1 = ptr[1], *p2 = ptr[2], *p3 = ptr[3], *p4 = ptr[4], *p5 = ptr[5], *p6 = ptr[6],
+           *p7 = ptr[7];
+  const uint8_t* s = in.data();
+  for (; i > 0; i -= kStates) {
+    const uint8_t* b = s + i - kStates;
+    EncPut<kScale>(x7, p7, syms[b[7]]), EncPut<kScale>(x6, p6, syms[b[6]]);
+    EncPut<kScale>(x5, p5, syms[b[5]]), EncPut<kScale>(x4, p4, syms[b[4]]);
+    EncPut<kScale>(x3, p3, syms[b[3]]), EncPut<kScale>(x2, p2, syms[b[2]]);
+    EncPut<kScale>(x1, p1, syms[b[1]]), EncPut<kScale>(x0, p0, syms[b[0]]);
+  }
+  st[0] = x0, st[1] = x1, st[2] = x2, st[3] = x3, st[4] = x4, st[5] = x5, st[6] = x6, st[7] = x7;
+  ptr[0] = p0, ptr[1] = p1, ptr[2] = p2, ptr[3] = p3, ptr[4] = p4, ptr[5] = p5, ptr[6] = p6, ptr[7] = p7;
+}
+
+using EncodeFn = void (*)(std::span<const uint8_t>, const EncSymbol*, uint32_t*, uint16_t**);
+EncodeFn EncoderFor(unsigned scale) {
+  static constexpr EncodeFn kFns[] = {EncodeStates<8>, EncodeStates<9>, EncodeStates<10>, EncodeStates<11>,
+                                      EncodeStates<12>};
+  return kFns[scale - kRansMinScaleBits];
+}
+
+// Appends 16-bit words little-endian.
+void PutWords(const uint16_t* w, size_t count, std::vector<uint8_t>* out) {
+  const size_t at = out->size();
+  out->resize(at + 2 * count);
+  uint8_t* dst = out->data() + at;
+  if constexpr (std::endian::native == std::endian::little) {
+    if (count != 0) std::memcpy(dst, w, 2 * count);
+  } else {
+    for (size_t k = 0; k < count; ++k) dst[2 * k] = static_cast<uint8_t>(w[k]), dst[2 * k + 1] = static_cast<uint8_t>(w[k] >> 8);
+  }
 }
 
 void WriteSymbolSet(const std::array<uint32_t, 256>& freq, unsigned distinct, std::vector<uint8_t>* out) {
@@ -152,13 +199,50 @@ inline uint8_t Step(uint32_t& x, const uint32_t* slot, uint32_t mask, unsigned s
   return static_cast<uint8_t>(e);
 }
 
-// Branch-free: whether a state needs a word is data-dependent and would
-// mispredict often; arithmetic instead of ?: keeps the compiler from branching.
-inline const uint8_t* Refill(uint32_t& x, const uint8_t* p) {
-  uint32_t need = x < kL;
-  uint32_t w = LoadU16(p);
-  x = (x << (16 * need)) | (w & (0u - need));
-  return p + 2 * need;
+// The scale as a constant: x86 shifts by a variable count go through CL,
+// which serialises the eight states' chains.
+template <unsigned kScale>
+inline uint8_t StepFixed(uint32_t& x, const uint32_t* slot) {
+  const uint32_t e = slot[x & ((1u << kScale) - 1)];
+  x = ((e >> 8) & 0xFFF) * (x >> kScale) + (e >> 20);
+  return static_cast<uint8_t>(e);
+}
+
+// Whether a state needs a word is data-dependent and would mispredict
+// often; both outcomes are computed and selected (a cmov).
+inline void Refill(uint32_t& x, const uint8_t*& p) {
+  const uint32_t grown = (x << 16) | LoadU16(p);
+  const bool need = x < kL;
+  x = need ? grown : x;
+  p += need ? 2 : 0;
+}
+
+// `rounds` rounds of one symbol per state, with no bounds checks: the
+// caller guarantees every stream holds a word per round.
+template <unsigned kScale>
+void DecodeRounds(const uint32_t* slot, uint32_t x[kStates], const uint8_t* p[kStates], uint8_t* o, size_t rounds) {
+  uint32_t x0 = x[0], x1 = x[1], x2 = x[2], x3 = x[3], x4 = x[4], x5 = x[5], x6 = x[6], x7 = x[7];
+  const uint8_t *p0 = p[0], *p1 = p[1], *p2 = p[2], *p3 = p[3], *p4 = p[4], *p5 = p[5], *p6 = p[6], *p7 = p[7];
+  for (size_t r = 0; r < rounds; ++r, o += kStates) {
+    // One 8-byte store: byte stores could alias the payload and tables.
+    const uint64_t sym8 = uint64_t{StepFixed<kScale>(x0, slot)} | uint64_t{StepFixed<kScale>(x1, slot)} << 8 |
+                          uint64_t{StepFixed<kScale>(x2, slot)} << 16 | uint64_t{StepFixed<kScale>(x3, slot)} << 24 |
+                          uint64_t{StepFixed<kScale>(x4, slot)} << 32 | uint64_t{StepFixed<kScale>(x5, slot)} << 40 |
+                          uint64_t{StepFixed<kScale>(x6, slot)} << 48 | uint64_t{StepFixed<kScale>(x7, slot)} << 56;
+    std::memcpy(o, &sym8, 8);
+    Refill(x0, p0), Refill(x1, p1), Refill(x2, p2), Refill(x3, p3);
+    Refill(x4, p4), Refill(x5, p5), Refill(x6, p6), Refill(x7, p7);
+  }
+  x[0] = x0, x[1] = x1, x[2] = x2, x[3] = x3, x[4] = x4, x[5] = x5, x[6] = x6, x[7] = x7;
+  p[0] = p0, p[1] = p1, p[2] = p2, p[3] = p3, p[4] = p4, p[5] = p5, p[6] = p6, p[7] = p7;
+}
+
+using RoundsFn = void (*)(const uint32_t*, uint32_t*, const uint8_t**, uint8_t*, size_t);
+RoundsFn RoundsFor(unsigned scale) {
+  static_assert(kRansMinScaleBits == 8 && kRansMaxScaleBits == 12);
+  static constexpr RoundsFn kFns[] = {DecodeRounds<8>, DecodeRounds<9>, DecodeRounds<10>, DecodeRounds<11>,
+                                      DecodeRounds<12>};
+  return kFns[scale - kRansMinScaleBits];
 }
 
 Status DecodePayload(const DecodeTables& t, uint32_t states[kStates], const uint8_t* const begin[kStates],
@@ -176,32 +260,15 @@ Status DecodePayload(const DecodeTables& t, uint32_t states[kStates], const uint
   }
 
   size_t i = 0;
+  const RoundsFn rounds_fn = RoundsFor(scale);
   // Unchecked rounds: a round reads at most one word per stream, so as many
   // rounds as the shortest stream has words are safe.
   while (i + kStates <= n) {
     size_t rounds = (n - i) / kStates;
     for (int k = 0; k < kStates; ++k) rounds = std::min<size_t>(rounds, static_cast<size_t>(end[k] - p[k]) / 2);
     if (rounds == 0) break;
-    uint32_t x0 = x[0], x1 = x[1], x2 = x[2], x3 = x[3], x4 = x[4], x5 = x[5], x6 = x[6], x7 = x[7];
-    const uint8_t *p0 = p[0], *p1 = p[1], *p2 = p[2], *p3 = p[3], *p4 = p[4], *p5 = p[5], *p6 = p[6], *p7 = p[7];
-    for (size_t r = 0; r < rounds; ++r, i += kStates) {
-      // One 8-byte store: byte stores could alias the payload and tables.
-      uint64_t sym8 = uint64_t{Step(x0, slot, mask, scale)} | uint64_t{Step(x1, slot, mask, scale)} << 8 |
-                      uint64_t{Step(x2, slot, mask, scale)} << 16 | uint64_t{Step(x3, slot, mask, scale)} << 24 |
-                      uint64_t{Step(x4, slot, mask, scale)} << 32 | uint64_t{Step(x5, slot, mask, scale)} << 40 |
-                      uint64_t{Step(x6, slot, mask, scale)} << 48 | uint64_t{Step(x7, slot, mask, scale)} << 56;
-      std::memcpy(o + i, &sym8, 8);
-      p0 = Refill(x0, p0);
-      p1 = Refill(x1, p1);
-      p2 = Refill(x2, p2);
-      p3 = Refill(x3, p3);
-      p4 = Refill(x4, p4);
-      p5 = Refill(x5, p5);
-      p6 = Refill(x6, p6);
-      p7 = Refill(x7, p7);
-    }
-    x[0] = x0, x[1] = x1, x[2] = x2, x[3] = x3, x[4] = x4, x[5] = x5, x[6] = x6, x[7] = x7;
-    p[0] = p0, p[1] = p1, p[2] = p2, p[3] = p3, p[4] = p4, p[5] = p5, p[6] = p6, p[7] = p7;
+    rounds_fn(slot, x, p, o + i, rounds);
+    i += rounds * kStates;
   }
   for (; i < n; ++i) {
     const int k = static_cast<int>(i % kStates);
@@ -297,15 +364,10 @@ void RansEncode(std::span<const uint8_t> in, std::vector<uint8_t>* out, const Hi
     ptr[k] = buf.data() + (k + 1) * per_stream;
     states[k] = kL;
   }
-  for (size_t i = n; i-- > 0;) EncPut(&states[i % kStates], &ptr[i % kStates], syms[in[i]], scale);
+  EncoderFor(scale)(in, syms, states, ptr);
   for (int k = 0; k < kStates; ++k) PutU32(out, states[k]);
   for (int k = 0; k < kStates; ++k) PutVarint(out, static_cast<uint64_t>(buf.data() + (k + 1) * per_stream - ptr[k]));
-  for (int k = 0; k < kStates; ++k) {
-    for (const uint16_t* w = ptr[k]; w != buf.data() + (k + 1) * per_stream; ++w) {
-      PutByte(out, static_cast<uint8_t>(*w));
-      PutByte(out, static_cast<uint8_t>(*w >> 8));
-    }
-  }
+  for (int k = 0; k < kStates; ++k) PutWords(ptr[k], static_cast<size_t>(buf.data() + (k + 1) * per_stream - ptr[k]), out);
 }
 
 Result<uint64_t> RansDecodedSize(std::span<const uint8_t> blob) {

@@ -48,6 +48,28 @@ int main(int argc, char** argv) {
       ++written;
     }
   }
+  {
+    // An Adam second moment laid out as a 256 x 160 matrix, cut mid-row: a
+    // blob with the grid predictor's terms (transform 2).
+    const size_t rows = 256, cols = 160, first = 37, n = rows * cols - first;
+    std::vector<float> row(rows), col(cols);
+    for (float& r : row) r = -20 + 4 * normal(rng) / 0.02f;
+    for (float& c : col) c = 3 * normal(rng) / 0.02f;
+    std::vector<uint8_t> raw(4 * n);
+    for (size_t i = 0; i < n; ++i) {
+      const size_t at = first + i;
+      float v = std::exp2(row[at / cols] + col[at % cols] + 10 * normal(rng));
+      std::memcpy(raw.data() + 4 * i, &v, 4);
+    }
+    std::vector<uint8_t> blob;
+    if (!ckptfs::lossless::EncodeTensorBytes(DType::kF32, raw, {cols, first % cols}, {}, &blob).ok()) return 1;
+    size_t bytes = raw.size();
+    std::vector<uint8_t> seed = {uint8_t(bytes), uint8_t(bytes >> 8), uint8_t(bytes >> 16), uint8_t(bytes >> 24)};
+    seed.insert(seed.end(), blob.begin(), blob.end());
+    FILE* f = std::fopen((std::string(argv[1]) + "/F32-grid").c_str(), "wb");
+    if (!f || std::fwrite(seed.data(), 1, seed.size(), f) != seed.size() || std::fclose(f) != 0) return 1;
+    ++written;
+  }
   if (argc == 3) {
     // A chunk with metadata around an f32 and a bf16 tensor.
     std::vector<uint8_t> chunk(200000);

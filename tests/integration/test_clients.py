@@ -169,6 +169,11 @@ def check_inspect(rel: str, info: dict, got: dict, want: str) -> list[str]:
         names = sorted(t["name"] for t in got["tensors"])
         if names != info["names"]:
             problems.append(f"{where}: region names {names[:10]}..., the client wrote {info['names'][:10]}...")
+    if info.get("shapes") is not None:
+        # The pickle scanner's shapes let the codec predict by row and column.
+        shapes = sorted(t["shape"] for t in got["tensors"])
+        if shapes != info["shapes"]:
+            problems.append(f"{where}: region shapes {shapes[:8]}..., the client wrote {info['shapes'][:8]}...")
     if want == "tf-bundle-index" and got["lossy_allowed"]:
         problems.append(f"{where}: lossy_allowed for a TF bundle (TF verifies CRC32C of every tensor)")
     return problems

@@ -118,6 +118,9 @@ struct PklTensor {
   std::string key;
   uint64_t numel;
   std::string v3_dtype;  // "float8_e4m3fn": use _rebuild_tensor_v3
+  std::vector<uint64_t> shape = {};   // the size argument; empty: (numel,)
+  std::vector<uint64_t> stride = {};  // empty: C-contiguous for the shape
+  uint64_t offset = 0;                // the storage offset argument
 };
 
 // data.pkl in the shape torch 1.13 writes (see notes/formats.md), with the
@@ -146,7 +149,18 @@ Bytes BuildDataPkl(const std::vector<PklTensor>& ts) {
       w.U8('h'), w.U8(1);
     first = false;
     G("torch", t.storage_type), X(t.key), X("cpu"), Int(t.numel), w.U8('t'), w.U8('Q');
-    w.U8('K'), w.U8(0), Int(t.numel), w.U8(0x85), w.U8('K'), w.U8(1), w.U8(0x85), w.U8(0x89);
+    std::vector<uint64_t> shape = t.shape.empty() ? std::vector<uint64_t>{t.numel} : t.shape;
+    std::vector<uint64_t> stride = t.stride;
+    if (stride.empty()) {
+      stride.assign(shape.size(), 1);
+      for (size_t k = shape.size(); k-- > 1;) stride[k - 1] = stride[k] * shape[k];
+    }
+    Int(t.offset);
+    w.U8('(');
+    for (uint64_t d : shape) Int(d);
+    w.U8('t'), w.U8('(');
+    for (uint64_t d : stride) Int(d);
+    w.U8('t'), w.U8(0x89);
     G("collections", "OrderedDict"), w.U8(')'), w.U8('R');
     if (!t.v3_dtype.empty()) G("torch", t.v3_dtype);
     w.U8('t'), w.U8('R');
@@ -333,6 +347,27 @@ TEST(FormatsTest, TorchZip64Extras) {
   FileLayout l = Detect(f);
   EXPECT_EQ(l.format, "torch-zip") << l.note;
   ExpectSampleRegions(l, f);
+}
+
+TEST(FormatsTest, TorchZipShapesComeFromThePickle) {
+  // A matrix covering its storage keeps its shape (the codec predicts by
+  // row and column from it); views that do not cover the storage
+  // contiguously from offset 0 leave one flat dimension.
+  std::vector<PklTensor> ts = {{"m", "FloatStorage", "0", 24, "", {4, 6}},
+                               {"t", "FloatStorage", "1", 24, "", {6, 4}, {1, 6}},  // a transpose
+                               {"o", "FloatStorage", "2", 24, "", {2, 6}, {}, 12},  // offset view
+                               {"p", "FloatStorage", "3", 24, "", {2, 6}},          // half the storage
+                               {"c", "FloatStorage", "4", 24, "", {2, 1, 3, 4}},
+                               {"v3", "UntypedStorage", "5", 96, "float32", {3, 8}}};
+  std::vector<TorchStorage> st;
+  for (int k = 0; k < 6; ++k) st.push_back({std::to_string(k), Pattern(96, k)});
+  Bytes f = BuildTorchZip(ts, st);
+  FileLayout l = Detect(f);
+  ASSERT_EQ(l.tensors.size(), 6u) << l.note;
+  std::map<std::string, std::vector<uint64_t>> want = {
+      {"archive/data/0", {4, 6}}, {"archive/data/1", {24}},         {"archive/data/2", {24}},
+      {"archive/data/3", {24}},   {"archive/data/4", {2, 1, 3, 4}}, {"archive/data/5", {3, 8}}};
+  for (const auto& r : l.tensors) EXPECT_EQ(r.shape, want[r.name]) << r.name;
 }
 
 TEST(FormatsTest, TorchZipWithoutDescriptorsAndOtherArchiveName) {

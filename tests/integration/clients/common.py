@@ -202,6 +202,33 @@ def torch_storages(obj) -> tuple[int, list[str]]:
     return sum(seen.values()), sorted(dtypes)
 
 
+def torch_shapes(obj) -> list[list[int]]:
+    """The shape `ckptfs inspect` must give each distinct storage reachable
+    from obj, sorted: that of the first tensor pickled on it when the tensor
+    covers the storage contiguously from offset 0 (the pickle's
+    _rebuild_tensor size argument), else one flat dimension of elements."""
+    import torch
+    shapes: dict[int, list[int]] = {}
+
+    def walk(o):
+        if isinstance(o, torch.Tensor):
+            s = o.untyped_storage()
+            if s.data_ptr() in shapes:
+                return
+            elements = s.nbytes() // o.element_size()
+            whole = o.dim() >= 1 and o.is_contiguous() and o.storage_offset() == 0 and o.numel() == elements
+            shapes[s.data_ptr()] = list(o.shape) if whole else [elements]
+        elif isinstance(o, dict):
+            for v in o.values():
+                walk(v)
+        elif isinstance(o, (list, tuple)):
+            for v in o:
+                walk(v)
+
+    walk(obj)
+    return sorted(shapes.values())
+
+
 def special_floats(dtype):
     """A small tensor with values where bit-exactness matters: NaN (two
     payloads), +-inf, -0.0, subnormals, max/min."""

@@ -7,7 +7,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import Client, check, special_floats, torch_storages  # noqa: E402
+from common import Client, check, special_floats, torch_shapes, torch_storages  # noqa: E402
 
 import torch  # noqa: E402
 
@@ -61,7 +61,7 @@ def main():
         for root in (c.mnt, c.ref):
             os.makedirs(root / os.path.dirname(rel), exist_ok=True)
             torch.save(ckpt, root / rel, **kw)
-        c.record(rel, ref=True, tensor_bytes=nbytes, dtypes=dtypes)
+        c.record(rel, ref=True, tensor_bytes=nbytes, dtypes=dtypes, shapes=torch_shapes(ckpt))
 
     def load_all(when):
         for rel in files:
