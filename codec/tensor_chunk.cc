@@ -207,35 +207,44 @@ Status EncodeTensorChunk(std::span<const uint8_t> raw, uint64_t chunk_offset, st
   if (pieces.size() == 1 && !pieces[0].zero && pieces[0].dtype != DType::kUnknown) {
     return EncodeWholeTensorChunk(raw, pieces[0], opts, out);
   }
-  // Per-thread piece buffers keep their capacity from chunk to chunk.
-  thread_local std::vector<std::vector<uint8_t>> coded;
-  if (coded.size() < pieces.size()) coded.resize(pieces.size());
-  for (size_t i = 0; i < pieces.size(); ++i) coded[i].clear();
-  std::vector<SegmentKind> kinds(pieces.size());
+  // Metadata pieces are small and coded first, aside; tensor pieces are
+  // coded straight into `out` behind a padded stored length patched in
+  // afterwards, which saves copying megabytes per chunk. Per-thread buffers
+  // keep their capacity from chunk to chunk.
+  thread_local std::vector<std::vector<uint8_t>> meta;
+  if (meta.size() < pieces.size()) meta.resize(pieces.size());
+  std::vector<SegmentKind> kinds(pieces.size(), SegmentKind::kTensor);
   for (size_t i = 0; i < pieces.size(); ++i) {
-    std::span<const uint8_t> bytes = raw.subspan(pieces[i].begin, pieces[i].end - pieces[i].begin);
+    meta[i].clear();
     if (pieces[i].zero) {
       kinds[i] = SegmentKind::kZero;
-      continue;
+    } else if (pieces[i].dtype == DType::kUnknown) {
+      kinds[i] = CodeMeta(raw.subspan(pieces[i].begin, pieces[i].end - pieces[i].begin), opts.zstd_level, &meta[i]);
     }
-    if (pieces[i].dtype == DType::kUnknown) {
-      kinds[i] = CodeMeta(bytes, opts.zstd_level, &coded[i]);
-      continue;
-    }
-    kinds[i] = SegmentKind::kTensor;
-    RETURN_IF_ERROR(lossless::EncodeTensorBytes(pieces[i].dtype, bytes, HintOf(pieces[i]), opts.planes, &coded[i]));
   }
   PutByte(out, kTensorChunkVersion);
   PutVarint(out, pieces.size());
+  std::vector<size_t> length_at(pieces.size());
   for (size_t i = 0; i < pieces.size(); ++i) {
     PutByte(out, static_cast<uint8_t>(kinds[i]));
     PutVarint(out, pieces[i].end - pieces[i].begin);
-    PutVarint(out, coded[i].size());
+    if (kinds[i] == SegmentKind::kTensor) {
+      length_at[i] = out->size();
+      out->resize(out->size() + 10);
+    } else {
+      PutVarint(out, meta[i].size());
+    }
   }
-  size_t total = 0;
-  for (size_t i = 0; i < pieces.size(); ++i) total += coded[i].size();
-  out->reserve(out->size() + total);
-  for (size_t i = 0; i < pieces.size(); ++i) out->insert(out->end(), coded[i].begin(), coded[i].end());
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    if (kinds[i] != SegmentKind::kTensor) {
+      out->insert(out->end(), meta[i].begin(), meta[i].end());
+      continue;
+    }
+    const size_t start = out->size();
+    RETURN_IF_ERROR(lossless::EncodeTensorBytes(pieces[i].dtype, raw.subspan(pieces[i].begin, pieces[i].end - pieces[i].begin),
+                                                HintOf(pieces[i]), opts.planes, out));
+    lossless::PutVarint10At(out, length_at[i], out->size() - start);
+  }
   return Status::Ok();
 }
 

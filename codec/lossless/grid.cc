@@ -16,7 +16,7 @@ constexpr uint64_t kSamplesPerRow = 256;
 // The estimate reads one lane in this many: of all lanes, or of the
 // sampled rows.
 constexpr uint64_t kEstimateStride = 16;
-constexpr uint64_t kEstimateStrideInRows = 2;
+constexpr uint64_t kEstimateStrideInRows = 4;
 // Terms are stored in units of 8 (1/32 octave of F's 1/256-octave scale).
 constexpr int kTermShift = 3;
 constexpr uint16_t kBias = 0x8000;
@@ -67,13 +67,22 @@ Status ReadTerms(ByteReader* r, std::vector<uint32_t>* terms, const char* what) 
 // of zeros.
 double RowMean(const uint8_t* hi, const uint8_t* lo, const uint16_t* col, const RowSpan& s, uint64_t step,
                double fallback) {
+  // 32-bit partial sums vectorise; a block of 2^15 lanes cannot overflow them.
+  constexpr uint64_t kBlock = 1u << 15;
   int64_t sum = 0;
   uint64_t count = 0;
-  for (uint64_t i = s.begin, j = s.col; i < s.end; i += step, j += step) {
-    const uint16_t f = FieldAt(hi, lo, i);
-    const int64_t d = col == nullptr ? f : static_cast<int64_t>(f) - static_cast<int16_t>(col[j]);
-    sum += f ? d : 0;
-    count += f != 0;
+  for (uint64_t b = s.begin, jb = s.col; b < s.end; b += kBlock * step, jb += kBlock * step) {
+    const uint64_t e = std::min(s.end, b + kBlock * step);
+    int32_t part = 0;
+    uint32_t n = 0;
+    for (uint64_t i = b, j = jb; i < e; i += step, j += step) {
+      const uint16_t f = FieldAt(hi, lo, i);
+      const int32_t d = col == nullptr ? f : static_cast<int32_t>(f) - static_cast<int16_t>(col[j]);
+      part += f ? d : 0;
+      n += f != 0;
+    }
+    sum += part;
+    count += n;
   }
   return count ? static_cast<double>(sum) / static_cast<double>(count) : fallback;
 }
