@@ -39,7 +39,10 @@ int main(int argc, char** argv) {
         std::memcpy(raw.data() + i, &v, 4);
       }
       std::vector<uint8_t> blob;
-      if (!ckptfs::lossless::EncodeTensorBytes(t, raw, {}, &blob).ok()) continue;
+      // A low split threshold keeps split planes among the seeds.
+      ckptfs::lossless::PlaneCodecOptions opts;
+      if (kind == 3) opts.split_min_gain_bits = 0.02;
+      if (!ckptfs::lossless::EncodeTensorBytes(t, raw, opts, &blob).ok()) continue;
       std::vector<uint8_t> seed = {uint8_t(n), uint8_t(n >> 8), uint8_t(n >> 16), uint8_t(n >> 24)};
       seed.insert(seed.end(), blob.begin(), blob.end());
       std::string path = std::string(argv[1]) + "/" + std::string(ckptfs::DTypeName(t)) + "-" + std::to_string(kind);
