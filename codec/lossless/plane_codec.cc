@@ -117,17 +117,29 @@ ZSTD_CCtx* PlaneCCtx(int level) {
   return z.cctx;
 }
 
+// The coded bytes are the first `len` of `bytes`, whose size only grows:
+// zstd then codes straight into it, where shrinking and regrowing a vector
+// would zero-fill it again for every plane.
 struct CodedPlane {
   PlaneMethod method = PlaneMethod::kRaw;
-  std::vector<uint8_t> bytes;  // empty for kRaw: the plane itself is copied
-  size_t StoredSize(size_t raw) const { return method == PlaneMethod::kRaw ? raw : bytes.size(); }
+  std::vector<uint8_t> bytes;  // unused for kRaw: the plane itself is copied
+  size_t len = 0;
+  size_t StoredSize(size_t raw) const { return method == PlaneMethod::kRaw ? raw : len; }
+  std::span<const uint8_t> Coded() const { return {bytes.data(), len}; }
+  uint8_t* Room(size_t n) {
+    if (bytes.size() < n) bytes.resize(n);
+    return bytes.data();
+  }
 };
 
-void KeepIfSmaller(CodedPlane* best, size_t* best_size, PlaneMethod m, std::span<const uint8_t> b) {
-  if (b.size() < *best_size) {
-    *best_size = b.size();
+// Takes `b`'s buffer when it is smaller than the best so far; `b` gets the
+// old buffer back, so both keep their capacity.
+void KeepIfSmaller(CodedPlane* best, size_t* best_size, PlaneMethod m, std::vector<uint8_t>* b) {
+  if (b->size() < *best_size) {
+    *best_size = b->size();
     best->method = m;
-    best->bytes.assign(b.begin(), b.end());  // reuses the pooled capacity
+    best->len = b->size();
+    best->bytes.swap(*b);
   }
 }
 
@@ -143,11 +155,12 @@ std::vector<uint8_t>& PlanePool(unsigned k) {
 // whose byte buffer is reused.
 void CodeBytes(std::span<const uint8_t> plane, const Histogram& hist, const PlaneCodecOptions& opts, CodedPlane* best) {
   best->method = PlaneMethod::kRaw;
-  best->bytes.clear();
+  best->len = 0;
   if (plane.empty()) return;
   if (DistinctSymbols(hist) <= 1 && AllEqual(plane)) {
     best->method = PlaneMethod::kConst;
-    best->bytes.assign(1, plane[0]);
+    best->Room(1)[0] = plane[0];
+    best->len = 1;
     return;
   }
   const double bpb = BitsPerByte(hist);
@@ -159,9 +172,13 @@ void CodeBytes(std::span<const uint8_t> plane, const Histogram& hist, const Plan
     // the negative levels, which suit the skewed exponent planes.
     const int level = bpb >= kDenseBitsPerByte ? opts.dense_zstd_level : opts.zstd_level;
     if (ZSTD_CCtx* cctx = PlaneCCtx(level)) {
-      std::span<uint8_t> z = Scratch(ScratchSlot::kCoder, ZSTD_compressBound(plane.size()));
-      size_t n = ZSTD_compress2(cctx, z.data(), z.size(), plane.data(), plane.size());
-      if (!ZSTD_isError(n)) KeepIfSmaller(best, &best_size, PlaneMethod::kZstd, z.first(n));
+      const size_t bound = ZSTD_compressBound(plane.size());
+      size_t n = ZSTD_compress2(cctx, best->Room(bound), bound, plane.data(), plane.size());
+      if (!ZSTD_isError(n) && n < best_size) {
+        best_size = n;
+        best->method = PlaneMethod::kZstd;
+        best->len = n;
+      }
     }
   }
   // rANS reaches the entropy where Huffman cannot (it spends a whole bit on
@@ -172,7 +189,7 @@ void CodeBytes(std::span<const uint8_t> plane, const Histogram& hist, const Plan
     thread_local std::vector<uint8_t> r;
     r.clear();
     RansEncode(plane, &r);
-    KeepIfSmaller(best, &best_size, PlaneMethod::kRans, r);
+    KeepIfSmaller(best, &best_size, PlaneMethod::kRans, &r);
   }
 }
 
@@ -267,11 +284,12 @@ bool CodeSplit(std::span<const uint8_t> plane, std::span<const uint8_t> ctx, con
     if (coded[b].method == PlaneMethod::kRaw) {
       blob.insert(blob.end(), sorted.begin() + start[b], sorted.begin() + start[b + 1]);
     } else {
-      blob.insert(blob.end(), coded[b].bytes.begin(), coded[b].bytes.end());
+      blob.insert(blob.end(), coded[b].Coded().begin(), coded[b].Coded().end());
     }
     if (blob.size() >= best_so_far) return false;
   }
   out->method = PlaneMethod::kSplit;
+  out->len = blob.size();
   out->bytes.swap(blob);
   return true;
 }
@@ -489,7 +507,7 @@ Status EncodeTensorBytes(DType t, std::span<const uint8_t> raw, GridHint grid, c
   }
   if (tr == PlaneTransform::kRotl1Grid) PutGrid(model, out);
   for (unsigned k = 0; k < w; ++k) {
-    std::span<const uint8_t> payload = coded[k].method == PlaneMethod::kRaw ? plane[k] : coded[k].bytes;
+    std::span<const uint8_t> payload = coded[k].method == PlaneMethod::kRaw ? plane[k] : coded[k].Coded();
     out->insert(out->end(), payload.begin(), payload.end());
   }
   out->insert(out->end(), raw.end() - static_cast<ptrdiff_t>(tail), raw.end());
