@@ -5,6 +5,7 @@
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
+#include <immintrin.h>
 #include <tmmintrin.h>
 #endif
 
@@ -130,6 +131,60 @@ bool HaveSsse3() {
   return have;
 }
 
+// AVX2 does 32 lanes a step: the SSSE3 byte grouping in each 128-bit half,
+// a dword permute that gathers each byte position of 8 lanes into one
+// 64-bit word, and a 4x4 transpose of 64-bit words.
+#define CKPTFS_AVX2 __attribute__((target("avx2")))
+CKPTFS_AVX2 inline __m256i Group32(__m256i v) {
+  const __m256i group = _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15,  //
+                                         0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  return _mm256_shuffle_epi8(v, group);  // a 4x4 byte transpose: its own inverse
+}
+
+CKPTFS_AVX2 size_t Split32Avx2(bool rotate, const uint8_t* src, size_t lanes, uint8_t* const* planes) {
+  const __m256i gather = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  size_t i = 0;
+  for (; i + 32 <= lanes; i += 32) {
+    __m256i v[4];
+    for (int j = 0; j < 4; ++j) {
+      v[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 4 * i + 32 * j));
+      if (rotate) v[j] = _mm256_or_si256(_mm256_slli_epi32(v[j], 1), _mm256_srli_epi32(v[j], 31));
+      v[j] = _mm256_permutevar8x32_epi32(Group32(v[j]), gather);  // 64-bit word k: byte k of 8 lanes
+    }
+    const __m256i t0 = _mm256_unpacklo_epi64(v[0], v[1]), t1 = _mm256_unpackhi_epi64(v[0], v[1]);
+    const __m256i t2 = _mm256_unpacklo_epi64(v[2], v[3]), t3 = _mm256_unpackhi_epi64(v[2], v[3]);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(planes[0] + i), _mm256_permute2x128_si256(t0, t2, 0x20));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(planes[1] + i), _mm256_permute2x128_si256(t1, t3, 0x20));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(planes[2] + i), _mm256_permute2x128_si256(t0, t2, 0x31));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(planes[3] + i), _mm256_permute2x128_si256(t1, t3, 0x31));
+  }
+  return i;
+}
+
+CKPTFS_AVX2 size_t Merge32Avx2(bool rotate, const uint8_t* const* planes, size_t lanes, uint8_t* dst) {
+  const __m256i scatter = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);  // inverse of Split32Avx2's gather
+  size_t i = 0;
+  for (; i + 32 <= lanes; i += 32) {
+    __m256i p[4];
+    for (int k = 0; k < 4; ++k) p[k] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(planes[k] + i));
+    const __m256i u0 = _mm256_unpacklo_epi64(p[0], p[1]), u1 = _mm256_unpackhi_epi64(p[0], p[1]);
+    const __m256i u2 = _mm256_unpacklo_epi64(p[2], p[3]), u3 = _mm256_unpackhi_epi64(p[2], p[3]);
+    const __m256i v[4] = {_mm256_permute2x128_si256(u0, u2, 0x20), _mm256_permute2x128_si256(u1, u3, 0x20),
+                          _mm256_permute2x128_si256(u0, u2, 0x31), _mm256_permute2x128_si256(u1, u3, 0x31)};
+    for (int j = 0; j < 4; ++j) {
+      __m256i x = Group32(_mm256_permutevar8x32_epi32(v[j], scatter));
+      if (rotate) x = _mm256_or_si256(_mm256_srli_epi32(x, 1), _mm256_slli_epi32(x, 31));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 4 * i + 32 * j), x);
+    }
+  }
+  return i;
+}
+
+bool HaveAvx2() {
+  static const bool have = __builtin_cpu_supports("avx2");
+  return have;
+}
+
 size_t Merge32(bool rotate, const uint8_t* const* planes, size_t lanes, uint8_t* dst) {
   size_t i = 0;
   for (; i + 16 <= lanes; i += 16) {
@@ -149,6 +204,9 @@ size_t Merge16(bool, const uint8_t* const*, size_t, uint8_t*) { return 0; }
 size_t Split32(bool, const uint8_t*, size_t, uint8_t* const*) { return 0; }
 size_t Split32Ssse3(bool, const uint8_t*, size_t, uint8_t* const*) { return 0; }
 bool HaveSsse3() { return false; }
+bool HaveAvx2() { return false; }
+size_t Split32Avx2(bool, const uint8_t*, size_t, uint8_t* const*) { return 0; }
+size_t Merge32Avx2(bool, const uint8_t* const*, size_t, uint8_t*) { return 0; }
 size_t Merge32(bool, const uint8_t* const*, size_t, uint8_t*) { return 0; }
 #endif
 
@@ -161,9 +219,11 @@ void SplitLanes(unsigned w, bool rotate, const uint8_t* src, size_t lanes, uint8
       SplitScalar<uint16_t>(rotate, src, Split16(rotate, src, lanes, planes), lanes, planes);
       return;
     case 4:
-      SplitScalar<uint32_t>(
-          rotate, src, HaveSsse3() ? Split32Ssse3(rotate, src, lanes, planes) : Split32(rotate, src, lanes, planes),
-          lanes, planes);
+      SplitScalar<uint32_t>(rotate, src,
+                            HaveAvx2()    ? Split32Avx2(rotate, src, lanes, planes)
+                            : HaveSsse3() ? Split32Ssse3(rotate, src, lanes, planes)
+                                          : Split32(rotate, src, lanes, planes),
+                            lanes, planes);
       return;
     case 8:
       SplitScalar<uint64_t>(rotate, src, 0, lanes, planes);
@@ -181,7 +241,9 @@ void MergeLanes(unsigned w, bool rotate, const uint8_t* const* planes, size_t la
       MergeScalar<uint16_t>(rotate, planes, Merge16(rotate, planes, lanes, dst), lanes, dst);
       return;
     case 4:
-      MergeScalar<uint32_t>(rotate, planes, Merge32(rotate, planes, lanes, dst), lanes, dst);
+      MergeScalar<uint32_t>(
+          rotate, planes,
+          HaveAvx2() ? Merge32Avx2(rotate, planes, lanes, dst) : Merge32(rotate, planes, lanes, dst), lanes, dst);
       return;
     case 8:
       MergeScalar<uint64_t>(rotate, planes, 0, lanes, dst);

@@ -10,6 +10,7 @@
 
 #include "codec/dtype.h"
 #include "codec/lossless/entropy.h"
+#include "codec/lossless/lanes.h"
 #include "codec/lossless/plane_codec.h"
 #include "codec/lossless/rans.h"
 #include "tests/unit/test_util.h"
@@ -371,6 +372,37 @@ TEST(PlaneCodecTest, AppendsToExistingOutput) {
   std::vector<uint8_t> back(raw.size());
   ASSERT_TRUE(DecodeTensorBytes(std::span<const uint8_t>(out).subspan(3), back).ok());
   EXPECT_EQ(back, raw);
+}
+
+TEST(LanesTest, SimdSplitAndMergeMatchTheDefinition) {
+  // Plane k, lane i = byte k of lane i rotated left by one bit (or not):
+  // every SIMD path (SSSE3, AVX2, whichever this CPU runs) and its scalar
+  // tail must agree with that, at sizes around every vector width.
+  for (unsigned w : {2u, 4u, 8u}) {
+    for (bool rotate : {false, true}) {
+      for (size_t lanes : {0, 1, 15, 16, 17, 31, 32, 33, 63, 64, 65, 95, 96, 97, 1000, 4099}) {
+        SCOPED_TRACE("w " + std::to_string(w) + (rotate ? " rotated" : "") + " lanes " + std::to_string(lanes));
+        std::vector<uint8_t> src = RandomBytes(w * lanes, w * 1000 + lanes);
+        std::vector<uint8_t> planes(w * lanes + 1, 0xEE);
+        uint8_t* p[8] = {};
+        for (unsigned k = 0; k < w; ++k) p[k] = planes.data() + k * lanes;
+        SplitLanes(w, rotate, src.data(), lanes, p);
+        for (size_t i = 0; i < lanes; ++i) {
+          uint64_t v = 0;
+          for (unsigned k = 0; k < w; ++k) v |= uint64_t{src[i * w + k]} << (8 * k);
+          if (rotate) v = ((v << 1) | (v >> (8 * w - 1))) & (w == 8 ? ~uint64_t{0} : (uint64_t{1} << (8 * w)) - 1);
+          for (unsigned k = 0; k < w; ++k) ASSERT_EQ(p[k][i], static_cast<uint8_t>(v >> (8 * k))) << "lane " << i;
+        }
+        EXPECT_EQ(planes.back(), 0xEE) << "wrote past the planes";
+        std::vector<uint8_t> back(w * lanes + 1, 0xEE);
+        const uint8_t* cp[8] = {};
+        for (unsigned k = 0; k < w; ++k) cp[k] = p[k];
+        MergeLanes(w, rotate, cp, lanes, back.data());
+        EXPECT_TRUE(std::equal(src.begin(), src.end(), back.begin()));
+        EXPECT_EQ(back.back(), 0xEE);
+      }
+    }
+  }
 }
 
 TEST(DTypeTest, NamesAreDistinct) {
