@@ -175,11 +175,10 @@ Method MeasureByteGroup(const std::vector<Chunk>& chunks, std::span<const Tensor
   return m;
 }
 
-// The daemon's own path: EncodeChunk with the file's tensor ranges.
-Method MeasureCkptfs(const std::vector<Chunk>& chunks, std::span<const TensorRange> ranges, int repeats, bool* ok,
-                     nlohmann::json* codecs) {
+// The encoder's defaults, or experiment knobs from the environment, e.g.
+// CODEC_BENCH_METHODS=z for zstd-only planes.
+ChunkEncoderOptions BenchOptions() {
   ChunkEncoderOptions opts;
-  // Experiment knobs, e.g. CODEC_BENCH_METHODS=z for zstd-only planes.
   if (const char* m = std::getenv("CODEC_BENCH_METHODS")) {
     std::string ms = m;
     opts.planes.allow_zstd = ms.find('z') != std::string::npos;
@@ -189,6 +188,13 @@ Method MeasureCkptfs(const std::vector<Chunk>& chunks, std::span<const TensorRan
   if (const char* g = std::getenv("CODEC_BENCH_RANS_MAX")) opts.planes.rans_max_size = std::atof(g);
   if (const char* g = std::getenv("CODEC_BENCH_SPLIT_GAIN")) opts.planes.split_min_gain_bits = std::atof(g);
   if (const char* g = std::getenv("CODEC_BENCH_GRID_GAIN")) opts.planes.grid_min_gain_bits = std::atof(g);
+  return opts;
+}
+
+// The daemon's own path: EncodeChunk with the file's tensor ranges.
+Method MeasureCkptfs(const std::vector<Chunk>& chunks, std::span<const TensorRange> ranges, int repeats, bool* ok,
+                     nlohmann::json* codecs) {
+  const ChunkEncoderOptions opts = BenchOptions();
   std::vector<Bytes> stored(chunks.size());
   std::vector<ChunkCodec> codec(chunks.size());
   Method m;
@@ -254,7 +260,7 @@ nlohmann::json PlaneReport(const std::vector<Chunk>& chunks, std::span<const Ten
       Bytes out;
       lossless::EncodeStats st;
       (void)lossless::EncodeTensorBytes(p.dtype, c.raw.subspan(p.begin, p.end - p.begin), {p.row_length, p.first_col},
-                                        {}, &out, &st);
+                                        BenchOptions().planes, &out, &st);
       for (size_t k = 0; k < st.planes.size(); ++k) {
         const char* grid = st.transform == lossless::PlaneTransform::kRotl1Grid ? " grid" : "";
         auto& a = agg[std::string(DTypeName(p.dtype)) + grid + " plane " + std::to_string(k) + " " +

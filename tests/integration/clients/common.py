@@ -179,26 +179,29 @@ def inspect_dtype(dtype) -> str:
     return INSPECT_DTYPE[str(dtype).removeprefix("torch.")]
 
 
+def tensors_in(obj):
+    """The tensors reachable from obj through dicts, lists and tuples, in the
+    order torch.save pickles them."""
+    import torch
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            yield from tensors_in(v)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            yield from tensors_in(v)
+
+
 def torch_storages(obj) -> tuple[int, list[str]]:
     """(bytes, sorted dtype names) of the distinct tensor storages reachable
     from obj, which is what torch.save writes as data records."""
-    import torch
     seen: dict[int, int] = {}
     dtypes: set[str] = set()
-
-    def walk(o):
-        if isinstance(o, torch.Tensor):
-            s = o.untyped_storage()
-            seen[s.data_ptr()] = s.nbytes()
-            dtypes.add(inspect_dtype(o.dtype))
-        elif isinstance(o, dict):
-            for v in o.values():
-                walk(v)
-        elif isinstance(o, (list, tuple)):
-            for v in o:
-                walk(v)
-
-    walk(obj)
+    for t in tensors_in(obj):
+        s = t.untyped_storage()
+        seen[s.data_ptr()] = s.nbytes()
+        dtypes.add(inspect_dtype(t.dtype))
     return sum(seen.values()), sorted(dtypes)
 
 
@@ -207,25 +210,14 @@ def torch_shapes(obj) -> list[list[int]]:
     from obj, sorted: that of the first tensor pickled on it when the tensor
     covers the storage contiguously from offset 0 (the pickle's
     _rebuild_tensor size argument), else one flat dimension of elements."""
-    import torch
     shapes: dict[int, list[int]] = {}
-
-    def walk(o):
-        if isinstance(o, torch.Tensor):
-            s = o.untyped_storage()
-            if s.data_ptr() in shapes:
-                return
-            elements = s.nbytes() // o.element_size()
-            whole = o.dim() >= 1 and o.is_contiguous() and o.storage_offset() == 0 and o.numel() == elements
-            shapes[s.data_ptr()] = list(o.shape) if whole else [elements]
-        elif isinstance(o, dict):
-            for v in o.values():
-                walk(v)
-        elif isinstance(o, (list, tuple)):
-            for v in o:
-                walk(v)
-
-    walk(obj)
+    for t in tensors_in(obj):
+        s = t.untyped_storage()
+        if s.data_ptr() in shapes:
+            continue
+        elements = s.nbytes() // t.element_size()
+        whole = t.dim() >= 1 and t.is_contiguous() and t.storage_offset() == 0 and t.numel() == elements
+        shapes[s.data_ptr()] = list(t.shape) if whole else [elements]
     return sorted(shapes.values())
 
 
