@@ -52,9 +52,9 @@ int main(int argc, char** argv) {
     }
   }
   {
-    // An Adam second moment laid out as a 256 x 160 matrix, cut mid-row: a
+    // An Adam second moment laid out as a 64 x 96 matrix, cut mid-row: a
     // blob with the grid predictor's terms (transform 2).
-    const size_t rows = 256, cols = 160, first = 37, n = rows * cols - first;
+    const size_t rows = 64, cols = 96, first = 37, n = rows * cols - first;  // under -max_len
     std::vector<float> row(rows), col(cols);
     for (float& r : row) r = -20 + 4 * normal(rng) / 0.02f;
     for (float& c : col) c = 3 * normal(rng) / 0.02f;
