@@ -10,7 +10,7 @@ import sys
 import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import Client, check, inspect_dtype, special_floats  # noqa: E402
+from common import Client, check, inspect_dtype, special_floats, tensors_in  # noqa: E402
 
 import torch  # noqa: E402
 import torch.distributed.checkpoint as dcp  # noqa: E402
@@ -51,17 +51,6 @@ def app_state(model, opt):
     msd, osd = get_state_dict(model, opt)
     return {"model": msd, "optim": osd,
             "extra": {f"special_{str(d).removeprefix('torch.')}": special_floats(d) for d in DTYPES}}
-
-
-def tensors_in(obj):
-    if isinstance(obj, torch.Tensor):
-        yield obj
-    elif isinstance(obj, dict):
-        for v in obj.values():
-            yield from tensors_in(v)
-    elif isinstance(obj, (list, tuple)):
-        for v in obj:
-            yield from tensors_in(v)
 
 
 def main():
