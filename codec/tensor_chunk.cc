@@ -141,22 +141,6 @@ Status DecodeSegment(SegmentKind kind, std::span<const uint8_t> stored, std::spa
   return Status::Corruption("unknown segment kind " + std::to_string(static_cast<int>(kind)));
 }
 
-// The common case, a chunk wholly inside one tensor: the blob is coded
-// straight into `out` behind a descriptor whose stored length is a padded
-// varint patched in afterwards, instead of being coded aside and copied.
-Status EncodeWholeTensorChunk(std::span<const uint8_t> raw, const ChunkPiece& piece, const TensorChunkOptions& opts,
-                              std::vector<uint8_t>* out) {
-  PutByte(out, kTensorChunkVersion);
-  PutVarint(out, 1);
-  PutByte(out, static_cast<uint8_t>(SegmentKind::kTensor));
-  PutVarint(out, raw.size());
-  const size_t len_at = out->size();
-  out->resize(len_at + 10);
-  RETURN_IF_ERROR(lossless::EncodeTensorBytes(piece.dtype, raw, HintOf(piece), opts.planes, out));
-  lossless::PutVarint10At(out, len_at, out->size() - len_at - 10);
-  return Status::Ok();
-}
-
 }  // namespace
 
 namespace {
@@ -204,9 +188,6 @@ Status EncodeTensorChunk(std::span<const uint8_t> raw, uint64_t chunk_offset, st
       SplitZeroRuns(raw, p, &pieces);
     }
   }
-  if (pieces.size() == 1 && !pieces[0].zero && pieces[0].dtype != DType::kUnknown) {
-    return EncodeWholeTensorChunk(raw, pieces[0], opts, out);
-  }
   // Metadata pieces are small and coded first, aside; tensor pieces are
   // coded straight into `out` behind a padded stored length patched in
   // afterwards, which saves copying megabytes per chunk. Per-thread buffers
@@ -241,7 +222,8 @@ Status EncodeTensorChunk(std::span<const uint8_t> raw, uint64_t chunk_offset, st
       continue;
     }
     const size_t start = out->size();
-    RETURN_IF_ERROR(lossless::EncodeTensorBytes(pieces[i].dtype, raw.subspan(pieces[i].begin, pieces[i].end - pieces[i].begin),
+    RETURN_IF_ERROR(lossless::EncodeTensorBytes(pieces[i].dtype,
+                                                raw.subspan(pieces[i].begin, pieces[i].end - pieces[i].begin),
                                                 HintOf(pieces[i]), opts.planes, out));
     lossless::PutVarint10At(out, length_at[i], out->size() - start);
   }

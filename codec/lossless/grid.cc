@@ -41,7 +41,9 @@ RowSpan RowOf(uint64_t r, uint64_t L, uint64_t c0, uint64_t lanes) {
   return {begin, std::min(lanes, (r + 1) * L - c0), r == 0 ? c0 : 0};
 }
 
-uint32_t Term(double mean) { return static_cast<uint32_t>(static_cast<int32_t>(std::lround(mean / (1 << kTermShift)))); }
+uint32_t Term(double mean) {
+  return static_cast<uint32_t>(static_cast<int32_t>(std::lround(mean / (1 << kTermShift))));
+}
 
 void PutZigzag(std::vector<uint8_t>* out, uint32_t prev, uint32_t v) {
   const int64_t d = static_cast<int32_t>(v - prev);

@@ -241,9 +241,9 @@ void MergeLanes(unsigned w, bool rotate, const uint8_t* const* planes, size_t la
       MergeScalar<uint16_t>(rotate, planes, Merge16(rotate, planes, lanes, dst), lanes, dst);
       return;
     case 4:
-      MergeScalar<uint32_t>(
-          rotate, planes,
-          HaveAvx2() ? Merge32Avx2(rotate, planes, lanes, dst) : Merge32(rotate, planes, lanes, dst), lanes, dst);
+      MergeScalar<uint32_t>(rotate, planes,
+                            HaveAvx2() ? Merge32Avx2(rotate, planes, lanes, dst) : Merge32(rotate, planes, lanes, dst),
+                            lanes, dst);
       return;
     case 8:
       MergeScalar<uint64_t>(rotate, planes, 0, lanes, dst);

@@ -101,7 +101,8 @@ void PutWords(const uint16_t* w, size_t count, std::vector<uint8_t>* out) {
   if constexpr (std::endian::native == std::endian::little) {
     if (count != 0) std::memcpy(dst, w, 2 * count);
   } else {
-    for (size_t k = 0; k < count; ++k) dst[2 * k] = static_cast<uint8_t>(w[k]), dst[2 * k + 1] = static_cast<uint8_t>(w[k] >> 8);
+    for (size_t k = 0; k < count; ++k)
+      dst[2 * k] = static_cast<uint8_t>(w[k]), dst[2 * k + 1] = static_cast<uint8_t>(w[k] >> 8);
   }
 }
 
@@ -367,7 +368,8 @@ void RansEncode(std::span<const uint8_t> in, std::vector<uint8_t>* out, const Hi
   EncoderFor(scale)(in, syms, states, ptr);
   for (int k = 0; k < kStates; ++k) PutU32(out, states[k]);
   for (int k = 0; k < kStates; ++k) PutVarint(out, static_cast<uint64_t>(buf.data() + (k + 1) * per_stream - ptr[k]));
-  for (int k = 0; k < kStates; ++k) PutWords(ptr[k], static_cast<size_t>(buf.data() + (k + 1) * per_stream - ptr[k]), out);
+  for (int k = 0; k < kStates; ++k)
+    PutWords(ptr[k], static_cast<size_t>(buf.data() + (k + 1) * per_stream - ptr[k]), out);
 }
 
 Result<uint64_t> RansDecodedSize(std::span<const uint8_t> blob) {

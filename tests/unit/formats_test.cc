@@ -117,7 +117,7 @@ struct PklTensor {
   std::string storage_type;  // "FloatStorage", "UntypedStorage", ...
   std::string key;
   uint64_t numel;
-  std::string v3_dtype;  // "float8_e4m3fn": use _rebuild_tensor_v3
+  std::string v3_dtype;               // "float8_e4m3fn": use _rebuild_tensor_v3
   std::vector<uint64_t> shape = {};   // the size argument; empty: (numel,)
   std::vector<uint64_t> stride = {};  // empty: C-contiguous for the shape
   uint64_t offset = 0;                // the storage offset argument
@@ -364,9 +364,9 @@ TEST(FormatsTest, TorchZipShapesComeFromThePickle) {
   Bytes f = BuildTorchZip(ts, st);
   FileLayout l = Detect(f);
   ASSERT_EQ(l.tensors.size(), 6u) << l.note;
-  std::map<std::string, std::vector<uint64_t>> want = {
-      {"archive/data/0", {4, 6}}, {"archive/data/1", {24}},         {"archive/data/2", {24}},
-      {"archive/data/3", {24}},   {"archive/data/4", {2, 1, 3, 4}}, {"archive/data/5", {3, 8}}};
+  std::map<std::string, std::vector<uint64_t>> want = {{"archive/data/0", {4, 6}},       {"archive/data/1", {24}},
+                                                       {"archive/data/2", {24}},         {"archive/data/3", {24}},
+                                                       {"archive/data/4", {2, 1, 3, 4}}, {"archive/data/5", {3, 8}}};
   for (const auto& r : l.tensors) EXPECT_EQ(r.shape, want[r.name]) << r.name;
 }
 

@@ -209,12 +209,12 @@ TEST(GridTest, ReadGridRejectsImpossibleModels) {
     GridModel m;
     return ReadGrid(&r, lanes, &m);
   };
-  EXPECT_FALSE(read({0, 0, 0}, 10).ok());                       // row length 0
-  EXPECT_FALSE(read({4, 4, 0, 0, 0, 0, 0, 0, 0, 0}, 10).ok());  // first column == row length
-  EXPECT_FALSE(read({4, 0, 2, 0, 0, 0, 0, 0, 0}, 10).ok());     // fold byte 2
-  EXPECT_FALSE(read({4, 0, 0, 0, 0}, 10).ok());                 // 3 rows + 4 columns need 7 terms
+  EXPECT_FALSE(read({0, 0, 0}, 10).ok());                             // row length 0
+  EXPECT_FALSE(read({4, 4, 0, 0, 0, 0, 0, 0, 0, 0}, 10).ok());        // first column == row length
+  EXPECT_FALSE(read({4, 0, 2, 0, 0, 0, 0, 0, 0}, 10).ok());           // fold byte 2
+  EXPECT_FALSE(read({4, 0, 0, 0, 0}, 10).ok());                       // 3 rows + 4 columns need 7 terms
   EXPECT_FALSE(read({0xff, 0xff, 0xff, 0xff, 0x0f, 0, 0}, 10).ok());  // row length beyond the blob
-  Bytes huge = {1, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01};          // a delta wider than 32 bits
+  Bytes huge = {1, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01};         // a delta wider than 32 bits
   EXPECT_FALSE(read(huge, 1).ok());
   Bytes good = {4, 1, 1, 2, 3, 4, 5, 6, 7};  // 2 row terms, 4 column terms for 5 lanes from column 1
   EXPECT_TRUE(read(good, 5).ok());
