@@ -97,7 +97,12 @@ void SplitZeroRuns(std::span<const uint8_t> chunk, const ChunkPiece& piece, std:
     }
     run_len = 0;
   };
+  // Each probe is the first touch of a new page, which the hardware
+  // prefetcher does not follow: fetching a few pages ahead overlaps the
+  // misses instead of taking them one after another.
+  constexpr uint64_t kAhead = 8 * kGrid;
   for (uint64_t b = piece.begin; b + kGrid <= piece.end; b += kGrid) {
+    if (b + kAhead < piece.end) __builtin_prefetch(chunk.data() + b + kAhead);
     if (IsZero(chunk.data() + b, kGrid)) {
       if (run_len == 0) run = b;
       run_len += kGrid;
