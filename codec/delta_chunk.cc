@@ -5,6 +5,8 @@
 #include <cstring>
 #include <string>
 
+#include "codec/compute_device.h"
+#include "codec/element_ops.h"
 #include "codec/lossless/byte_io.h"
 
 namespace ckptfs {
@@ -73,24 +75,14 @@ std::vector<DeltaPiece> IntDiffPieces(uint64_t chunk_offset, uint64_t len, std::
   return out;
 }
 
-// Zigzag puts the sign in bit 0, so steps either way leave the high bytes zero.
-template <typename U>
-U ZigZag(U d) {
-  return static_cast<U>((d << 1) ^ (U{0} - (d >> (8 * sizeof(U) - 1))));
-}
-
-template <typename U>
-U UnZigZag(U z) {
-  return static_cast<U>((z >> 1) ^ (U{0} - (z & 1)));
-}
-
+// The lane arithmetic is codec/element_ops.h's, which the GPU shares.
 template <typename U>
 void DiffLanes(const uint8_t* raw, const uint8_t* base, uint8_t* out, size_t n) {
   for (size_t i = 0; i < n; i += sizeof(U)) {
     U a, b;
     std::memcpy(&a, raw + i, sizeof(U));
     std::memcpy(&b, base + i, sizeof(U));
-    const U z = ZigZag<U>(static_cast<U>(a - b));
+    const U z = ops::ZigZagDiff<U>(a, b);
     std::memcpy(out + i, &z, sizeof(U));
   }
 }
@@ -102,7 +94,7 @@ void UndiffLanes(const uint8_t* base, uint8_t* io, size_t n) {
     U z, b;
     std::memcpy(&z, io + i, sizeof(U));
     std::memcpy(&b, base + i, sizeof(U));
-    const U a = static_cast<U>(b + UnZigZag<U>(z));
+    const U a = ops::UnZigZagAdd<U>(z, b);
     std::memcpy(io + i, &a, sizeof(U));
   }
 }
@@ -164,9 +156,24 @@ std::span<uint8_t> ResidualScratch(size_t n) {
   return {buf.data(), n};
 }
 
+// The whole chunk's residual, on the options' device when it takes jobs
+// this big (same bytes as MakeResidual; a failed job falls back to it).
+void WholeResidual(DeltaKind kind, const DeltaInput& in, std::span<uint8_t> residual) {
+  const ComputeDevice* device = in.opts->planes.device;
+  if (Offload(device, in.raw.size())) {
+    std::vector<LaneRun> runs;
+    if (kind == DeltaKind::kIntDiff) {
+      runs.reserve(in.pieces.size());
+      for (const DeltaPiece& p : in.pieces) runs.push_back({p.begin, p.end, p.width});
+    }
+    if (device->Residual({in.raw, in.base, runs, residual}).ok()) return;
+  }
+  MakeResidual(kind, in, 0, in.raw.size(), residual.data());
+}
+
 Status EncodeKind(DeltaKind kind, const DeltaInput& in, std::vector<uint8_t>* out) {
   std::span<uint8_t> residual = ResidualScratch(in.raw.size());
-  MakeResidual(kind, in, 0, in.raw.size(), residual.data());
+  WholeResidual(kind, in, residual);
   const size_t start = out->size();
   PutByte(out, kDeltaChunkVersion);
   PutByte(out, static_cast<uint8_t>(kind));

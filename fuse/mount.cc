@@ -5,6 +5,7 @@
 #include <malloc.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -16,6 +17,7 @@
 #include <sstream>
 
 #include "base/log.h"
+#include "gpu/device_select.h"
 #include "store/lossy_policy.h"
 
 namespace ckptfs {
@@ -80,6 +82,51 @@ Result<UniqueFd> Daemonize() {
     if (null > 2) ::close(null);
   }
   return UniqueFd(fds[1]);
+}
+
+// Chooses the compute device in a short-lived child and returns its log
+// line, or why device=gpu cannot be had. The daemon forks later, and a CUDA
+// context does not survive a fork: so the parent never initialises CUDA,
+// yet an impossible device=gpu still fails here, on the user's terminal.
+Result<std::string> ProbeDevice(DeviceRequest request, const gpu::CudaOptions& cuda) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return Status::FromErrno("pipe");
+  UniqueFd rd(fds[0]), wr(fds[1]);
+  const pid_t pid = ::fork();
+  if (pid < 0) return Status::FromErrno("fork");
+  if (pid == 0) {
+    Result<gpu::DeviceChoice> c = gpu::ChooseDevice(request, cuda);
+    const std::string msg = (c.ok() ? "+" + c->why : "-" + c.status().message());
+    (void)!::write(wr.get(), msg.data(), msg.size());
+    ::_exit(0);
+  }
+  wr.reset();
+  std::string msg;
+  char buf[512];
+  for (ssize_t n; (n = ::read(rd.get(), buf, sizeof buf)) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;
+    msg.append(buf, static_cast<size_t>(n));
+  }
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (msg.empty()) return Status::Error(EIO, "the device probe exited without an answer");
+  if (msg[0] == '-') return Status::Error(ENODEV, msg.substr(1));
+  return msg.substr(1);
+}
+
+// Opens the device for this process (after any fork) and hands it to the
+// store. A device=gpu that the probe found but that fails now falls back to
+// the CPU with an error in the log: the mount is already up.
+void UseDevice(Store* store, DeviceRequest request, const gpu::CudaOptions& cuda) {
+  Result<gpu::DeviceChoice> c = gpu::ChooseDevice(request, cuda);
+  if (!c.ok()) {
+    spdlog::error("{}; sealing runs on the CPU", c.status().message());
+    c = gpu::ChooseDevice(DeviceRequest::kCpu, cuda);
+  }
+  spdlog::info("{}", c->why);
+  store->SetComputeDevice(c->device);
 }
 
 void ReportStarted(const UniqueFd& pipe) {
@@ -156,6 +203,13 @@ Status ApplyOption(const std::string& opt, MountOptions* out) {
     RETURN_IF_ERROR(need_val());
     ASSIGN_OR_RETURN(long n, ParseInt(key, val, 1, 256));
     out->max_threads = static_cast<int>(n);
+  } else if (key == "device") {
+    RETURN_IF_ERROR(need_val());
+    ASSIGN_OR_RETURN(out->device, ParseDeviceRequest(val));
+  } else if (key == "gpu_mem") {
+    RETURN_IF_ERROR(need_val());
+    ASSIGN_OR_RETURN(out->gpu_mem, ParseSizeOption(key, val));
+    if (out->gpu_mem < (4u << 20)) return Status::InvalidArgument("option gpu_mem=" + val + ": at least 4M");
   } else if (key == "attr_timeout") {
     RETURN_IF_ERROR(need_val());
     ASSIGN_OR_RETURN(out->fs.attr_timeout, ParseSeconds(key, val));
@@ -254,6 +308,13 @@ std::string MountOptionsHelp() {
          "  lossy_keyframe_every=K  longest chain of lossy chunks, 0..64 (default 32)\n"
          "  seal_threads=N      background sealing threads (default 1)\n"
          "  max_threads=N       FUSE worker threads (default 8)\n"
+         "  device=auto|cpu|gpu where sealing runs the codec's data-parallel steps:\n"
+         "                      auto takes a GPU when one is visible (default),\n"
+         "                      gpu refuses to mount without one. Stored bytes are\n"
+         "                      the same on every device\n"
+         "  gpu_mem=SIZE        GPU memory, and as much pinned host memory, the\n"
+         "                      encoder may hold (default 256M; it uses\n"
+         "                      at most 196M)\n"
          "  read_ahead=SIZE     kernel readahead for the mount (default 4M)\n"
          "  attr_timeout=SEC    kernel attribute cache time (default 1)\n"
          "  entry_timeout=SEC   kernel name cache time (default 1)\n"
@@ -395,6 +456,11 @@ int RunMount(MountOptions opts) {
   so.lossy = opts.lossy;
   so.lossy_keyframe_every = opts.lossy_keyframe_every;
   so.background_gc = true;
+  const gpu::CudaOptions cuda{static_cast<size_t>(opts.gpu_mem), 0};
+  if (opts.device == DeviceRequest::kGpu) {
+    Result<std::string> probe = ProbeDevice(opts.device, cuda);
+    if (!probe.ok()) return Fail(probe.status().message());
+  }
   auto store = Store::Open(Env::Default(), backing, so);
   if (!store.ok()) return Fail(store.status().message());
 
@@ -441,6 +507,7 @@ int RunMount(MountOptions opts) {
   }
   Status pid = store.value()->RecordOwnerPid();
   if (!pid.ok()) spdlog::warn("{}", pid.message());
+  UseDevice(store.value().get(), opts.device, cuda);
   fs.seals().Start();
   spdlog::info("mounted {} on {}", backing, mountpoint);
   ReportStarted(started);

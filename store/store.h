@@ -101,6 +101,13 @@ class Store : public BaseSource {
   int ns_fd() const { return ns_.get(); }
   // Writes this process's pid into LOCK (after the daemon forks).
   Status RecordOwnerPid();
+  // Where packs published from now on run the encoder's data-parallel
+  // steps (codec/compute_device.h). Set before sealing starts: the daemon
+  // opens a GPU only after it forks, since CUDA does not survive a fork.
+  void SetComputeDevice(std::shared_ptr<const ComputeDevice> device) {
+    device_ = std::move(device);
+    opts_.encoder.planes.device = device_.get();
+  }
 
   // --- packs ---
   // Encodes [0,size) of src_fd and publishes it as a new pack; with a
@@ -180,6 +187,7 @@ class Store : public BaseSource {
   Env* env_;
   std::string path_;
   StoreOptions opts_;
+  std::shared_ptr<const ComputeDevice> device_;  // what opts_.encoder.planes.device points at
   UniqueFd root_, ns_, packs_, staging_, tmp_, lock_;
   PackIndex index_;
   bool index_loaded_ = false;

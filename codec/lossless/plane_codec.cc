@@ -8,6 +8,7 @@
 #include <cstring>
 #include <string>
 
+#include "codec/compute_device.h"
 #include "codec/lossless/byte_io.h"
 #include "codec/lossless/entropy.h"
 #include "codec/lossless/lanes.h"
@@ -424,6 +425,21 @@ std::span<uint8_t> Writable(std::span<uint8_t> scratch, unsigned k, size_t lanes
   return dst;
 }
 
+// Splits `src` into the planes, on `device` when it takes jobs this big.
+// Returns whether `hist` holds the planes' sampled histograms (the device
+// computes them in the same pass); a failed device job falls back to this
+// thread, since the bytes are the same either way.
+bool SplitPlanes(unsigned w, bool rotate, std::span<const uint8_t> src, uint8_t* const* planes,
+                 const ComputeDevice* device, Histogram* hist) {
+  if (Offload(device, src.size())) {
+    const size_t lanes = src.size() / w;
+    SplitJob job{w, rotate, src, {planes, w}, StrideFor(lanes), {hist, w}};
+    if (device->Split(job).ok()) return true;
+  }
+  SplitLanes(w, rotate, src.data(), src.size() / w, planes);
+  return false;
+}
+
 }  // namespace
 
 const char* PlaneMethodName(PlaneMethod m) {
@@ -460,6 +476,8 @@ Status EncodeTensorBytes(DType t, std::span<const uint8_t> raw, GridHint grid, c
   // A single plane is the input itself; only multi-byte lanes need copying.
   std::span<uint8_t> split;
   std::span<const uint8_t> plane[kMaxLane];
+  Histogram hist[kMaxLane];
+  bool have_hist = false;
   GridModel model;
   if (w == 1) {
     plane[0] = raw.first(lanes);
@@ -467,18 +485,19 @@ Status EncodeTensorBytes(DType t, std::span<const uint8_t> raw, GridHint grid, c
     split = Scratch(ScratchSlot::kPlanes, w * lanes);
     uint8_t* ptrs[kMaxLane] = {};
     for (unsigned k = 0; k < w; ++k) ptrs[k] = split.data() + k * lanes;
-    SplitLanes(w, tr == PlaneTransform::kRotl1Planes, raw.data(), lanes, ptrs);
+    have_hist = SplitPlanes(w, tr == PlaneTransform::kRotl1Planes, raw.first(w * lanes), ptrs, opts.device, hist);
     for (unsigned k = 0; k < w; ++k) plane[k] = {ptrs[k], lanes};
     if (GridApplies(t) && TryGrid(grid, {ptrs[w - 1], lanes}, {ptrs[w - 2], lanes}, opts, &model)) {
       tr = PlaneTransform::kRotl1Grid;
+      hist[w - 1] = SampledHistogram(plane[w - 1]);  // the grid rewrote the top two planes
+      hist[w - 2] = SampledHistogram(plane[w - 2]);
     }
   }
 
   CodedPlane coded[kMaxLane];
-  Histogram hist[kMaxLane];
   for (unsigned k = 0; k < w; ++k) {
     coded[k].bytes.swap(PlanePool(k));
-    hist[k] = SampledHistogram(plane[k]);
+    if (!have_hist) hist[k] = SampledHistogram(plane[k]);
     CodeBytes(plane[k], hist[k], opts, &coded[k]);
   }
   out->reserve(out->size() + raw.size() + 16 * w + 32);

@@ -33,6 +33,10 @@
 #include "codec/dtype.h"
 #include "codec/lossless/grid.h"
 
+namespace ckptfs {
+class ComputeDevice;
+}
+
 namespace ckptfs::lossless {
 
 inline constexpr uint8_t kPlaneBlobMagicV2 = 0xB2;
@@ -78,6 +82,9 @@ struct PlaneCodecOptions {
   // The predictor costs a pass each way; it is used when it saves at least
   // this many bits per element, after the bytes its terms take.
   double grid_min_gain_bits = 0.05;
+  // Runs the lane split and its histograms (codec/compute_device.h); null:
+  // inline on this thread. The stream is the same either way.
+  const ComputeDevice* device = nullptr;
 };
 
 // What the encoder chose, for benches and tests.

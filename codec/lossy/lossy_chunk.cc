@@ -36,7 +36,7 @@ Status EncodeLossyChunk(std::span<uint8_t> raw, std::span<const uint8_t> base, u
     s.coded_lossy = false;
     if (s.lossy) {
       PieceInput in{bytes, base.size() >= s.end ? base.subspan(s.begin, bytes.size()) : std::span<const uint8_t>{},
-                    s.weight};
+                    s.weight, opts.planes.device};
       std::vector<uint8_t> recon(bytes.size());
       Result<PieceOutcome> r = EncodePiece(s.spec, in, &blobs[i], recon);
       if (r.ok()) {

@@ -7,6 +7,8 @@
 #include <numeric>
 #include <optional>
 
+#include "codec/compute_device.h"
+#include "codec/element_ops.h"
 #include "codec/lossless/byte_io.h"
 #include "codec/lossless/entropy.h"
 #include "codec/lossless/rans.h"
@@ -43,10 +45,10 @@ uint32_t ClampBits(DType t, int64_t bits) {
 struct Analysis {
   size_t n = 0;
   bool against_base = false;
-  std::vector<double> r;      // residual (kValue: value units; kLogBits: units of 2^mantissa)
-  std::vector<double> w;      // weight of the squared error
+  std::vector<double> r;  // residual (kValue: value units; kLogBits: units of 2^mantissa)
+  std::vector<double> w;  // weight of the squared error
   std::vector<uint8_t> must_escape;
-  double budget = 0;          // allowed weighted squared error
+  double budget = 0;  // allowed weighted squared error
 };
 
 bool ValueUnusable(float f) { return !std::isfinite(f); }
@@ -109,8 +111,8 @@ void AnalyseLogBits(const PieceSpec& spec, const PieceInput& in, Analysis* a) {
 // One configuration the search considers. Elements are ranked by the
 // error pruning them would cost (q = w r^2), in logarithmic classes.
 struct Plan {
-  uint32_t prune_below = 0;                 // q class below this: pruned
-  uint32_t escape_from = UINT32_MAX;        // q class at or above this: escaped
+  uint32_t prune_below = 0;           // q class below this: pruned
+  uint32_t escape_from = UINT32_MAX;  // q class at or above this: escaped
   std::vector<double> levels;
   double est_bits = kInf;
 };
@@ -128,23 +130,34 @@ double EntropyBits(std::span<const uint64_t> counts) {
 // Classes of q from the top bits of its double: monotonic, 8 per octave.
 constexpr uint32_t kQClasses = 1u << 14;
 constexpr uint32_t kForced = UINT32_MAX;  // must escape (not a finite value)
+static_assert(kForced == ops::kQClassForced && kQClasses == (1u << 14), "devices compute the same classes");
 uint32_t QClass(double q) { return static_cast<uint32_t>(std::bit_cast<uint64_t>(q) >> 49); }
+
+// Elements a device pass is worth sending: each costs 17 bytes of input.
+bool OffloadElements(const ComputeDevice* device, size_t n) { return Offload(device, n * 17); }
+
+// The prune class of every element (kForced where it must escape).
+std::vector<uint32_t> QClasses(const Analysis& a, const ComputeDevice* device) {
+  std::vector<uint32_t> out(a.n);
+  if (OffloadElements(device, a.n) && device->QClasses({a.r, a.w, a.must_escape, out}).ok()) return out;
+  for (size_t i = 0; i < a.n; ++i) out[i] = a.must_escape[i] ? kForced : QClass(a.w[i] * a.r[i] * a.r[i]);
+  return out;
+}
 
 class Search {
  public:
-  Search(const PieceSpec& spec, const Analysis& a) : spec_(spec), a_(a), qclass_(a.n), rbin_(a.n) {
+  Search(const PieceSpec& spec, const Analysis& a, const ComputeDevice* device)
+      : spec_(spec), a_(a), qclass_(QClasses(a, device)), rbin_(a.n) {
     count_.assign(kQClasses, 0);
     sum_.assign(kQClasses, 0.0);
     double lo = kInf, hi = -kInf, sq = 0;
     uint64_t finite = 0;
     for (size_t i = 0; i < a.n; ++i) {
-      if (a.must_escape[i]) {
-        qclass_[i] = kForced;
+      if (qclass_[i] == kForced) {
         ++forced_;
         continue;
       }
       const double q = a.w[i] * a.r[i] * a.r[i];
-      qclass_[i] = QClass(q);
       ++count_[qclass_[i]];
       sum_[qclass_[i]] += q;
       total_ += q;
@@ -279,6 +292,12 @@ Coded Assign(const PieceSpec& spec, const PieceInput& in, const Analysis& a, con
   c.symbols.resize(a.n);
   const std::vector<double> bounds = LevelBounds(p.levels);
   const unsigned k = static_cast<unsigned>(p.levels.size());
+  // Nearest levels of every element in one device pass, when there is one.
+  std::vector<uint16_t> nearest;
+  if (k > 1 && OffloadElements(in.device, a.n)) {
+    nearest.resize(a.n);
+    if (!in.device->NearestLevels({a.r, bounds, nearest}).ok()) nearest.clear();
+  }
   for (size_t i = 0; i < a.n; ++i) {
     const uint32_t x = LoadBits(spec.dtype, in.x.data(), i);
     const uint32_t pred = a.against_base ? LoadBits(spec.dtype, in.base.data(), i) : 0;
@@ -290,7 +309,7 @@ Coded Assign(const PieceSpec& spec, const PieceInput& in, const Analysis& a, con
     } else if (qc == kForced || qc >= p.escape_from || k == 0) {
       sym = k + 1;
     } else {
-      sym = 1 + static_cast<unsigned>(NearestLevel(bounds, a.r[i]));
+      sym = 1 + static_cast<unsigned>(nearest.empty() ? NearestLevel(bounds, a.r[i]) : nearest[i]);
     }
     uint32_t out = sym == k + 1 ? x : Reconstruct(spec.dtype, spec.domain, pred, sym, lv);
     // A level can push a value past the largest finite one: keep it exact.
@@ -383,7 +402,7 @@ Result<PieceOutcome> EncodePiece(const PieceSpec& spec, const PieceInput& in, st
   } else {
     AnalyseLogBits(spec, in, &a);
   }
-  const Search search(spec, a);
+  const Search search(spec, a, in.device);
   std::optional<Plan> plan;
   if (search.AllPrunable()) {
     plan = Plan{};

@@ -29,6 +29,10 @@
 #include "base/status.h"
 #include "codec/dtype.h"
 
+namespace ckptfs {
+class ComputeDevice;
+}
+
 namespace ckptfs::lossy {
 
 inline constexpr uint8_t kPieceVersion = 1;
@@ -53,6 +57,9 @@ struct PieceInput {
   std::span<const uint8_t> x;       // the elements
   std::span<const uint8_t> base;    // predecessor's reconstructed elements, or empty
   std::span<const float> weight;    // kValue sensitivity per element (>= 0), or empty: uniform
+  // Runs the per-element passes (prune classes, level assignment); null:
+  // inline. The blob and reconstruction are the same either way.
+  const ComputeDevice* device = nullptr;
 };
 
 struct PieceOutcome {
