@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -26,7 +28,7 @@ constexpr size_t kMiB = size_t{1} << 20;
 constexpr size_t kTableBytes = kMiB;
 constexpr size_t kMaxSlot = 16 * kMiB;
 constexpr size_t kMinSlot = kMiB;
-constexpr size_t kMaxContexts = 4;
+constexpr size_t kMaxContexts = 8;
 
 Status CudaStatus(const std::string& what, cudaError_t e) {
   return Status::Error(EIO, "CUDA " + what + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
@@ -119,9 +121,39 @@ class CudaDevice final : public ComputeDevice {
   }
 
   std::string Name() const override { return name_; }
+  void AddToName(const std::string& note) { name_ += "; " + note; }
   bool accelerated() const override { return !broken_.load(std::memory_order_relaxed); }
   // Below a few hundred KiB, the launches and copies cost more than the CPU.
-  size_t min_job_bytes() const override { return 256 << 10; }
+  size_t min_job_bytes() const override { return min_job_; }
+
+  // Times a chunk-sized split, staged as the encoder's jobs are, on the GPU
+  // and on this CPU. Where the CPU is faster (copies through host memory can
+  // cost more than the work), jobs stay on the CPU: the bytes are the same
+  // either way, so this decides speed only. Returns what was measured.
+  std::string Calibrate() {
+    constexpr size_t kBytes = 4 << 20;
+    std::vector<uint8_t> src(kBytes), planes(kBytes);
+    for (size_t i = 0; i < kBytes; ++i) src[i] = static_cast<uint8_t>((i * 2654435761u) >> 13);
+    uint8_t* p[4];
+    for (int k = 0; k < 4; ++k) p[k] = planes.data() + k * (kBytes / 4);
+    ByteCounts h[4];
+    const SplitJob job{4, true, src, {p, 4}, 16, {h, 4}};
+    auto best_ms = [&](const ComputeDevice& d) {
+      double best = 1e30;
+      for (int i = 0; i < 5; ++i) {
+        const auto t0 = std::chrono::steady_clock::now();
+        if (!d.Split(job).ok()) return 1e30;
+        best = std::min(best, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      }
+      return best;
+    };
+    const double gpu = best_ms(*this), cpu = best_ms(CpuComputeDevice());
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "a 4 MiB split takes %.2f ms here, %.2f ms on the CPU: %s", gpu, cpu,
+                  gpu < cpu ? "jobs go to the GPU" : "jobs stay on the CPU");
+    if (!(gpu < cpu)) min_job_ = SIZE_MAX;
+    return buf;
+  }
 
   Status Split(const SplitJob& job) const override {
     RETURN_IF_ERROR(CheckJob(job));
@@ -290,6 +322,7 @@ class CudaDevice final : public ComputeDevice {
 
   const int ordinal_;
   std::string name_;
+  size_t min_job_ = 256 << 10;  // below this, launches and copies cost more than the work
   std::vector<std::unique_ptr<Context>> contexts_;
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
@@ -338,6 +371,7 @@ Result<std::unique_ptr<ComputeDevice>> OpenCudaDevice(const CudaOptions& opts) {
                      std::to_string(prop.totalGlobalMem >> 30) + " GiB)";
   auto dev = std::make_unique<CudaDevice>(opts.ordinal, std::move(name));
   RETURN_IF_ERROR(dev->Reserve(opts.memory_bytes));
+  if (opts.calibrate) dev->AddToName(dev->Calibrate());
   return std::unique_ptr<ComputeDevice>(std::move(dev));
 }
 

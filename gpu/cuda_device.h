@@ -21,6 +21,10 @@ namespace ckptfs::gpu {
 struct CudaOptions {
   size_t memory_bytes = size_t{256} << 20;  // device memory (and pinned host memory) the device may hold
   int ordinal = 0;                          // which visible GPU
+  // Time a chunk-sized job on the GPU and on the CPU at open, and keep jobs
+  // on the CPU when the GPU is not faster (device=auto). Off: always offload
+  // jobs of at least min_job_bytes() (device=gpu, benches, tests).
+  bool calibrate = false;
 };
 
 // Whether this build has the CUDA implementation.

@@ -15,8 +15,10 @@ struct DeviceChoice {
   std::string why;                              // "compute device: ..."
 };
 
-// kAuto takes the GPU when one can run this build's kernels, else the CPU;
-// kGpu fails (ENODEV, saying why) without one; kCpu never touches CUDA.
+// kAuto takes the GPU when one can run this build's kernels, and sends it
+// jobs only if it measured faster than the CPU at open (CudaOptions::calibrate);
+// else the CPU. kGpu always sends jobs to the GPU, and fails (ENODEV, saying
+// why) without one; kCpu never touches CUDA.
 Result<DeviceChoice> ChooseDevice(DeviceRequest request, const CudaOptions& cuda);
 
 }  // namespace ckptfs::gpu

@@ -29,4 +29,10 @@ fi
 # Surface compiler warnings without the progress noise.
 grep -E 'warning:' "$log" | sort -u | head -50 >&2 || true
 test -x build/ckptfs || { echo "build: build/ckptfs was not produced" >&2; exit 1; }
+# Whether the CUDA device was built (it is when CMake finds nvcc).
+if [[ -f build/gpu/CMakeFiles/ckptfs_gpu.dir/kernels.cu.o ]]; then
+  echo "build: CUDA device built ($(grep -m1 -o 'arch=compute_[0-9]*,code=\[[^]]*\]' build/gpu/CMakeFiles/ckptfs_gpu.dir/flags.make || echo 'nvcc'))" >&2
+else
+  echo "build: no nvcc found: built without the CUDA device (every job runs on the CPU)" >&2
+fi
 echo "build: ok (build/ckptfs)" >&2
