@@ -15,6 +15,7 @@
 #include <iostream>
 #include <map>
 #include <sstream>
+#include <thread>
 
 #include "base/log.h"
 #include "gpu/device_select.h"
@@ -199,6 +200,10 @@ Status ApplyOption(const std::string& opt, MountOptions* out) {
     RETURN_IF_ERROR(need_val());
     ASSIGN_OR_RETURN(long n, ParseInt(key, val, 1, 64));
     out->fs.seal_threads = static_cast<int>(n);
+  } else if (key == "seal_workers") {
+    RETURN_IF_ERROR(need_val());
+    ASSIGN_OR_RETURN(long n, ParseInt(key, val, 1, 64));
+    out->seal_workers = static_cast<unsigned>(n);
   } else if (key == "max_threads") {
     RETURN_IF_ERROR(need_val());
     ASSIGN_OR_RETURN(long n, ParseInt(key, val, 1, 256));
@@ -307,6 +312,8 @@ std::string MountOptionsHelp() {
          "  lossless            the default: every byte reads back as written\n"
          "  lossy_keyframe_every=K  longest chain of lossy chunks, 0..64 (default 32)\n"
          "  seal_threads=N      background sealing threads (default 1)\n"
+         "  seal_workers=N      threads coding one file's chunks as it seals; each\n"
+         "                      holds about 5 chunks (default: half the cores, 1..4)\n"
          "  max_threads=N       FUSE worker threads (default 8)\n"
          "  device=auto|cpu|gpu where sealing runs the codec's data-parallel steps:\n"
          "                      auto takes a GPU when one is visible and faster\n"
@@ -456,6 +463,8 @@ int RunMount(MountOptions opts) {
   so.lossy = opts.lossy;
   so.lossy_keyframe_every = opts.lossy_keyframe_every;
   so.background_gc = true;
+  so.seal_workers =
+      opts.seal_workers != 0 ? opts.seal_workers : std::clamp(std::thread::hardware_concurrency() / 2, 1u, 4u);
   const gpu::CudaOptions cuda{static_cast<size_t>(opts.gpu_mem), 0};
   if (opts.device == DeviceRequest::kGpu) {
     Result<std::string> probe = ProbeDevice(opts.device, cuda);
@@ -508,6 +517,7 @@ int RunMount(MountOptions opts) {
   Status pid = store.value()->RecordOwnerPid();
   if (!pid.ok()) spdlog::warn("{}", pid.message());
   UseDevice(store.value().get(), opts.device, cuda);
+  spdlog::info("sealing: {} file(s) at a time, {} worker(s) per file", opts.fs.seal_threads, so.seal_workers);
   fs.seals().Start();
   spdlog::info("mounted {} on {}", backing, mountpoint);
   ReportStarted(started);

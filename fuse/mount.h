@@ -26,6 +26,7 @@ struct MountOptions {
   double lossy = 0;             // StoreOptions::lossy (0: lossless)
   uint32_t lossy_keyframe_every = 32;  // StoreOptions::lossy_keyframe_every
   int max_threads = 8;
+  unsigned seal_workers = 0;  // StoreOptions::seal_workers; 0: half the cores, 1 to 4
   DeviceRequest device = DeviceRequest::kAuto;  // where the encoder's data-parallel steps run
   uint64_t gpu_mem = 256ull << 20;               // GPU memory (and pinned host memory) they may hold
   uint64_t read_ahead = 4u << 20;  // kernel readahead window for the mount

@@ -51,8 +51,8 @@ class BaseSource {
 struct ChunkPlan {
   ChunkCodec codec = ChunkCodec::kRaw;  // kRef, kDelta or kLossy
   std::vector<uint8_t> payload;         // complete, base reference included
-  ObjectId base = 0;  // 0: none (a lossy keyframe)
-  uint8_t depth = 0;  // delta depth of the resulting chunk
+  ObjectId base = 0;                    // 0: none (a lossy keyframe)
+  uint8_t depth = 0;                    // delta depth of the resulting chunk
 };
 class ChunkPlanner {
  public:
@@ -85,6 +85,19 @@ class ChunkPlanner {
 Result<PackStats> WritePack(Env* env, int src_fd, uint64_t size, int dst_fd, uint32_t chunk_size,
                             const ChunkEncoderOptions& opts, const std::atomic<bool>* cancel = nullptr,
                             std::span<const TensorRange> tensors = {}, ChunkPlanner* planner = nullptr);
+
+// Threads that code a pack's chunks at the same time (each with its own
+// planner, which only that thread uses), while the pack is still written in
+// file order: the same bytes as one thread writes. Memory grows by a chunk
+// in and a chunk out per thread. Lossy planners code chunks in order (their
+// zip CRCs run through the file): give such a planner alone.
+struct PackWorkers {
+  unsigned count = 1;
+  std::span<ChunkPlanner* const> planners;  // empty, or `count` planners
+};
+Result<PackStats> WritePack(Env* env, int src_fd, uint64_t size, int dst_fd, uint32_t chunk_size,
+                            const ChunkEncoderOptions& opts, const std::atomic<bool>* cancel,
+                            std::span<const TensorRange> tensors, const PackWorkers& workers);
 
 class PackReader {
  public:

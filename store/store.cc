@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
@@ -230,9 +231,10 @@ Result<UniqueFd> Store::PackDir(ObjectId id, bool create) {
 }
 
 Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic<bool>* cancel, double fidelity,
-                                   const SiblingFinder& find_sibling) {
+                                    const SiblingFinder& find_sibling) {
   const ObjectId id = NewObjectId();
   const std::string ctx = "publishing pack " + ObjectIdHex(id);
+  const auto started = std::chrono::steady_clock::now();
   const std::string tmpname = ObjectIdHex(id) + internal::kTmpPackSuffix;
   Result<UniqueFd> tmp = env_->OpenAt(tmp_.get(), tmpname, O_CREAT | O_EXCL | O_RDWR, 0644);
   if (!tmp.ok()) return tmp.status().WithContext(ctx);
@@ -262,16 +264,22 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
       }
     }
   }
-  // The planner pins the packs it stores chunks against until the new pack
-  // is in the index as their user, so they cannot be deleted meanwhile.
-  std::optional<DeltaPlanner> planner;
+  // Planners pin the packs they store chunks against until the new pack is
+  // in the index as their user, so they cannot be deleted meanwhile. One per
+  // sealing worker; lossy files are coded in order, by one.
+  const unsigned workers = lossy ? 1u : std::max(1u, opts_.seal_workers);
+  std::vector<std::unique_ptr<DeltaPlanner>> planners;
   // Recovery seals staged files before the index is loaded: a lossy file
   // then gets a planner without predecessors, and is coded as a keyframe.
   if ((opts_.delta && index_loaded_) || lossy) {
-    planner.emplace(&index_, this, tensors, opts_.encoder, opts_.delta ? opts_.keyframe_every : 0);
+    for (unsigned w = 0; w < workers; ++w) {
+      planners.push_back(std::make_unique<DeltaPlanner>(&index_, this, tensors, opts_.encoder,
+                                                        opts_.delta ? opts_.keyframe_every : 0));
+    }
   }
+  DeltaPlanner* planner = planners.empty() ? nullptr : planners[0].get();
   auto release_pins = [&] {
-    if (planner) (void)DeleteDeadPacks(planner->ReleasePins());
+    for (auto& p : planners) (void)DeleteDeadPacks(p->ReleasePins());
   };
   if (lossy && planner) {
     planner->SetLossy(&*lossy, opts_.delta ? opts_.lossy_keyframe_every : 0);
@@ -280,8 +288,10 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
       return fail(s);
     }
   }
+  std::vector<ChunkPlanner*> planner_ptrs;
+  for (auto& p : planners) planner_ptrs.push_back(p.get());
   Result<PackStats> stats = WritePack(env_, src_fd, size, tmp->get(), opts_.chunk_size, opts_.encoder, cancel, tensors,
-                                      planner ? &*planner : nullptr);
+                                      PackWorkers{workers, planner_ptrs});
   if (!stats.ok()) {
     release_pins();
     return fail(stats.status());
@@ -303,6 +313,10 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
     spdlog::debug("{}: {} chunks, {} shared, {} deltas against {}", ctx, stats->chunk_count, stats->ref_chunks,
                   stats->delta_chunks, ObjectIdHex(planner->base_pack()));
   }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  spdlog::debug("{}: {} bytes stored in {} ({:.3f}x), {:.3f} s with {} worker(s), {:.0f} MB/s", ctx, size,
+                stats->stored_size, stats->stored_size ? double(size) / double(stats->stored_size) : 0.0, secs, workers,
+                secs > 0 ? double(size) / 1e6 / secs : 0.0);
   release_pins();
   return id;
 }

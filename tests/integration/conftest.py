@@ -417,8 +417,10 @@ def mount_factory(tmp_path, ckptfs_bin):
 
 
 # Every test that uses `mount` runs twice: default options, and with the
-# kernel writeback cache (a different write path through the kernel).
-MOUNT_VARIANTS = {"default": [], "writeback": ["writeback"]}
+# kernel writeback cache (a different write path through the kernel) and
+# three sealing workers per file (a different seal path; CI's two cores
+# would otherwise always get one).
+MOUNT_VARIANTS = {"default": [], "writeback": ["writeback", "seal_workers=3"]}
 
 
 @pytest.fixture(params=list(MOUNT_VARIANTS))

@@ -1,9 +1,9 @@
-"""The compute device (`-o device=auto|cpu|gpu`, `-o gpu_mem=SIZE`) on a real
-FUSE mount.
+"""The compute device (`-o device=auto|cpu|gpu`, `-o gpu_mem=SIZE`) and the
+sealing workers (`-o seal_workers=N`) on a real FUSE mount.
 
 Everywhere: the daemon logs which device it uses and why; device=gpu on a
 machine without a usable GPU refuses to mount, saying why, and mounts
-nothing. With a GPU visible: checkpoints sealed on the GPU, lossless and
+nothing. Several sealing workers store what one stores. With a GPU visible: checkpoints sealed on the GPU, lossless and
 lossy, store exactly the bytes the CPU stores and read back the same. The
 GPU tests skip, saying why, on machines without one.
 """
@@ -66,7 +66,8 @@ def test_device_choice_is_logged(mount_factory):
     assert line.startswith("cuda:") or line.startswith("cpu (device=auto, no usable GPU: "), line
 
 
-@pytest.mark.parametrize("opt", ["device=tpu", "device=", "gpu_mem=1M", "gpu_mem=lots"])
+@pytest.mark.parametrize("opt", ["device=tpu", "device=", "gpu_mem=1M", "gpu_mem=lots", "seal_workers=0",
+                                 "seal_workers=many"])
 def test_bad_device_options(mount_factory, opt):
     m = mount_factory(mount=False)
     m.fsck_at_teardown = False
@@ -116,3 +117,26 @@ def test_gpu_stores_the_cpu_bytes(mount_factory, tmp_path, mode):
     for step in range(3):
         assert (g.mnt / f"step{step}.pt").read_bytes() == (mounts["cpu"].mnt / f"step{step}.pt").read_bytes()
     assert g.fsck().returncode == 0
+
+
+def test_seal_workers_store_what_one_worker_stores(mount_factory, tmp_path):
+    mounts = {n: mount_factory(name=f"w{n}", opts=[f"seal_workers={n}", "chunk_size=256K", "device=cpu"])
+              for n in (1, 3)}
+    assert "1 worker(s) per file" in mounts[1].log_text()
+    assert "3 worker(s) per file" in mounts[3].log_text()
+    ref = tmp_path / "ref.pt"
+    written = {}
+    for step in range(3):
+        torch.save(checkpoint(step), ref)
+        written[step] = ref.read_bytes()
+        for m in mounts.values():
+            (m.mnt / f"step{step}.pt").write_bytes(written[step])
+            m.wait_sealed()  # the next one is a delta against it
+    sizes = {n: stored_sizes(m) for n, m in mounts.items()}
+    assert sizes[1] == sizes[3]
+    for m in mounts.values():
+        for step in range(3):
+            assert (m.mnt / f"step{step}.pt").read_bytes() == written[step]
+        m.remount(opts=["seal_workers=2"])
+        assert (m.mnt / "step2.pt").read_bytes() == written[2]
+        assert m.fsck().returncode == 0

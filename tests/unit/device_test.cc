@@ -303,25 +303,15 @@ TEST(DeviceParity, CudaLossy) {
 // Sealing through a store: SetComputeDevice routes the encoder's steps to
 // the device, and two checkpoints of a lineage (the second a delta) read
 // back exactly, with the same stored sizes as a store without the device.
-Bytes Npy(const Bytes& f32) {
-  std::string hdr = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + std::to_string(f32.size() / 4) + ",), }";
-  while ((10 + hdr.size() + 1) % 64 != 0) hdr += ' ';
-  hdr += '\n';
-  Bytes b = {
-      0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, static_cast<uint8_t>(hdr.size()), static_cast<uint8_t>(hdr.size() >> 8)};
-  b.insert(b.end(), hdr.begin(), hdr.end());
-  b.insert(b.end(), f32.begin(), f32.end());
-  return b;
-}
-
 std::vector<uint64_t> SealLineage(const std::shared_ptr<const ComputeDevice>& dev) {
   test::TempDir dir;
   auto store = Store::Open(Env::Default(), dir.path(), test::SmallChunks(1 << 20));
   EXPECT_TRUE(store.ok()) << store.status().ToString();
+  EXPECT_TRUE((*store)->Recover().ok());  // loads the pack index: the second file is a delta
   if (dev) (*store)->SetComputeDevice(dev);
   const Workload w = MakeWorkload(21);
   const Bytes weights(w.raw.begin() + 777, w.raw.begin() + 777 + w.ranges[0].length);
-  const Bytes files[2] = {Npy(weights), Npy(NextStep(weights, 22))};
+  const Bytes files[2] = {test::NpyF32(weights), test::NpyF32(NextStep(weights, 22))};
   std::vector<uint64_t> stored;
   for (int i = 0; i < 2; ++i) {
     const std::string name = "step" + std::to_string(i) + ".npy";

@@ -29,16 +29,7 @@ StoreOptions Opts(uint32_t keyframe_every = 8) {
 // A .npy file of f32 weights: recognised by content, so its tensor is coded
 // (and matched against predecessors) by element type.
 std::vector<uint8_t> Npy(const std::vector<float>& w) {
-  std::string hdr = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + std::to_string(w.size()) + ",), }";
-  while ((10 + hdr.size() + 1) % 64 != 0) hdr += ' ';
-  hdr += '\n';
-  std::vector<uint8_t> b = {
-      0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, static_cast<uint8_t>(hdr.size()), static_cast<uint8_t>(hdr.size() >> 8)};
-  b.insert(b.end(), hdr.begin(), hdr.end());
-  const size_t at = b.size();
-  b.resize(at + 4 * w.size());
-  std::memcpy(b.data() + at, w.data(), 4 * w.size());
-  return b;
+  return test::NpyF32({reinterpret_cast<const uint8_t*>(w.data()), 4 * w.size()});
 }
 
 // A safetensors file of f32 tensors, in the order given.

@@ -155,4 +155,15 @@ Result<StubRecord> MakeSealedFile(Store* store, const std::string& name, const s
   return store->SealStub(stub.get(), staged, staging.get());
 }
 
+std::vector<uint8_t> NpyF32(std::span<const uint8_t> f32) {
+  std::string hdr = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + std::to_string(f32.size() / 4) + ",), }";
+  while ((10 + hdr.size() + 1) % 64 != 0) hdr += ' ';
+  hdr += '\n';
+  std::vector<uint8_t> b = {
+      0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, static_cast<uint8_t>(hdr.size()), static_cast<uint8_t>(hdr.size() >> 8)};
+  b.insert(b.end(), hdr.begin(), hdr.end());
+  b.insert(b.end(), f32.begin(), f32.end());
+  return b;
+}
+
 }  // namespace ckptfs::test

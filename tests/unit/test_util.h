@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -62,6 +63,10 @@ Result<std::vector<uint8_t>> ReadContent(Store* store, int stub_fd);
 Result<std::vector<uint8_t>> ReadContentAt(Store* store, const std::string& ns_path);
 
 StoreOptions SmallChunks(uint32_t chunk_size = 4096);
+
+// A 1-D .npy file of little-endian f32 elements (`f32`: their bytes), which
+// the format parsers recognise, so its tensor is coded by element type.
+std::vector<uint8_t> NpyF32(std::span<const uint8_t> f32);
 
 // Creates ns/<name> STAGED with `bytes` in a fresh staging file, all fsync'd.
 // Returns the stub record.

@@ -1,0 +1,162 @@
+// Sealing with several workers (PackWorkers, StoreOptions::seal_workers):
+// the pack holds the same chunks, in the same places, as one thread writes;
+// failures are the ones one thread would meet first; deltas and dedup work
+// per worker.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+
+#include "store/pack.h"
+#include "store/store.h"
+#include "tests/unit/test_util.h"
+
+namespace ckptfs {
+namespace {
+
+using Bytes = std::vector<uint8_t>;
+
+// A file mixing an npy tensor, zeros, text and random bytes, 20 chunks of 64 KiB and a bit.
+Bytes MixedFile(std::vector<TensorRange>* ranges) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0, 0.02f);
+  Bytes f32(4 * 200000);
+  for (size_t i = 0; i < f32.size(); i += 4) {
+    const float v = normal(rng);
+    std::memcpy(f32.data() + i, &v, 4);
+  }
+  Bytes file = test::NpyF32(f32);
+  ranges->push_back({file.size() - f32.size(), f32.size(), DType::kF32, 0});
+  file.resize(file.size() + 70000, 0);
+  const Bytes text = test::CompressibleBytes(150000, 6), noise = test::RandomBytes(90001, 7);
+  file.insert(file.end(), text.begin(), text.end());
+  file.insert(file.end(), noise.begin(), noise.end());
+  return file;
+}
+
+class SealWorkersTest : public ::testing::Test {
+ protected:
+  Result<PackStats> Write(const Bytes& content, unsigned workers, const std::string& name,
+                          std::span<const TensorRange> tensors, uint64_t size,
+                          const std::atomic<bool>* cancel = nullptr) {
+    test::WriteFileBytes(dir_.Sub("src"), content);
+    ASSIGN_OR_RETURN(UniqueFd src, env_->OpenAt(AT_FDCWD, dir_.Sub("src"), O_RDONLY));
+    ASSIGN_OR_RETURN(UniqueFd dst, env_->OpenAt(AT_FDCWD, dir_.Sub(name), O_CREAT | O_TRUNC | O_RDWR, 0644));
+    return WritePack(env_, src.get(), size, dst.get(), 64 << 10, {}, cancel, tensors, PackWorkers{workers, {}});
+  }
+  Result<std::shared_ptr<PackReader>> Open(const std::string& name) {
+    ASSIGN_OR_RETURN(UniqueFd fd, env_->OpenAt(AT_FDCWD, dir_.Sub(name), O_RDONLY));
+    return PackReader::Open(env_, std::move(fd), name);
+  }
+
+  test::TempDir dir_;
+  Env* env_ = Env::Default();
+};
+
+TEST_F(SealWorkersTest, SameChunksAsOneThread) {
+  std::vector<TensorRange> ranges;
+  const Bytes file = MixedFile(&ranges);
+  ASSERT_OK(Write(file, 1, "one", ranges, file.size()).status());
+  auto one = Open("one");
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+  for (unsigned workers : {2u, 3u, 8u, 64u}) {
+    const std::string name = "w" + std::to_string(workers);
+    ASSERT_OK(Write(file, workers, name, ranges, file.size()).status());
+    auto many = Open(name);
+    ASSERT_TRUE(many.ok()) << many.status().ToString();
+    ASSERT_EQ((*many)->chunks().size(), (*one)->chunks().size());
+    for (size_t i = 0; i < (*one)->chunks().size(); ++i) {
+      const ChunkEntry &a = (*one)->chunks()[i], &b = (*many)->chunks()[i];
+      EXPECT_EQ(a.offset, b.offset) << name << " chunk " << i;
+      EXPECT_EQ(a.stored_len, b.stored_len) << name << " chunk " << i;
+      EXPECT_EQ(a.codec, b.codec) << name << " chunk " << i;
+      EXPECT_EQ(a.stored_checksum, b.stored_checksum) << name << " chunk " << i;
+      EXPECT_EQ(a.raw_checksum, b.raw_checksum) << name << " chunk " << i;
+    }
+    EXPECT_EQ((*many)->meta().chunk_hash, (*one)->meta().chunk_hash);
+    EXPECT_EQ((*many)->stored_size(), (*one)->stored_size());
+    Bytes back, chunk;
+    for (uint64_t i = 0; i < (*many)->chunks().size(); ++i) {
+      ASSERT_OK((*many)->ReadChunk(i, &chunk));
+      back.insert(back.end(), chunk.begin(), chunk.end());
+    }
+    EXPECT_EQ(back, file) << name;
+  }
+}
+
+TEST_F(SealWorkersTest, ShrunkSourceIsEagainLikeOneThread) {
+  std::vector<TensorRange> ranges;
+  const Bytes file = MixedFile(&ranges);
+  for (unsigned workers : {1u, 4u}) {
+    Result<PackStats> st = Write(file, workers, "p", ranges, file.size() + 200000);
+    ASSERT_FALSE(st.ok());
+    EXPECT_EQ(st.status().code(), EAGAIN) << workers;
+    EXPECT_NE(st.status().message().find("got end of file at " + std::to_string(file.size())), std::string::npos)
+        << st.status().message();
+  }
+}
+
+TEST_F(SealWorkersTest, CancelStopsEveryWorker) {
+  std::vector<TensorRange> ranges;
+  const Bytes file = MixedFile(&ranges);
+  std::atomic<bool> cancel{true};
+  Result<PackStats> st = Write(file, 4, "p", ranges, file.size(), &cancel);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.status().code(), ECANCELED);
+}
+
+TEST_F(SealWorkersTest, PlannersMustMatchTheWorkers) {
+  std::vector<TensorRange> ranges;
+  const Bytes file = MixedFile(&ranges);
+  test::WriteFileBytes(dir_.Sub("src"), file);
+  auto src = env_->OpenAt(AT_FDCWD, dir_.Sub("src"), O_RDONLY);
+  auto dst = env_->OpenAt(AT_FDCWD, dir_.Sub("p"), O_CREAT | O_TRUNC | O_RDWR, 0644);
+  ASSERT_TRUE(src.ok() && dst.ok());
+  ChunkPlanner* one[] = {nullptr};
+  Result<PackStats> st =
+      WritePack(env_, src->get(), file.size(), dst->get(), 64 << 10, {}, nullptr, ranges, PackWorkers{3, one});
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.status().code(), EINVAL);
+}
+
+// Through a store: a lineage of checkpoints sealed by several workers (each
+// with its own delta planner) stores what one worker stores, deltas included.
+std::vector<uint64_t> SealLineage(unsigned workers, uint64_t* delta_free) {
+  test::TempDir dir;
+  StoreOptions o = test::SmallChunks(64 << 10);
+  o.seal_workers = workers;
+  auto store = Store::Open(Env::Default(), dir.path(), o);
+  EXPECT_TRUE(store.ok()) << store.status().ToString();
+  EXPECT_TRUE((*store)->Recover().ok());  // loads the pack index, which lineage needs
+  std::mt19937 rng(9);
+  std::normal_distribution<float> normal(0, 0.02f);
+  std::vector<float> w(300000);
+  for (float& v : w) v = normal(rng);
+  std::vector<uint64_t> stored;
+  for (int step = 0; step < 3; ++step) {
+    for (size_t i = 0; i < w.size(); i += 3) w[i] += 1e-4f * normal(rng);
+    const Bytes file = test::NpyF32({reinterpret_cast<const uint8_t*>(w.data()), 4 * w.size()});
+    const std::string name = "step" + std::to_string(step) + ".npy";
+    auto rec = test::MakeSealedFile(store->get(), name, file);
+    EXPECT_TRUE(rec.ok()) << rec.status().ToString();
+    auto back = test::ReadContentAt(store->get(), name);
+    EXPECT_TRUE(back.ok() && *back == file) << name;
+    auto usage = (*store)->Usage(name);
+    stored.push_back(usage.ok() && usage->size() == 1 ? (*usage)[0].stored : 0);
+    if (step == 2) *delta_free = usage.ok() && usage->size() == 1 ? (*usage)[0].base : 0;
+  }
+  return stored;
+}
+
+TEST(SealWorkersStore, LineageStoresWhatOneWorkerStores) {
+  uint64_t base_one = 0, base_many = 0;
+  const std::vector<uint64_t> one = SealLineage(1, &base_one);
+  const std::vector<uint64_t> many = SealLineage(4, &base_many);
+  EXPECT_EQ(one, many);
+  EXPECT_NE(base_many, 0u) << "the third checkpoint was not stored against the second";
+  EXPECT_LT(many[2], many[0]) << "deltas should make later checkpoints smaller";
+}
+
+}  // namespace
+}  // namespace ckptfs
