@@ -190,7 +190,10 @@ class CudaDevice final : public ComputeDevice {
     }
     if (!s.ok()) {
       cudaStreamSynchronize(c->stream.s);  // nothing may still write the buffers
-      if (!broken_.exchange(true)) spdlog::error("GPU {}: {}; encoding continues on the CPU", name_, s.message());
+      // A job the device cannot take (EINVAL) says nothing about the GPU.
+      if (s.code() != EINVAL && !broken_.exchange(true)) {
+        spdlog::error("GPU {}: {}; encoding continues on the CPU", name_, s.message());
+      }
     }
     Release(c);
     return s;
