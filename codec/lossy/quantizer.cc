@@ -127,20 +127,21 @@ double EntropyBits(std::span<const uint64_t> counts) {
   return bits;
 }
 
-// Classes of q from the top bits of its double: monotonic, 8 per octave.
+// Classes of q from the top bits of its double (ops::QClassOf): monotonic, 8 per octave.
 constexpr uint32_t kQClasses = 1u << 14;
 constexpr uint32_t kForced = UINT32_MAX;  // must escape (not a finite value)
 static_assert(kForced == ops::kQClassForced && kQClasses == (1u << 14), "devices compute the same classes");
-uint32_t QClass(double q) { return static_cast<uint32_t>(std::bit_cast<uint64_t>(q) >> 49); }
 
 // Elements a device pass is worth sending: each costs 17 bytes of input.
 bool OffloadElements(const ComputeDevice* device, size_t n) { return Offload(device, n * 17); }
 
-// The prune class of every element (kForced where it must escape).
+// The prune class of every element (kForced where it must escape), on the
+// device when it takes the job, else (or when it fails) on this thread.
 std::vector<uint32_t> QClasses(const Analysis& a, const ComputeDevice* device) {
   std::vector<uint32_t> out(a.n);
-  if (OffloadElements(device, a.n) && device->QClasses({a.r, a.w, a.must_escape, out}).ok()) return out;
-  for (size_t i = 0; i < a.n; ++i) out[i] = a.must_escape[i] ? kForced : QClass(a.w[i] * a.r[i] * a.r[i]);
+  const QClassJob job{a.r, a.w, a.must_escape, out};
+  if (OffloadElements(device, a.n) && device->QClasses(job).ok()) return out;
+  (void)CpuComputeDevice().QClasses(job);  // sizes agree by construction
   return out;
 }
 
