@@ -66,9 +66,8 @@ LossyCoder::LossyCoder(Env* env, int src_fd, const FileLayout& layout, std::span
     tensors_.push_back(t);
   }
   std::sort(tensors_.begin(), tensors_.end(), [](const Tensor& a, const Tensor& b) { return a.offset < b.offset; });
-  const bool lacks_v = std::any_of(tensors_.begin(), tensors_.end(), [](const Tensor& t) {
-    return t.role == TensorRole::kWeight && !t.v_offset;
-  });
+  const bool lacks_v = std::any_of(tensors_.begin(), tensors_.end(),
+                                   [](const Tensor& t) { return t.role == TensorRole::kWeight && !t.v_offset; });
   const bool has_moments = std::any_of(roles.begin(), roles.end(), [](const lossy::RoleAssignment& r) {
     return r.role == TensorRole::kAdamV || r.role == TensorRole::kAdamM;
   });
@@ -94,12 +93,14 @@ void LossyCoder::PairWithSibling(SiblingMoments sibling) {
   for (size_t i = 0; i < roles.size() && i < sibling.layout.tensors.size(); ++i) {
     if (roles[i].role == TensorRole::kAdamV) vs.push_back(&sibling.layout.tensors[i]);
   }
-  std::stable_sort(vs.begin(), vs.end(), [](const TensorRegion* a, const TensorRegion* b) { return a->order < b->order; });
+  std::stable_sort(vs.begin(), vs.end(),
+                   [](const TensorRegion* a, const TensorRegion* b) { return a->order < b->order; });
   std::vector<Tensor*> weights;
   for (Tensor& t : tensors_) {
     if (t.role == TensorRole::kWeight && !t.v_offset) weights.push_back(&t);
   }
-  std::stable_sort(weights.begin(), weights.end(), [](const Tensor* a, const Tensor* b) { return a->order < b->order; });
+  std::stable_sort(weights.begin(), weights.end(),
+                   [](const Tensor* a, const Tensor* b) { return a->order < b->order; });
   size_t next = 0;
   for (const TensorRegion* v : vs) {
     for (size_t tried = 0; tried < weights.size(); ++tried, next = (next + 1) % weights.size()) {
@@ -204,6 +205,7 @@ Status LossyCoder::Reconstruct(uint64_t offset, std::span<uint8_t> raw, std::spa
 }
 
 void LossyCoder::Record(const ChunkSegment& s) {
+  std::lock_guard lock(mu_);
   LossyRoleInfo& r = info_.roles[RoleSlot(s.role)];
   const uint64_t n = (s.end - s.begin) / DTypeSize(s.spec.dtype);
   r.elements += n;
@@ -218,9 +220,13 @@ void LossyCoder::Record(const ChunkSegment& s) {
 Result<std::optional<LossyChunk>> LossyCoder::Encode(uint64_t offset, std::span<uint8_t> raw,
                                                      std::span<const uint8_t> base) {
   if (tracker_) {
-    if (crcs_.empty()) {
-      if (!tracker_->Complete()) return Status::Error(EIO, "lossy seal: zip CRCs were not computed before encoding");
-      crcs_ = tracker_->Crcs();
+    {
+      std::lock_guard lock(mu_);
+      if (!crcs_ready_) {
+        if (!tracker_->Complete()) return Status::Error(EIO, "lossy seal: zip CRCs were not computed before encoding");
+        crcs_ = tracker_->Crcs();
+        crcs_ready_ = true;
+      }
     }
     formats::PatchCrcFields(offset, raw, crc_fields_, crcs_);
   }

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <vector>
@@ -60,7 +61,8 @@ class LossyCoder {
   Status Reconstruct(uint64_t offset, std::span<uint8_t> raw, std::span<const uint8_t> base);
   // Rewrites `raw` with the reconstruction and patched CRCs; returns the
   // kLossy payload (after the base reference) when the chunk holds lossy
-  // tensors, nothing otherwise.
+  // tensors, nothing otherwise. Safe to call from several threads, once the
+  // CRC pass is over.
   Result<std::optional<LossyChunk>> Encode(uint64_t offset, std::span<uint8_t> raw, std::span<const uint8_t> base);
   const LossyInfo& info() const { return info_; }
   // Weights whose sensitivity comes from a sibling file's second moments.
@@ -87,12 +89,16 @@ class LossyCoder {
   double fidelity_;
   TensorChunkOptions topts_;
   std::span<const TensorRange> ranges_;  // the lossless codec's view of the file
-  std::vector<Tensor> tensors_;      // lossy ones, sorted by offset
+  std::vector<Tensor> tensors_;          // lossy ones, sorted by offset
   std::vector<ZipCrcField> crc_fields_;
   std::optional<SiblingMoments> sibling_;
   uint32_t sibling_pairs_ = 0;
   std::optional<formats::ZipCrcTracker> tracker_;  // CRC pass
-  std::vector<uint32_t> crcs_;                     // its result, for Encode
+  // Encode may run on several sealing workers at once (after the CRC pass,
+  // which runs in order on one): mu_ guards the CRCs' first read and info_.
+  std::mutex mu_;
+  bool crcs_ready_ = false;
+  std::vector<uint32_t> crcs_;  // the CRC pass's result, for Encode
   LossyInfo info_;
 };
 

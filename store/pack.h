@@ -89,8 +89,8 @@ Result<PackStats> WritePack(Env* env, int src_fd, uint64_t size, int dst_fd, uin
 // Threads that code a pack's chunks at the same time (each with its own
 // planner, which only that thread uses), while the pack is still written in
 // file order: the same bytes as one thread writes. Memory grows by a chunk
-// in and a chunk out per thread. Lossy planners code chunks in order (their
-// zip CRCs run through the file): give such a planner alone.
+// in and a chunk out per thread. Lossy planners may share one LossyCoder
+// once its CRC pass is over (DeltaPlanner::PrepareLossy).
 struct PackWorkers {
   unsigned count = 1;
   std::span<ChunkPlanner* const> planners;  // empty, or `count` planners

@@ -266,8 +266,8 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
   }
   // Planners pin the packs they store chunks against until the new pack is
   // in the index as their user, so they cannot be deleted meanwhile. One per
-  // sealing worker; lossy files are coded in order, by one.
-  const unsigned workers = lossy ? 1u : std::max(1u, opts_.seal_workers);
+  // sealing worker.
+  const unsigned workers = std::max(1u, opts_.seal_workers);
   std::vector<std::unique_ptr<DeltaPlanner>> planners;
   // Recovery seals staged files before the index is loaded: a lossy file
   // then gets a planner without predecessors, and is coded as a keyframe.
@@ -282,7 +282,9 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
     for (auto& p : planners) (void)DeleteDeadPacks(p->ReleasePins());
   };
   if (lossy && planner) {
-    planner->SetLossy(&*lossy, opts_.delta ? opts_.lossy_keyframe_every : 0);
+    for (auto& p : planners) p->SetLossy(&*lossy, opts_.delta ? opts_.lossy_keyframe_every : 0);
+    // The zip CRC pass runs through the file in order, on one worker; the
+    // chunks are then coded by all of them.
     if (Status s = planner->PrepareLossy(env_, src_fd, size, opts_.chunk_size); !s.ok()) {
       release_pins();
       return fail(s);

@@ -47,8 +47,8 @@ struct StoreOptions {
   // deltas, dedup only).
   uint32_t keyframe_every = 8;
   // Threads that code one file's chunks at the same time when it is sealed
-  // (lossy files: one). Each holds a chunk in, a chunk out and its codec
-  // buffers: about 5 chunk sizes.
+  // (a lossy zip's CRC pass runs before, on one). Each holds a chunk in, a
+  // chunk out and its codec buffers: about 5 chunk sizes.
   unsigned seal_workers = 1;
   // Delete unneeded packs on a background thread (the daemon), so that an
   // unlink never waits for a cascade of pack deletions; otherwise inline.
