@@ -85,11 +85,11 @@ Result<UniqueFd> Daemonize() {
   return UniqueFd(fds[1]);
 }
 
-// Chooses the compute device in a short-lived child and returns its log
-// line, or why device=gpu cannot be had. The daemon forks later, and a CUDA
-// context does not survive a fork: so the parent never initialises CUDA,
-// yet an impossible device=gpu still fails here, on the user's terminal.
-Result<std::string> ProbeDevice(DeviceRequest request, const gpu::CudaOptions& cuda) {
+// Chooses the compute device in a short-lived child; an error says why
+// device=gpu cannot be had. The daemon forks later, and a CUDA context does
+// not survive a fork: so the parent never initialises CUDA, yet an
+// impossible device=gpu still fails here, on the user's terminal.
+Status ProbeDevice(DeviceRequest request, const gpu::CudaOptions& cuda) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) return Status::FromErrno("pipe");
   UniqueFd rd(fds[0]), wr(fds[1]);
@@ -97,7 +97,7 @@ Result<std::string> ProbeDevice(DeviceRequest request, const gpu::CudaOptions& c
   if (pid < 0) return Status::FromErrno("fork");
   if (pid == 0) {
     Result<gpu::DeviceChoice> c = gpu::ChooseDevice(request, cuda);
-    const std::string msg = (c.ok() ? "+" + c->why : "-" + c.status().message());
+    const std::string msg = c.ok() ? "+" : "-" + c.status().message();
     (void)!::write(wr.get(), msg.data(), msg.size());
     ::_exit(0);
   }
@@ -114,7 +114,7 @@ Result<std::string> ProbeDevice(DeviceRequest request, const gpu::CudaOptions& c
   }
   if (msg.empty()) return Status::Error(EIO, "the device probe exited without an answer");
   if (msg[0] == '-') return Status::Error(ENODEV, msg.substr(1));
-  return msg.substr(1);
+  return Status::Ok();
 }
 
 // Opens the device for this process (after any fork) and hands it to the
@@ -467,8 +467,7 @@ int RunMount(MountOptions opts) {
       opts.seal_workers != 0 ? opts.seal_workers : std::clamp(std::thread::hardware_concurrency() / 2, 1u, 4u);
   const gpu::CudaOptions cuda{static_cast<size_t>(opts.gpu_mem), 0};
   if (opts.device == DeviceRequest::kGpu) {
-    Result<std::string> probe = ProbeDevice(opts.device, cuda);
-    if (!probe.ok()) return Fail(probe.status().message());
+    if (Status probe = ProbeDevice(opts.device, cuda); !probe.ok()) return Fail(probe.message());
   }
   auto store = Store::Open(Env::Default(), backing, so);
   if (!store.ok()) return Fail(store.status().message());

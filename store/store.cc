@@ -266,8 +266,10 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
   }
   // Planners pin the packs they store chunks against until the new pack is
   // in the index as their user, so they cannot be deleted meanwhile. One per
-  // sealing worker.
-  const unsigned workers = std::max(1u, opts_.seal_workers);
+  // sealing worker, and no more workers than chunks: each planner looks up
+  // the file's predecessor in the index.
+  const uint64_t chunks = size / opts_.chunk_size + (size % opts_.chunk_size != 0 ? 1 : 0);
+  const unsigned workers = static_cast<unsigned>(std::clamp<uint64_t>(chunks, 1, std::max(1u, opts_.seal_workers)));
   std::vector<std::unique_ptr<DeltaPlanner>> planners;
   // Recovery seals staged files before the index is loaded: a lossy file
   // then gets a planner without predecessors, and is coded as a keyframe.
