@@ -438,7 +438,10 @@ Result<std::string> CheckBacking(const std::string& path) {
 }
 
 int RunMount(MountOptions opts) {
-  ::umask(0);  // the kernel already applied the caller's umask to every mode
+  // Before anything is created, the log included: what the daemon creates
+  // for itself is private. Entries of the logical tree get the modes the
+  // kernel sends (FUSE request threads run with umask 0, see ops.cc).
+  ::umask(077);
   // Chunk buffers are megabytes: a fixed mmap threshold hands them back to
   // the kernel when freed, instead of glibc raising the threshold and
   // keeping freed chunks in per-thread arenas (RSS would grow past the
@@ -476,6 +479,7 @@ int RunMount(MountOptions opts) {
   spdlog::drop_all();
   InitLogging(log_path, opts.log_level, opts.foreground);
   spdlog::info("ckptfs {} mounting {} on {}", CKPTFS_VERSION, backing, mountpoint);
+  for (const std::string& line : store.value()->made_private()) spdlog::warn("store permissions: {}", line);
 
   auto report = store.value()->Recover();
   if (!report.ok()) return Fail("recovery of " + backing + " failed: " + report.status().message());

@@ -3,6 +3,8 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <linux/fs.h>
+#include <sched.h>
+#include <sys/stat.h>
 #include <sys/file.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -18,7 +20,27 @@
 namespace ckptfs {
 namespace {
 
+// The daemon runs with umask 077 so that what it creates for itself in the
+// store is private. A request that creates an entry of the logical tree
+// carries the mode the caller asked for with the caller's umask already
+// applied by the kernel (no FUSE_CAP_DONT_MASK), so request threads take a
+// umask of their own (unshare(CLONE_FS)), 0, and pass that mode through.
+void UseRequestModesOnThisThread() {
+  thread_local bool done = false;
+  if (done) return;
+  done = true;
+  if (::unshare(CLONE_FS) == 0) {
+    ::umask(0);
+    return;
+  }
+  // Without it, new files lose group/other bits (0644 becomes 0600): safe,
+  // but not what the caller asked for.
+  spdlog::error("unshare(CLONE_FS) failed ({}): files created through the mount get umask 077",
+                std::strerror(errno));
+}
+
 Filesystem& Fs(fuse_req_t req) {
+  UseRequestModesOnThisThread();
   auto* fs = static_cast<Filesystem*>(fuse_req_userdata(req));
   fs->RunAfterInitOnce();
   return *fs;

@@ -245,6 +245,7 @@ int RunGc(const std::string& backing) {
     std::cerr << "\n";
     return 2;
   }
+  for (const std::string& line : store.value()->made_private()) std::cout << line << "\n";
   auto rep = store.value()->Recover();
   if (!rep.ok()) {
     std::cerr << "ckptfs gc: " << rep.status().message() << "\n";

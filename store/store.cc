@@ -15,6 +15,7 @@
 #include "codec/tensor_chunk.h"
 #include "store/delta_planner.h"
 #include "store/lossy_policy.h"
+#include "store/private_store.h"
 #include "store/store_internal.h"
 
 namespace ckptfs {
@@ -42,7 +43,7 @@ Result<UniqueFd> OpenBackingDir(Env* env, const std::string& backing, bool creat
   const int err = fd.status().code();
   const std::string missing = "backing directory " + backing + " does not exist; create it or pass an empty directory";
   if (err == ENOENT && create) {
-    Status mk = env->MkdirAt(AT_FDCWD, backing, 0755);
+    Status mk = env->MkdirAt(AT_FDCWD, backing, kPrivateDirMode);
     if (IsErr(mk, ENOENT)) return Status::Error(ENOENT, missing + " (its parent directory is missing too)");
     if (!mk.ok() && mk.code() != EEXIST) return mk.WithContext("cannot create backing directory " + backing);
     spdlog::info("created backing directory {}", backing);
@@ -67,7 +68,7 @@ Status WriteSuperblock(Env* env, int root_fd, const std::string& backing, uint32
   const std::string text = j.dump() + "\n";
   // tmp + fsync + rename + dir fsync: a crash leaves either no superblock
   // (an empty store, initialised again) or a complete one.
-  Result<UniqueFd> fd = env->OpenAt(root_fd, internal::kSuperblockTmpName, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  Result<UniqueFd> fd = env->OpenAt(root_fd, internal::kSuperblockTmpName, O_WRONLY | O_CREAT | O_TRUNC, kPrivateFileMode);
   if (!fd.ok()) {
     if (fd.status().code() == EACCES || fd.status().code() == EROFS || fd.status().code() == EPERM) {
       return fd.status().WithContext("backing directory " + backing + " is not writable");
@@ -105,7 +106,7 @@ Result<std::string> ReadSmallFile(Env* env, int fd, size_t max) {
 // process dies, so a crash never leaves a stale lock), pid inside for humans
 // and for tests that need the daemon's pid.
 Result<UniqueFd> TakeLock(Env* env, int root_fd, const std::string& backing) {
-  ASSIGN_OR_RETURN(UniqueFd fd, env->OpenAt(root_fd, internal::kLockName, O_RDWR | O_CREAT, 0644));
+  ASSIGN_OR_RETURN(UniqueFd fd, env->OpenAt(root_fd, internal::kLockName, O_RDWR | O_CREAT, kPrivateFileMode));
   int r;
   do {
     r = ::flock(fd.get(), LOCK_EX | LOCK_NB);
@@ -170,6 +171,9 @@ Result<std::unique_ptr<Store>> Store::Open(Env* env, const std::string& backing,
   std::unique_ptr<Store> store(new Store(env, backing, opts));
   store->root_ = std::move(root);
   const int root_fd = store->root_.get();
+  // A store we write must be one nobody else could have written (the
+  // read-only tools only read, and may run as another user).
+  if (opts.take_lock) RETURN_IF_ERROR(CheckStoreRootIsTrusted(env, root_fd, backing));
 
   Result<internal::Superblock> sb = internal::ReadSuperblock(env, root_fd, backing);
   if (!sb.ok() && sb.status().code() != ENOENT) return sb.status();
@@ -191,6 +195,9 @@ Result<std::unique_ptr<Store>> Store::Open(Env* env, const std::string& backing,
     ASSIGN_OR_RETURN(store->lock_, TakeLock(env, root_fd, backing));
   }
   RETURN_IF_ERROR(store->InitLayout());
+  if (opts.take_lock) {
+    ASSIGN_OR_RETURN(store->made_private_, MakeStorePrivate(env, root_fd, backing));
+  }
   return store;
 }
 
@@ -200,7 +207,8 @@ Status Store::InitLayout() {
   bool created = false;
   for (const char* name : kLayoutDirs) {
     if (!opts_.create_if_missing) break;
-    Status s = env_->MkdirAt(root_.get(), name, 0755);
+    const mode_t mode = std::string_view(name) == "ns" ? kNamespaceRootMode : kPrivateDirMode;
+    Status s = env_->MkdirAt(root_.get(), name, mode);
     if (s.ok()) created = true;
     if (!s.ok() && s.code() != EEXIST) return s.WithContext("initialising store " + path_);
   }
@@ -220,7 +228,7 @@ Result<UniqueFd> Store::PackDir(ObjectId id, bool create) {
   const std::string name = PackDirName(id);
   Result<UniqueFd> fd = env_->OpenAt(packs_.get(), name, O_RDONLY | O_DIRECTORY);
   if (fd.ok() || !create || fd.status().code() != ENOENT) return fd;
-  Status mk = env_->MkdirAt(packs_.get(), name, 0755);
+  Status mk = env_->MkdirAt(packs_.get(), name, kPrivateDirMode);
   if (mk.ok()) {
     // The new directory entry must be durable before a pack inside it is.
     RETURN_IF_ERROR(env_->Fsync(packs_.get()));
@@ -236,7 +244,7 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
   const std::string ctx = "publishing pack " + ObjectIdHex(id);
   const auto started = std::chrono::steady_clock::now();
   const std::string tmpname = ObjectIdHex(id) + internal::kTmpPackSuffix;
-  Result<UniqueFd> tmp = env_->OpenAt(tmp_.get(), tmpname, O_CREAT | O_EXCL | O_RDWR, 0644);
+  Result<UniqueFd> tmp = env_->OpenAt(tmp_.get(), tmpname, O_CREAT | O_EXCL | O_RDWR, kPrivateFileMode);
   if (!tmp.ok()) return tmp.status().WithContext(ctx);
 
   auto fail = [&](const Status& s) {
@@ -498,7 +506,7 @@ Result<uint64_t> Store::AllPackBytes() {
 
 Result<UniqueFd> Store::CreateStaging(ObjectId* id) {
   const ObjectId new_id = NewObjectId();
-  ASSIGN_OR_RETURN(UniqueFd fd, env_->OpenAt(staging_.get(), StagingFileName(new_id), O_CREAT | O_EXCL | O_RDWR, 0600));
+  ASSIGN_OR_RETURN(UniqueFd fd, env_->OpenAt(staging_.get(), StagingFileName(new_id), O_CREAT | O_EXCL | O_RDWR, kPrivateFileMode));
   *id = new_id;
   return fd;
 }

@@ -103,6 +103,9 @@ class Store : public BaseSource {
   const std::string& path() const { return path_; }
   const StoreOptions& options() const { return opts_; }
   int ns_fd() const { return ns_.get(); }
+  // What Open tightened to make the store private (store/private_store.h),
+  // one line each, for the daemon's log.
+  const std::vector<std::string>& made_private() const { return made_private_; }
   // Writes this process's pid into LOCK (after the daemon forks).
   Status RecordOwnerPid();
   // Where packs published from now on run the encoder's data-parallel
@@ -193,6 +196,7 @@ class Store : public BaseSource {
   StoreOptions opts_;
   std::shared_ptr<const ComputeDevice> device_;  // what opts_.encoder.planes.device points at
   UniqueFd root_, ns_, packs_, staging_, tmp_, lock_;
+  std::vector<std::string> made_private_;
   PackIndex index_;
   bool index_loaded_ = false;
   ChunkCache* base_cache_ = nullptr;
