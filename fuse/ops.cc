@@ -405,18 +405,31 @@ void OpStatfs(fuse_req_t req, fuse_ino_t ino) {
   fuse_reply_statfs(req, &st.value());
 }
 
+// The policy decides how a whole subtree is stored, files of other users
+// included, so only the directory's owner (or root) sets or removes it;
+// the kernel's own check for user.* xattrs is mere write permission.
+Status CheckPolicyOwner(fuse_req_t req, Inode& inode) {
+  const uid_t caller = fuse_req_ctx(req)->uid;
+  if (caller == 0) return Status::Ok();
+  ASSIGN_OR_RETURN(struct stat st, E(req)->FstatAt(inode.fd.get(), "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW));
+  if (st.st_uid == caller) return Status::Ok();
+  return Status::Error(EPERM, std::string(kPolicyXattr) + ": uid " + std::to_string(caller) +
+                                  " does not own the directory (only its owner or root may set a policy)");
+}
+
 // The policy attribute is checked here, so a typo fails the setxattr
 // instead of silently sealing files losslessly later.
-Status CheckPolicyXattr(const Inode& inode, std::string_view name, std::string_view value) {
+Status CheckPolicyXattr(fuse_req_t req, Inode& inode, std::string_view name, std::string_view value) {
   if (name != kPolicyXattr) return Status::Ok();
   if (inode.type != S_IFDIR) {
     return Status::InvalidArgument(std::string(kPolicyXattr) + " applies to directories (their whole subtree)");
   }
+  RETURN_IF_ERROR(CheckPolicyOwner(req, inode));
   return ParseLossyPolicy(value).status();
 }
 
 void OpSetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size, int flags) {
-  if (Status s = CheckPolicyXattr(In(req, ino), name, std::string_view(value, size)); !s.ok()) {
+  if (Status s = CheckPolicyXattr(req, In(req, ino), name, std::string_view(value, size)); !s.ok()) {
     spdlog::warn("setxattr {}: {}", name, s.message());
     return ReplyErr(req, s);
   }
@@ -442,6 +455,12 @@ void OpListxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
 }
 
 void OpRemovexattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
+  if (name == std::string_view(kPolicyXattr)) {
+    if (Status s = CheckPolicyOwner(req, In(req, ino)); !s.ok()) {
+      spdlog::warn("removexattr {}: {}", name, s.message());
+      return ReplyErr(req, s);
+    }
+  }
   fuse_reply_err(req, E(req)->RemoveXattr(ProcFdPath(In(req, ino).fd.get()), name).code());
 }
 
