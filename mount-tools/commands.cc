@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/mount.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -83,9 +84,24 @@ bool WaitForStoreRelease(const std::string& backing, double timeout_s) {
 
 Result<std::pair<std::string, std::string>> ResolveStore(const std::string& path) {
   const std::string abs = Normal(path);
-  if (fs::exists(abs + "/CKPTFS")) return std::make_pair(abs, std::string());
   auto mounts = ReadMounts();
   const MountEntry* m = FindMount(mounts, abs);
+  std::error_code ec;
+  // The kernel answers from its caches for names and attributes below a
+  // dead mount (ENOTDIR for FILE/CKPTFS); statfs always asks the daemon.
+  struct statvfs sv {};
+  if (m != nullptr && ::statvfs(m->mountpoint.c_str(), &sv) != 0 && errno == ENOTCONN)
+    ec = std::make_error_code(std::errc::not_connected);
+  const bool is_store = !ec && fs::exists(abs + "/CKPTFS", ec);
+  if (ec == std::errc::not_connected) {
+    const std::string mnt = m != nullptr ? m->mountpoint : abs;
+    return Status::Error(ENOTCONN, path + " is on a stale ckptfs mount (its daemon is gone); run `ckptfs umount " +
+                                       mnt + "` and mount it again, or run stats on the backing directory" +
+                                       (m != nullptr ? " " + m->source : std::string()));
+  }
+  if (ec && ec != std::errc::no_such_file_or_directory && ec != std::errc::not_a_directory && m == nullptr)
+    return Status::Error(ec.value(), "cannot look at " + path + ": " + ec.message());
+  if (is_store) return std::make_pair(abs, std::string());
   if (m == nullptr)
     return Status::Error(ENOENT, path + " is neither a ckptfs store (no CKPTFS file) nor inside a ckptfs mount");
   std::string sub =
@@ -171,7 +187,10 @@ int RunStats(const std::string& path, bool json) {
   }
   auto store = OpenReadOnly(where->first);
   if (!store.ok()) {
-    std::cerr << "ckptfs stats: " << store.status().message() << "\n";
+    std::cerr << "ckptfs stats: " << store.status().message();
+    if (store.status().code() == EACCES)
+      std::cerr << " (stats reads the backing store, which is private to the daemon's user)";
+    std::cerr << "\n";
     return 2;
   }
   auto usage = store.value()->Usage(where->second);

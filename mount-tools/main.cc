@@ -71,10 +71,18 @@ int main(int argc, char** argv) {
     if (mo.debug_fuse) mo.foreground = true;
     return ckptfs::RunMount(mo);
   }
-  if (*umount) return ckptfs::RunUmount(um_path, lazy, timeout);
-  if (*stats) return ckptfs::RunStats(stats_path, stats_json);
-  if (*fsck) return ckptfs::RunFsck(fsck_path, fsck_json);
-  if (*gc) return ckptfs::RunGc(gc_path);
-  if (*inspect) return ckptfs::RunInspect(inspect_path, inspect_json, inspect_roles);
+  // The commands report errors as Status; an exception that still escapes
+  // (std::filesystem on a path that vanished or went stale) is an error
+  // message and exit 2 like the others, not an abort.
+  try {
+    if (*umount) return ckptfs::RunUmount(um_path, lazy, timeout);
+    if (*stats) return ckptfs::RunStats(stats_path, stats_json);
+    if (*fsck) return ckptfs::RunFsck(fsck_path, fsck_json);
+    if (*gc) return ckptfs::RunGc(gc_path);
+    if (*inspect) return ckptfs::RunInspect(inspect_path, inspect_json, inspect_roles);
+  } catch (const std::exception& e) {
+    std::cerr << "ckptfs " << app.get_subcommands().front()->get_name() << ": " << e.what() << "\n";
+    return 2;
+  }
   return 2;
 }
