@@ -1,5 +1,6 @@
 #include "fuse/mount.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <fuse_lowlevel.h>
 #include <malloc.h>
@@ -239,6 +240,8 @@ Status ApplyOption(const std::string& opt, MountOptions* out) {
     out->fs.max_write = static_cast<uint32_t>(mw);
   } else if (key == "writeback" && !has_val) {
     out->fs.writeback_cache = true;
+  } else if (key == "nonempty" && !has_val) {
+    out->nonempty = true;
   } else if (key == "debug" && !has_val) {
     out->debug_fuse = true;
   } else {
@@ -330,6 +333,9 @@ std::string MountOptionsHelp() {
          "  max_write=SIZE      largest FUSE write request, 4K..1M (default 512K)\n"
          "  writeback           kernel writeback cache (faster small writes)\n"
          "  debug               libfuse request tracing (implies -f)\n"
+         "  nonempty            mount over a directory that is not empty (its\n"
+         "                      files are hidden until the unmount); without it\n"
+         "                      such a mount point is refused\n"
          "  allow_other, allow_root, default_permissions, ro, rw, nosuid, nodev,\n"
          "  noexec, suid, dev, exec, noatime: passed to the kernel mount.\n"
          "  allow_other turns on default_permissions, so the kernel checks access.\n";
@@ -394,7 +400,28 @@ std::optional<MountEntry> FuseMountAt(const std::string& path) {
   return found;
 }
 
-Result<std::string> CheckMountpoint(const std::string& path) {
+namespace {
+
+// The first entry of a directory other than . and .., if any.
+Result<std::optional<std::string>> FirstEntry(const std::string& dir) {
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return Status::FromErrno("cannot list mount point " + dir);
+  std::optional<std::string> first;
+  errno = 0;
+  while (const dirent* e = ::readdir(d)) {
+    if (std::strcmp(e->d_name, ".") == 0 || std::strcmp(e->d_name, "..") == 0) continue;
+    first = e->d_name;
+    break;
+  }
+  const int err = errno;
+  ::closedir(d);
+  if (!first && err != 0) return Status::FromErrno(err, "cannot list mount point " + dir);
+  return first;
+}
+
+}  // namespace
+
+Result<std::string> CheckMountpoint(const std::string& path, bool allow_nonempty) {
   char* real = ::realpath(path.c_str(), nullptr);
   if (real == nullptr) {
     int err = errno;
@@ -418,6 +445,13 @@ Result<std::string> CheckMountpoint(const std::string& path) {
   if (auto m = FuseMountAt(abs))
     return Status::Error(EBUSY, "mount point " + abs + " is busy: " + m->fstype + " from " + m->source +
                                     " is already mounted there; run `ckptfs umount " + abs + "` first");
+  if (!allow_nonempty) {
+    ASSIGN_OR_RETURN(std::optional<std::string> entry, FirstEntry(abs));
+    if (entry)
+      return Status::Error(ENOTEMPTY, "mount point " + abs + " is not empty (it holds '" + *entry +
+                                          "', for one); mounting would hide its files until the unmount. Use an "
+                                          "empty directory, or pass -o nonempty to mount over them anyway");
+  }
   return abs;
 }
 
@@ -448,7 +482,7 @@ int RunMount(MountOptions opts) {
   // cache limit with the number of FUSE threads).
   ::mallopt(M_MMAP_THRESHOLD, 256 * 1024);
   InitLogging("", opts.log_level);
-  auto mp = CheckMountpoint(opts.mountpoint);
+  auto mp = CheckMountpoint(opts.mountpoint, opts.nonempty);
   if (!mp.ok()) return Fail(mp.status().message());
   auto bk = CheckBacking(opts.backing);
   if (!bk.ok()) return Fail(bk.status().message());

@@ -33,6 +33,7 @@ struct MountOptions {
   std::string log_path;            // default: BACKING/ckptfs.log
   std::string log_level = "info";
   bool debug_fuse = false;
+  bool nonempty = false;  // -o nonempty: mount over a directory that has entries
   std::vector<std::string> kernel_opts;  // passed to the kernel mount (allow_other, ro, ...)
 };
 
@@ -43,8 +44,9 @@ Status ParseMountOptions(const std::string& list, MountOptions* out);
 // Parses "64M", "1G", "4096". Suffixes K/M/G/T are powers of 1024.
 Result<uint64_t> ParseSize(const std::string& text);
 
-// Checks the mount point: exists, is a directory, is not stale, not busy.
-Result<std::string> CheckMountpoint(const std::string& path);
+// Checks the mount point: exists, is a directory, is not stale, not busy,
+// and (unless allow_nonempty) empty, since a mount would hide its files.
+Result<std::string> CheckMountpoint(const std::string& path, bool allow_nonempty = false);
 Result<std::string> CheckBacking(const std::string& path);
 
 // Runs the daemon; returns the process exit code.
