@@ -207,8 +207,11 @@ Status Store::InitLayout() {
   bool created = false;
   for (const char* name : kLayoutDirs) {
     if (!opts_.create_if_missing) break;
-    const mode_t mode = std::string_view(name) == "ns" ? kNamespaceRootMode : kPrivateDirMode;
-    Status s = env_->MkdirAt(root_.get(), name, mode);
+    const bool ns = std::string_view(name) == "ns";
+    Status s = env_->MkdirAt(root_.get(), name, ns ? kNamespaceRootMode : kPrivateDirMode);
+    // The daemon's umask (077) would make the mount root 0700: other users
+    // could not use the mount at all.
+    if (s.ok() && ns) s = env_->FchmodAt(root_.get(), name, kNamespaceRootMode, AT_SYMLINK_NOFOLLOW);
     if (s.ok()) created = true;
     if (!s.ok() && s.code() != EEXIST) return s.WithContext("initialising store " + path_);
   }

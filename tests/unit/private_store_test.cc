@@ -56,21 +56,23 @@ std::unique_ptr<Store> MustOpen(const std::string& path) {
 // Whatever the process umask, what the store creates for itself is private
 // and ns/ has a file system root's mode.
 TEST(PrivateStoreTest, NewStoreIsPrivateUnderAnyUmask) {
-  const mode_t old = ::umask(0);
-  TempDir parent;
-  const std::string root = parent.Sub("store");  // created by Store::Open
-  {
-    auto store = MustOpen(root);
-    ASSERT_NE(store, nullptr);
-    ASSERT_TRUE(MakeSealedFile(store.get(), "sealed", test::RandomBytes(20000, 1)).ok());
-    ASSERT_TRUE(MakeStagedFile(store.get(), "staged", test::RandomBytes(5000, 2)).ok());
-    EXPECT_TRUE(store->made_private().empty());
+  for (mode_t umask : {0, 022, 077}) {  // 077 is the daemon's
+    const mode_t old = ::umask(umask);
+    TempDir parent;
+    const std::string root = parent.Sub("store");  // created by Store::Open
+    {
+      auto store = MustOpen(root);
+      ASSERT_NE(store, nullptr);
+      ASSERT_TRUE(MakeSealedFile(store.get(), "sealed", test::RandomBytes(20000, 1)).ok());
+      ASSERT_TRUE(MakeStagedFile(store.get(), "staged", test::RandomBytes(5000, 2)).ok());
+      EXPECT_TRUE(store->made_private().empty());
+    }
+    ::umask(old);
+    EXPECT_GE(test::CountFiles(root + "/packs", true), 1u);
+    EXPECT_GE(test::CountFiles(root + "/staging"), 1u);
+    ExpectPrivate(root);
+    EXPECT_EQ(ModeOf(root + "/ns"), kNamespaceRootMode) << "umask " << std::oct << umask;
   }
-  ::umask(old);
-  EXPECT_GE(test::CountFiles(root + "/packs", true), 1u);
-  EXPECT_GE(test::CountFiles(root + "/staging"), 1u);
-  ExpectPrivate(root);
-  EXPECT_EQ(ModeOf(root + "/ns"), kNamespaceRootMode);
 }
 
 TEST(PrivateStoreTest, LooseStoreIsTightenedAndReported) {
