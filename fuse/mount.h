@@ -33,7 +33,7 @@ struct MountOptions {
   std::string log_path;            // default: BACKING/ckptfs.log
   std::string log_level = "info";
   bool debug_fuse = false;
-  bool nonempty = false;  // -o nonempty: mount over a directory that has entries
+  bool nonempty = false;                 // -o nonempty: mount over a directory that has entries
   std::vector<std::string> kernel_opts;  // passed to the kernel mount (allow_other, ro, ...)
 };
 

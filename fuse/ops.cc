@@ -4,8 +4,8 @@
 #include <fcntl.h>
 #include <linux/fs.h>
 #include <sched.h>
-#include <sys/stat.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -35,8 +35,7 @@ void UseRequestModesOnThisThread() {
   }
   // Without it, new files lose group/other bits (0644 becomes 0600): safe,
   // but not what the caller asked for.
-  spdlog::error("unshare(CLONE_FS) failed ({}): files created through the mount get umask 077",
-                std::strerror(errno));
+  spdlog::error("unshare(CLONE_FS) failed ({}): files created through the mount get umask 077", std::strerror(errno));
 }
 
 Filesystem& Fs(fuse_req_t req) {

@@ -68,7 +68,8 @@ Status WriteSuperblock(Env* env, int root_fd, const std::string& backing, uint32
   const std::string text = j.dump() + "\n";
   // tmp + fsync + rename + dir fsync: a crash leaves either no superblock
   // (an empty store, initialised again) or a complete one.
-  Result<UniqueFd> fd = env->OpenAt(root_fd, internal::kSuperblockTmpName, O_WRONLY | O_CREAT | O_TRUNC, kPrivateFileMode);
+  Result<UniqueFd> fd =
+      env->OpenAt(root_fd, internal::kSuperblockTmpName, O_WRONLY | O_CREAT | O_TRUNC, kPrivateFileMode);
   if (!fd.ok()) {
     if (fd.status().code() == EACCES || fd.status().code() == EROFS || fd.status().code() == EPERM) {
       return fd.status().WithContext("backing directory " + backing + " is not writable");
@@ -509,7 +510,8 @@ Result<uint64_t> Store::AllPackBytes() {
 
 Result<UniqueFd> Store::CreateStaging(ObjectId* id) {
   const ObjectId new_id = NewObjectId();
-  ASSIGN_OR_RETURN(UniqueFd fd, env_->OpenAt(staging_.get(), StagingFileName(new_id), O_CREAT | O_EXCL | O_RDWR, kPrivateFileMode));
+  ASSIGN_OR_RETURN(UniqueFd fd,
+                   env_->OpenAt(staging_.get(), StagingFileName(new_id), O_CREAT | O_EXCL | O_RDWR, kPrivateFileMode));
   *id = new_id;
   return fd;
 }
