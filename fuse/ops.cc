@@ -94,13 +94,23 @@ void ReplyEntry(fuse_req_t req, Inode& parent, const char* name) {
 }
 
 // The daemon runs as root; new entries belong to the process that made them.
-Status GiveToCaller(fuse_req_t req, Inode& parent, const char* name) {
+// `type` is what was just created (S_IFREG, S_IFDIR, ...).
+Status GiveToCaller(fuse_req_t req, Inode& parent, const char* name, mode_t type) {
   if (!Fs(req).config().chown_new_files || ::geteuid() != 0) return Status::Ok();
   const fuse_ctx* ctx = fuse_req_ctx(req);
   auto pst = E(req)->FstatAt(parent.fd.get(), "", AT_EMPTY_PATH);
   // A setgid directory hands its group down; the kernel already did that.
   gid_t gid = (pst.ok() && (pst->st_mode & S_ISGID)) ? static_cast<gid_t>(-1) : ctx->gid;
-  return E(req)->FchownAt(parent.fd.get(), name, ctx->uid, gid, AT_SYMLINK_NOFOLLOW);
+  // Whoever may write `parent` can rename another entry over the new one
+  // before this chown: only the daemon's own fresh entry changes hands,
+  // never a file someone linked or moved there.
+  ASSIGN_OR_RETURN(UniqueFd fd, E(req)->OpenAt(parent.fd.get(), name, O_PATH | O_NOFOLLOW | O_CLOEXEC));
+  ASSIGN_OR_RETURN(struct stat st, E(req)->Fstat(fd.get()));
+  if ((st.st_mode & S_IFMT) != type || st.st_uid != ::geteuid() || (type != S_IFDIR && st.st_nlink != 1)) {
+    return Status::Error(EEXIST, std::string("new entry ") + name + " was replaced before it was handed to uid " +
+                                     std::to_string(ctx->uid));
+  }
+  return E(req)->FchownAt(fd.get(), "", ctx->uid, gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW);
 }
 
 // Finds the inode currently named `name` in `parent`, if the kernel knows it.
@@ -203,7 +213,7 @@ void OpMknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, d
   Status s = S_ISREG(mode)
                  ? E(req)->OpenAt(dir.fd.get(), name, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, mode & 07777).status()
                  : E(req)->MknodAt(dir.fd.get(), name, mode, rdev);
-  if (s.ok()) s = GiveToCaller(req, dir, name);
+  if (s.ok()) s = GiveToCaller(req, dir, name, (mode & S_IFMT) != 0 ? mode & S_IFMT : S_IFREG);
   if (!s.ok()) return ReplyErr(req, s);
   ReplyEntry(req, dir, name);
 }
@@ -211,7 +221,7 @@ void OpMknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, d
 void OpMkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
   Inode& dir = In(req, parent);
   Status s = E(req)->MkdirAt(dir.fd.get(), name, mode);
-  if (s.ok()) s = GiveToCaller(req, dir, name);
+  if (s.ok()) s = GiveToCaller(req, dir, name, S_IFDIR);
   if (!s.ok()) return ReplyErr(req, s);
   ReplyEntry(req, dir, name);
 }
@@ -219,7 +229,7 @@ void OpMkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
 void OpSymlink(fuse_req_t req, const char* link, fuse_ino_t parent, const char* name) {
   Inode& dir = In(req, parent);
   Status s = E(req)->SymlinkAt(link, dir.fd.get(), name);
-  if (s.ok()) s = GiveToCaller(req, dir, name);
+  if (s.ok()) s = GiveToCaller(req, dir, name, S_IFLNK);
   if (!s.ok()) return ReplyErr(req, s);
   ReplyEntry(req, dir, name);
 }
@@ -294,7 +304,7 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, 
   auto made = E(req)->OpenAt(dir.fd.get(), name, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, mode & 07777);
   Status s = made.status();
   if (s.ok())
-    s = GiveToCaller(req, dir, name);
+    s = GiveToCaller(req, dir, name, S_IFREG);
   else if (s.code() == EEXIST && !excl)
     s = Status::Ok();  // lost a race with another creator: open it
   if (!s.ok()) return ReplyErr(req, s);
