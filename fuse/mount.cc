@@ -21,6 +21,7 @@
 #include "base/log.h"
 #include "gpu/device_select.h"
 #include "store/lossy_policy.h"
+#include "store/private_store.h"
 
 namespace ckptfs {
 namespace {
@@ -514,6 +515,7 @@ int RunMount(MountOptions opts) {
   InitLogging(log_path, opts.log_level, opts.foreground);
   spdlog::info("ckptfs {} mounting {} on {}", CKPTFS_VERSION, backing, mountpoint);
   for (const std::string& line : store.value()->made_private()) spdlog::warn("store permissions: {}", line);
+  for (const std::string& line : LooseParentsOf(Env::Default(), backing)) spdlog::warn("store permissions: {}", line);
 
   auto report = store.value()->Recover();
   if (!report.ok()) return Fail("recovery of " + backing + " failed: " + report.status().message());

@@ -117,4 +117,26 @@ Result<std::vector<std::string>> MakeStorePrivate(Env* env, int root_fd, const s
   return done;
 }
 
+std::vector<std::string> LooseParentsOf(Env* env, const std::string& backing) {
+  std::vector<std::string> out;
+  std::string dir = backing;
+  while (dir.size() > 1) {
+    const size_t slash = dir.find_last_of('/');
+    if (slash == std::string::npos) break;
+    dir = slash == 0 ? "/" : dir.substr(0, slash);
+    Result<struct stat> st = env->FstatAt(AT_FDCWD, dir, 0);
+    if (!st.ok()) break;
+    const bool others_write = (st->st_mode & 022) != 0 && (st->st_mode & S_ISVTX) == 0;
+    const bool foreign_owner = st->st_uid != 0 && st->st_uid != ::geteuid();
+    if (others_write || foreign_owner) {
+      out.push_back("parent " + dir + " of the store (mode " + Octal(st->st_mode) + ", owner uid " +
+                    UserName(st->st_uid) + ") " +
+                    (others_write ? "can be written by other users" : "belongs to another user") +
+                    ", who could put a directory of their own in place of " + backing +
+                    " before a mount; keep stores under paths only root can change");
+    }
+  }
+  return out;
+}
+
 }  // namespace ckptfs

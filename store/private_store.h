@@ -39,4 +39,11 @@ Status CheckStoreRootIsTrusted(Env* env, int root_fd, const std::string& backing
 // (empty when everything was already private).
 Result<std::vector<std::string>> MakeStorePrivate(Env* env, int root_fd, const std::string& backing);
 
+// Warnings for the parents of `backing` (an absolute path) that another
+// user could write without the sticky bit, or that another user owns (root
+// and the daemon's user are trusted): such a parent lets them put a
+// directory of their own in the store's place before a mount. Not refused:
+// ckptfs cannot fix a parent, and many setups trust a shared group.
+std::vector<std::string> LooseParentsOf(Env* env, const std::string& backing);
+
 }  // namespace ckptfs

@@ -362,6 +362,15 @@ def test_backing_writable_by_others_is_refused(tmp_path, ckptfs_bin, mode):
         run_ckptfs("umount", mnt, check=True)
 
 
+def test_a_parent_others_can_write_is_warned_about(shared_top, mount_factory):
+    loose = shared_top / "loose"
+    loose.mkdir()
+    loose.chmod(0o777)  # not sticky: anyone may rename the store away
+    m = mount_factory(backing=loose / "backing", mnt=shared_top / "mnt")
+    log = m.log_text()
+    assert f"store permissions: parent {loose} of the store" in log and "other users" in log, log[-2000:]
+
+
 def test_backing_owned_by_another_user_is_refused(tmp_path, ckptfs_bin, users):
     atk, _ = users
     b = tmp_path / "backing"

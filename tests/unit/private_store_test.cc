@@ -129,5 +129,23 @@ TEST(PrivateStoreTest, ReadOnlyToolsNeitherRefuseNorTighten) {
   ::chmod(dir.path().c_str(), 0700);
 }
 
+TEST(PrivateStoreTest, ParentsOthersCanChangeAreNamed) {
+  TempDir dir;
+  const std::string loose = dir.Sub("loose");
+  ASSERT_EQ(::mkdir(loose.c_str(), 0700), 0);
+  ASSERT_EQ(::chmod(loose.c_str(), 0777), 0);
+  const std::string backing = loose + "/store";
+  auto has = [&](const std::vector<std::string>& lines, const std::string& what) {
+    for (const std::string& l : lines)
+      if (l.find(what) != std::string::npos) return true;
+    return false;
+  };
+  EXPECT_TRUE(has(LooseParentsOf(Env::Default(), backing), "parent " + loose + " of the store (mode 0777"));
+  ASSERT_EQ(::chmod(loose.c_str(), 01777), 0);  // sticky, like /tmp: others cannot replace our entries
+  EXPECT_FALSE(has(LooseParentsOf(Env::Default(), backing), "parent " + loose + " "));
+  ASSERT_EQ(::chmod(loose.c_str(), 0755), 0);
+  EXPECT_FALSE(has(LooseParentsOf(Env::Default(), backing), "parent " + loose + " "));
+}
+
 }  // namespace
 }  // namespace ckptfs
