@@ -55,6 +55,7 @@ int RunInspect(const std::string& path, bool json, bool with_roles) {
                           {"format", layout.format},
                           {"note", layout.note},
                           {"lossy_allowed", layout.lossy_allowed},
+                          {"optimizer_state", layout.optimizer_state},
                           {"tensor_bytes", tensor_bytes},
                           {"tensors", nlohmann::json::array()}};
     for (size_t i = 0; i < layout.tensors.size(); ++i) {
@@ -69,6 +70,7 @@ int RunInspect(const std::string& path, bool json, bool with_roles) {
         j["order"] = t.order;
         j["role"] = lossy::TensorRoleName(roles[i].role);
         j["partner_v"] = roles[i].partner_v;  // index into "tensors", or -1
+        j["module_entry"] = t.module_entry;
       }
       out["tensors"].push_back(std::move(j));
     }

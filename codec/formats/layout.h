@@ -74,6 +74,9 @@ struct TensorRegion {
   // Position in the file's own order (torch: first appearance in the pickle),
   // which pairs optimizer state with parameters; file order when unknown.
   uint32_t order = 0;
+  // torch: the tensor is a value of a collections.OrderedDict, as in what
+  // Module.state_dict() returns. Lossy mode's scope uses it.
+  bool module_entry = false;
 };
 
 // A zip member whose CRC-32 must follow its data: when lossy mode rewrites
@@ -92,6 +95,9 @@ struct FileLayout {
   std::string format = "unknown";
   std::vector<TensorRegion> tensors;  // sorted by offset, non-overlapping, inside the file
   bool lossy_allowed = true;          // false for formats whose loaders verify data checksums (TF)
+  // torch: the pickle holds an optimizer's state_dict ("state" and
+  // "param_groups" keys), so exp_avg & co. are optimizer moments.
+  bool optimizer_state = false;
   std::string note;                   // why "unknown", or what was skipped; for logs
   // Stored (uncompressed) zip members holding tensors: torch-zip, npz, DCP.
   std::vector<ZipCrcField> zip_crcs;

@@ -22,9 +22,11 @@ constexpr uint32_t kMaxTupleDepth = 32;
 constexpr size_t kMaxKeySearch = 8;
 
 struct Value {
-  enum Kind : uint8_t { kOther, kNone, kInt, kStr, kGlobal, kTuple, kList, kPid };
+  // kTensor: a tensor rebuilt on a storage (i: its index); kDict: a dict
+  // being filled (i: 1 for a collections.OrderedDict, 0 for a plain dict).
+  enum Kind : uint8_t { kOther, kNone, kInt, kStr, kGlobal, kTuple, kList, kPid, kTensor, kDict };
   Kind kind = kOther;
-  int64_t i = 0;                              // kInt; kPid: index into storages
+  int64_t i = 0;                              // kInt; kPid, kTensor: index into storages; kDict
   uint32_t depth = 0;                         // kTuple: nesting depth
   std::shared_ptr<const std::string> s;       // kStr, kGlobal ("module.name")
   std::shared_ptr<std::vector<Value>> items;  // kTuple (immutable), kList (scalars only, so no cycles)
@@ -141,6 +143,12 @@ class Machine {
     return Push(std::move(v));
   }
   Status PushOther() { return Push(Value{}); }
+  Status PushDict(bool ordered) {
+    Value v;
+    v.kind = Value::kDict;
+    v.i = ordered ? 1 : 0;
+    return Push(std::move(v));
+  }
   // A length-prefixed string; only unicode ones matter (keys, 'storage').
   Status SizedString(size_t len_bytes, bool keep) {
     ASSIGN_OR_RETURN(uint64_t n, Fixed(len_bytes));
@@ -167,6 +175,7 @@ class Machine {
   }
   // --- semantic hooks
   Status Append(Value list, std::vector<Value> items);
+  void SetItems(const Value& dict, const std::vector<Value>& items);
   Status PersistentId(Value pid);
   std::string PendingKey() const;
   Status Reduce();
@@ -181,6 +190,8 @@ class Machine {
   size_t items_ = 0;
   PickleScan out_;
   std::unordered_map<std::string, size_t> by_key_;
+  bool seen_state_key_ = false;
+  bool seen_param_groups_key_ = false;
 };
 
 // Lists keep only scalars: that is all the scanner needs (legacy key lists)
@@ -193,6 +204,39 @@ Status Machine::Append(Value list, std::vector<Value> items) {
     list.items->push_back(std::move(v));
   }
   return Status::Ok();
+}
+
+// Key/value pairs stored into `dict`: a tensor stored into an OrderedDict
+// is a module state_dict entry; "state" and "param_groups" keys mark an
+// optimizer's state_dict.
+void Machine::SetItems(const Value& dict, const std::vector<Value>& items) {
+  for (size_t k = 0; k + 1 < items.size(); k += 2) {
+    const Value& key = items[k];
+    const Value& value = items[k + 1];
+    if (key.kind == Value::kStr) {
+      seen_state_key_ |= *key.s == "state";
+      seen_param_groups_key_ |= *key.s == "param_groups";
+    }
+    if (value.kind == Value::kTensor && dict.kind == Value::kDict && dict.i == 1) {
+      out_.storages[static_cast<size_t>(value.i)].module_entry = true;
+    }
+  }
+}
+
+// The storage a rebuild's arguments name, directly or one tuple down
+// (_rebuild_parameter(tensor, ...), _rebuild_from_type_v2(fn, type, args, state)).
+std::optional<int64_t> StorageArg(const Value& args) {
+  if (args.kind != Value::kTuple) return std::nullopt;
+  for (const Value& a : *args.items) {
+    if (a.kind == Value::kPid || a.kind == Value::kTensor) return a.i;
+  }
+  for (const Value& a : *args.items) {
+    if (a.kind != Value::kTuple) continue;
+    for (const Value& b : *a.items) {
+      if (b.kind == Value::kPid || b.kind == Value::kTensor) return b.i;
+    }
+  }
+  return std::nullopt;
 }
 
 Status Machine::PersistentId(Value pid) {
@@ -285,6 +329,18 @@ Status Machine::Reduce() {
         const uint64_t numel = s.elsize == 1 && elsize > 1 ? s.numel / elsize : s.numel;
         s.shape = WholeStorageShape(a[1], a[2], a[3], numel);
       }
+    }
+  }
+  if (fn.kind != Value::kGlobal) return PushOther();
+  if (*fn.s == "collections.OrderedDict") return PushDict(/*ordered=*/true);
+  // What torch's own rebuild functions return is a tensor on the storage
+  // their arguments name.
+  if (fn.s->starts_with("torch.")) {
+    if (std::optional<int64_t> at = StorageArg(args)) {
+      Value t;
+      t.kind = Value::kTensor;
+      t.i = *at;
+      return Push(std::move(t));
     }
   }
   return PushOther();
@@ -437,14 +493,21 @@ Status Machine::Step(uint8_t op, bool* stop) {
       return Push(std::move(v));
     }
     case '}':
+      return PushDict(/*ordered=*/false);  // EMPTY_DICT
     case 0x8f:
-      return PushOther();  // EMPTY_DICT / EMPTY_SET
-    case 'd':
+      return PushOther();  // EMPTY_SET
+    case 'd': {            // DICT
+      ASSIGN_OR_RETURN(auto items, PopToMark());
+      Value dict;
+      dict.kind = Value::kDict;
+      SetItems(dict, items);
+      return Push(std::move(dict));
+    }
     case 0x91:
     case 'o': {
       RETURN_IF_ERROR(PopToMark().status());
       return PushOther();
-    }            // DICT, FROZENSET, OBJ
+    }            // FROZENSET, OBJ
     case 'a': {  // APPEND
       ASSIGN_OR_RETURN(Value v, Pop());
       if (stack_.size() <= Floor()) return Bad("append without list");
@@ -458,14 +521,22 @@ Status Machine::Step(uint8_t op, bool* stop) {
       return Append(stack_.back(), std::move(items));
     }
     case 's': {  // SETITEM
-      RETURN_IF_ERROR(Pop().status());
-      RETURN_IF_ERROR(Pop().status());
-      return stack_.size() > Floor() ? Status::Ok() : Bad("setitem without dict");
+      std::vector<Value> pair(2);
+      ASSIGN_OR_RETURN(pair[1], Pop());
+      ASSIGN_OR_RETURN(pair[0], Pop());
+      if (stack_.size() <= Floor()) return Bad("setitem without dict");
+      SetItems(stack_.back(), pair);
+      return Status::Ok();
     }
-    case 'u':
-    case 0x90: {  // SETITEMS / ADDITEMS
+    case 'u': {  // SETITEMS
+      ASSIGN_OR_RETURN(auto items, PopToMark());
+      if (stack_.size() <= Floor()) return Bad("setitems without target");
+      SetItems(stack_.back(), items);
+      return Status::Ok();
+    }
+    case 0x90: {  // ADDITEMS (sets)
       RETURN_IF_ERROR(PopToMark().status());
-      return stack_.size() > Floor() ? Status::Ok() : Bad("setitems without target");
+      return stack_.size() > Floor() ? Status::Ok() : Bad("additems without target");
     }
     case 'R':
       return Reduce();
@@ -542,6 +613,7 @@ Result<PickleScan> Machine::Run() {
     }
   }
   out_.end = p_;
+  out_.optimizer_state = seen_state_key_ && seen_param_groups_key_;
   return std::move(out_);
 }
 

@@ -3,8 +3,10 @@
 // collect torch's storage persistent IDs
 //   ('storage', <torch.XStorage global>, key, location, numel[, ...]),
 // the dict key each storage is first stored under, the dtype argument of
-// _rebuild_tensor_v3 for untyped storages, and the size and stride
-// arguments of _rebuild_tensor_v2/v3.
+// _rebuild_tensor_v3 for untyped storages, the size and stride arguments
+// of _rebuild_tensor_v2/v3, and enough about the dicts tensors are stored
+// in to tell a module's state_dict and an optimizer's state from other
+// tensors (lossy mode's scope, codec/lossy/roles.h).
 // Everything else becomes an opaque value.
 #pragma once
 
@@ -33,12 +35,18 @@ struct StorageRef {
   // all of it, contiguously, in C order; empty otherwise.
   std::vector<uint64_t> shape;
   bool viewed = false;  // a tensor rebuild has named this storage
+  // A tensor on this storage is a value of a collections.OrderedDict, which
+  // is what Module.state_dict() returns (and what torch.save keeps).
+  bool module_entry = false;
 };
 
 struct PickleScan {
   std::vector<StorageRef> storages;   // in first-seen order, one per key
   uint64_t end = 0;                   // offset just past STOP
   std::vector<std::string> str_list;  // the result, when it is a list of strings
+  // Some dict has both the keys "state" and "param_groups": the pickle holds
+  // an optimizer's state_dict (torch.optim.Optimizer.state_dict()).
+  bool optimizer_state = false;
 };
 
 // Fails on malformed input; a pickle cut short fails with code ENODATA so

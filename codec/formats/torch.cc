@@ -37,7 +37,9 @@ using RefMap = std::unordered_map<std::string, StorageRef>;
 
 // Storage dtypes come from data.pkl. If it cannot be read the records are
 // still storages, just of unknown type, so this only adds a note.
-RefMap ScanDataPkl(const ByteSource& src, const ZipArchive& z, const std::string& prefix, std::string* note) {
+// *optimizer_state is set when the pickle holds an optimizer's state_dict.
+RefMap ScanDataPkl(const ByteSource& src, const ZipArchive& z, const std::string& prefix, std::string* note,
+                   bool* optimizer_state) {
   RefMap refs;
   const ZipEntry* pkl = FindEntry(z, prefix + "data.pkl");
   if (pkl->method != 0) {
@@ -52,6 +54,7 @@ RefMap ScanDataPkl(const ByteSource& src, const ZipArchive& z, const std::string
     return refs;
   }
   for (StorageRef& s : scan->storages) refs.emplace(s.key, std::move(s));
+  *optimizer_state |= scan->optimizer_state;
   return refs;
 }
 
@@ -84,16 +87,17 @@ TensorRegion RecordRegion(const ZipEntry& e, const StorageRef* ref) {
   if (ref) {
     r.label = ref->label;
     r.order = ref->index;
+    r.module_entry = ref->module_entry;
   }
   r.shape = ShapeOf(r, ref);
   return r;
 }
 
 Status AppendArchiveRegions(const ByteSource& src, const ZipArchive& z, std::vector<TensorRegion>* out,
-                            std::string* note) {
+                            std::string* note, bool* optimizer_state) {
   std::optional<std::string> prefix = ArchivePrefix(z);
   if (!prefix) return Malformed("zip has no <archive>/data.pkl");
-  RefMap refs = ScanDataPkl(src, z, *prefix, note);
+  RefMap refs = ScanDataPkl(src, z, *prefix, note, optimizer_state);
   const std::string data_dir = *prefix + "data/";
   size_t skipped = 0;
   for (const ZipEntry& e : z.entries) {
@@ -143,7 +147,7 @@ bool IsTorchArchive(const ZipArchive& z) { return ArchivePrefix(z).has_value(); 
 Result<FileLayout> ParseTorchZip(const ByteSource& src, const ZipArchive& z) {
   FileLayout l;
   l.format = "torch-zip";
-  RETURN_IF_ERROR(AppendArchiveRegions(src, z, &l.tensors, &l.note));
+  RETURN_IF_ERROR(AppendArchiveRegions(src, z, &l.tensors, &l.note, &l.optimizer_state));
   AppendZipCrcFields(z, l.tensors, &l.zip_crcs);
   SortZipCrcFields(&l.zip_crcs);
   return l;
@@ -156,7 +160,7 @@ Result<FileLayout> ParseDcp(const ByteSource& src) {
   while (end > 0 && archives < kMaxArchives && HasEocdEndingAt(src, end)) {
     size_t first_tensor = l.tensors.size();
     auto z = ReadZip(src, end, /*allow_comment=*/false);
-    Status st = z.ok() ? AppendArchiveRegions(src, *z, &l.tensors, &l.note) : z.status();
+    Status st = z.ok() ? AppendArchiveRegions(src, *z, &l.tensors, &l.note, &l.optimizer_state) : z.status();
     if (!st.ok()) {
       // The last archive must parse; an earlier failure means the EOCD-like
       // bytes belong to a BYTE_IO item, which stays metadata.
@@ -188,6 +192,7 @@ Result<FileLayout> ParseTorchLegacy(const ByteSource& src) {
   if (keys.size() != refs.size()) return Malformed("legacy torch: key list does not match storages");
   FileLayout l;
   l.format = "torch-legacy";
+  l.optimizer_state = scans[3].optimizer_state;
   uint64_t pos = scans[4].end;
   for (const std::string& key : keys) {
     auto it = refs.find(key);
@@ -209,6 +214,7 @@ Result<FileLayout> ParseTorchLegacy(const ByteSource& src) {
     r.shape = ShapeOf(r, &ref);
     r.label = ref.label;
     r.order = ref.index;
+    r.module_entry = ref.module_entry;
     if (r.length > 0) l.tensors.push_back(std::move(r));
     pos += 8 + *nbytes;
   }
