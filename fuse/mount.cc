@@ -192,7 +192,11 @@ Status ApplyOption(const std::string& opt, MountOptions* out) {
     ASSIGN_OR_RETURN(long n, ParseInt(key, val, 0, 64));
     out->keyframe_every = static_cast<uint32_t>(n);
   } else if (key == "lossy" || key == "lossless") {
-    ASSIGN_OR_RETURN(out->lossy, ParseLossyPolicy(opt));
+    ASSIGN_OR_RETURN(LossyPolicy policy, ParseLossyPolicy(opt));
+    out->lossy = policy.fidelity;
+  } else if (key == "lossy_scope") {
+    RETURN_IF_ERROR(need_val());
+    ASSIGN_OR_RETURN(out->lossy_scope, ParseLossyScope(val));
   } else if (key == "lossy_keyframe_every") {
     RETURN_IF_ERROR(need_val());
     // Reads decode a chain through nested base reads, which stop at 64 levels.
@@ -308,11 +312,20 @@ std::string MountOptionsHelp() {
          "  delta=0|1           1: store each checkpoint as a delta against its\n"
          "                      predecessor and identical chunks once (default 1)\n"
          "  keyframe_every=K    longest delta chain, 0..64; 0: dedup only (default 8)\n"
-         "  lossy[=FIDELITY]    quantize the float weights and optimizer state of\n"
-         "                      checkpoints (opt-in, whole mount; FIDELITY: relative\n"
-         "                      error of weights, default 0.01). A directory's\n"
-         "                      user.ckptfs.policy xattr (lossless|lossy[=F])\n"
-         "                      overrides it for its subtree\n"
+         "  lossy[=FIDELITY]    quantize the float parameters and optimizer moments\n"
+         "                      of model and checkpoint files (opt-in, whole mount;\n"
+         "                      FIDELITY: relative error of weights, default 0.01):\n"
+         "                      torch.save files holding a module state_dict or an\n"
+         "                      optimizer state_dict, safetensors, GGUF and DCP.\n"
+         "                      NumPy files (.npy, .npz), data tensors (inputs,\n"
+         "                      targets, features...) and buffers (running_mean,\n"
+         "                      running_var...) stay exact. A directory's\n"
+         "                      user.ckptfs.policy xattr (lossless|lossy[=F][,scope=S])\n"
+         "                      overrides it for its subtree. Lossy files carry\n"
+         "                      read-only user.ckptfs.lossy.* xattrs (fidelity,\n"
+         "                      errors); see docs/SEMANTICS.md\n"
+         "  lossy_scope=models|all  what lossy may touch: models (the default, above)\n"
+         "                      or all (every float tensor, NumPy arrays and data too)\n"
          "  lossless            the default: every byte reads back as written\n"
          "  lossy_keyframe_every=K  longest chain of lossy chunks, 0..64 (default 32)\n"
          "  seal_threads=N      background sealing threads (default 1)\n"
@@ -499,6 +512,7 @@ int RunMount(MountOptions opts) {
   so.delta = opts.delta;
   so.keyframe_every = opts.keyframe_every;
   so.lossy = opts.lossy;
+  so.lossy_scope = opts.lossy_scope;
   so.lossy_keyframe_every = opts.lossy_keyframe_every;
   so.background_gc = true;
   so.seal_workers =

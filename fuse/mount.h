@@ -9,6 +9,7 @@
 
 #include "base/status.h"
 #include "codec/compute_device.h"
+#include "codec/lossy/roles.h"
 #include "fuse/fs.h"
 
 namespace ckptfs {
@@ -24,6 +25,7 @@ struct MountOptions {
   bool delta = true;            // StoreOptions::delta
   uint32_t keyframe_every = 8;  // StoreOptions::keyframe_every
   double lossy = 0;             // StoreOptions::lossy (0: lossless)
+  lossy::LossyScope lossy_scope = lossy::LossyScope::kModels;  // StoreOptions::lossy_scope
   uint32_t lossy_keyframe_every = 32;  // StoreOptions::lossy_keyframe_every
   int max_threads = 8;
   unsigned seal_workers = 0;  // StoreOptions::seal_workers; 0: half the cores, 1 to 4

@@ -161,13 +161,20 @@ std::string LossyErrors(const std::optional<LossyInfo>& l) {
     std::snprintf(buf, sizeof(buf), "%s%s %.3g", out.empty() ? "" : " ", kRole[r], l->roles[r].max_error);
     out += buf;
   }
-  return out.empty() ? "none lossy" : out;
+  if (out.empty()) return "none lossy";
+  // How the weights' errors were weighed, when it is not the file's own moments.
+  if (l->sensitivity == SensitivityRule::kMagnitude) out += " (magnitude)";
+  if (l->sensitivity == SensitivityRule::kSibling) out += " (sibling)";
+  return out;
 }
 
 nlohmann::json LossyJson(const std::optional<LossyInfo>& l) {
   if (!l) return nullptr;
   static const char* kRole[3] = {"weights", "first_moments", "second_moments"};
-  nlohmann::json j = {{"fidelity", l->fidelity}, {"exact_elements", l->exact_elements}};
+  nlohmann::json j = {{"fidelity", l->fidelity},
+                      {"exact_elements", l->exact_elements},
+                      {"scope", lossy::LossyScopeName(l->scope)},
+                      {"sensitivity", SensitivityRuleName(l->sensitivity)}};
   for (size_t r = 0; r < 3; ++r) {
     j[kRole[r]] = {{"target", l->roles[r].target},
                    {"max_error", l->roles[r].max_error},

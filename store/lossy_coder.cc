@@ -35,18 +35,85 @@ double TargetFor(TensorRole r, const RoleTargets& t) {
 
 bool Overlaps(uint64_t a, uint64_t alen, uint64_t b, uint64_t blen) { return a < b + blen && b < a + alen; }
 
+// Indices of the tensors with `role`, in the file's logical order.
+std::vector<size_t> InOrder(const FileLayout& layout, const std::vector<lossy::RoleAssignment>& roles,
+                            TensorRole role) {
+  std::vector<size_t> out;
+  for (size_t i = 0; i < roles.size() && i < layout.tensors.size(); ++i) {
+    if (roles[i].role != role) continue;
+    if (role == TensorRole::kAdamV && layout.tensors[i].label.ends_with("max_exp_avg_sq")) continue;
+    out.push_back(i);
+  }
+  std::stable_sort(out.begin(), out.end(),
+                   [&](size_t a, size_t b) { return layout.tensors[a].order < layout.tensors[b].order; });
+  return out;
+}
+
+// A parser that cannot tell a tensor's shape gives its element count alone.
+bool ShapesAgree(const TensorRegion& a, const TensorRegion& b) {
+  if (a.dtype != b.dtype || a.length != b.length) return false;
+  return a.shape.size() <= 1 || b.shape.size() <= 1 || a.shape == b.shape;
+}
+
+// The parameter a second moment's label names, if any: "fc.weight" of
+// "fc.weight.exp_avg_sq" or "state.fc.weight.exp_avg_sq"; empty for a bare
+// "exp_avg_sq" (torch's optimizer state is keyed by parameter index).
+std::string_view NamedParameter(std::string_view label) {
+  constexpr std::string_view kV = "exp_avg_sq";
+  if (!label.ends_with(kV) || label.size() <= kV.size() + 1) return {};
+  label.remove_suffix(kV.size() + 1);
+  if (label.starts_with("state.")) label.remove_prefix(6);
+  return label;
+}
+
+std::string DescribeShape(const TensorRegion& t) {
+  std::string out = "[";
+  for (size_t k = 0; k < t.shape.size(); ++k) out += (k ? "," : "") + std::to_string(t.shape[k]);
+  return out + "] " + std::string(DTypeName(t.dtype));
+}
+
 }  // namespace
 
+Result<std::vector<std::pair<size_t, size_t>>> MatchSiblingMoments(const FileLayout& model, const FileLayout& sibling,
+                                                                   lossy::LossyScope scope) {
+  const std::vector<size_t> params = InOrder(model, lossy::AssignRoles(model, scope), TensorRole::kWeight);
+  const std::vector<size_t> vs = InOrder(sibling, lossy::AssignRoles(sibling), TensorRole::kAdamV);
+  auto mismatch = [](const std::string& why) { return Status::InvalidArgument(why); };
+  if (vs.size() != params.size()) {
+    return mismatch(std::to_string(vs.size()) + " second moments for " + std::to_string(params.size()) +
+                    " parameters");
+  }
+  std::vector<std::pair<size_t, size_t>> pairs;
+  for (size_t k = 0; k < params.size(); ++k) {
+    const TensorRegion& w = model.tensors[params[k]];
+    const TensorRegion& v = sibling.tensors[vs[k]];
+    if (!ShapesAgree(w, v)) {
+      return mismatch("parameter " + std::to_string(k) + " (" + w.label + ") is " + DescribeShape(w) +
+                      ", its second moment " + DescribeShape(v));
+    }
+    const std::string_view named = NamedParameter(v.label);
+    if (!named.empty() && !w.label.empty() && named != w.label && !named.ends_with("." + w.label) &&
+        !std::string_view(w.label).ends_with("." + std::string(named))) {
+      return mismatch("parameter " + std::to_string(k) + " is " + w.label + ", the second moment names " +
+                      std::string(named));
+    }
+    pairs.emplace_back(params[k], vs[k]);
+  }
+  return pairs;
+}
+
 LossyCoder::LossyCoder(Env* env, int src_fd, const FileLayout& layout, std::span<const TensorRange> ranges,
-                       double fidelity, const TensorChunkOptions& topts, const SiblingFinder& find_sibling)
-    : env_(env), src_fd_(src_fd), fidelity_(fidelity), topts_(topts), ranges_(ranges) {
+                       const LossyPolicy& policy, const TensorChunkOptions& topts, const SiblingFinder& find_sibling)
+    : env_(env), src_fd_(src_fd), fidelity_(policy.fidelity), topts_(topts), ranges_(ranges) {
+  const double fidelity = policy.fidelity;
   const RoleTargets targets = TargetsFor(fidelity);
   info_.fidelity = static_cast<float>(fidelity);
+  info_.scope = policy.scope;
   for (TensorRole r : {TensorRole::kWeight, TensorRole::kAdamM, TensorRole::kAdamV}) {
     info_.roles[RoleSlot(r)].target = static_cast<float>(TargetFor(r, targets));
   }
   if (!layout.lossy_allowed || fidelity <= 0) return;
-  const std::vector<lossy::RoleAssignment> roles = lossy::AssignRoles(layout);
+  const std::vector<lossy::RoleAssignment> roles = lossy::AssignRoles(layout, policy.scope);
   // In a zip, a tensor whose member's CRC cannot be rewritten stays exact.
   const bool zip = layout.format == "torch-zip" || layout.format == "npz" || layout.format == "dcp";
   auto crc_covered = [&](const TensorRegion& r) {
@@ -72,9 +139,16 @@ LossyCoder::LossyCoder(Env* env, int src_fd, const FileLayout& layout, std::span
     return r.role == TensorRole::kAdamV || r.role == TensorRole::kAdamM;
   });
   // A file of weights alone: its optimizer state may be a sibling file.
-  if (lacks_v && !has_moments && find_sibling) {
-    if (std::optional<SiblingMoments> s = find_sibling()) PairWithSibling(std::move(*s));
-  }
+  if (lacks_v && !has_moments && find_sibling) PairWithSibling(layout, policy.scope, find_sibling);
+  const bool any_weight = std::any_of(tensors_.begin(), tensors_.end(),
+                                      [](const Tensor& t) { return t.role == TensorRole::kWeight; });
+  const bool own_v = std::any_of(tensors_.begin(), tensors_.end(), [](const Tensor& t) {
+    return t.role == TensorRole::kWeight && t.v_offset && !t.v_in_sibling;
+  });
+  info_.sensitivity = !any_weight         ? SensitivityRule::kNone
+                      : sibling_pairs_ > 0 ? SensitivityRule::kSibling
+                      : own_v              ? SensitivityRule::kOwnMoments
+                                           : SensitivityRule::kMagnitude;
   for (const ZipCrcField& f : layout.zip_crcs) {
     const bool touched = std::any_of(tensors_.begin(), tensors_.end(), [&](const Tensor& t) {
       return Overlaps(t.offset, t.length, f.data_offset, f.data_length);
@@ -84,35 +158,30 @@ LossyCoder::LossyCoder(Env* env, int src_fd, const FileLayout& layout, std::span
   if (!crc_fields_.empty()) tracker_.emplace(crc_fields_);
 }
 
-// The sibling's second moments, in their file's order, go to this file's
-// weights in theirs, by element count and type, as AssignRoles pairs
-// within one file.
-void LossyCoder::PairWithSibling(SiblingMoments sibling) {
-  const std::vector<lossy::RoleAssignment> roles = lossy::AssignRoles(sibling.layout);
-  std::vector<const TensorRegion*> vs;
-  for (size_t i = 0; i < roles.size() && i < sibling.layout.tensors.size(); ++i) {
-    if (roles[i].role == TensorRole::kAdamV) vs.push_back(&sibling.layout.tensors[i]);
-  }
-  std::stable_sort(vs.begin(), vs.end(),
-                   [](const TensorRegion* a, const TensorRegion* b) { return a->order < b->order; });
-  std::vector<Tensor*> weights;
-  for (Tensor& t : tensors_) {
-    if (t.role == TensorRole::kWeight && !t.v_offset) weights.push_back(&t);
-  }
-  std::stable_sort(weights.begin(), weights.end(),
-                   [](const Tensor* a, const Tensor* b) { return a->order < b->order; });
-  size_t next = 0;
-  for (const TensorRegion* v : vs) {
-    for (size_t tried = 0; tried < weights.size(); ++tried, next = (next + 1) % weights.size()) {
-      Tensor* w = weights[next];
-      if (w->v_offset || w->dtype != v->dtype || w->length != v->length) continue;
-      w->v_offset = v->offset;
-      w->v_in_sibling = true;
-      ++sibling_pairs_;
-      break;
+// The first candidate whose second moments match this file's parameters
+// one for one gives each of them its sensitivity; anything less and the
+// weights are weighed by magnitude, as a mismatched file would mislead.
+void LossyCoder::PairWithSibling(const FileLayout& layout, lossy::LossyScope scope,
+                                 const SiblingFinder& find_sibling) {
+  for (SiblingMoments& candidate : find_sibling()) {
+    Result<std::vector<std::pair<size_t, size_t>>> pairs = MatchSiblingMoments(layout, candidate.layout, scope);
+    if (!pairs.ok()) {
+      sibling_note_ += (sibling_note_.empty() ? "" : "; ") + candidate.name + " not used: " + pairs.status().message();
+      continue;
     }
+    for (const auto& [w, v] : *pairs) {
+      const TensorRegion& wr = layout.tensors[w];
+      auto t = std::find_if(tensors_.begin(), tensors_.end(), [&](const Tensor& x) { return x.offset == wr.offset; });
+      if (t == tensors_.end() || t->v_offset) continue;  // stays exact, or paired already
+      t->v_offset = candidate.layout.tensors[v].offset;
+      t->v_in_sibling = true;
+      ++sibling_pairs_;
+    }
+    if (sibling_pairs_ == 0) continue;
+    sibling_note_ = "second moments of " + candidate.name;
+    sibling_ = std::move(candidate);
+    return;
   }
-  if (sibling_pairs_ > 0) sibling_ = std::move(sibling);
 }
 
 bool LossyCoder::HasWork(uint64_t offset, uint64_t len) const {

@@ -1,6 +1,7 @@
 // Lossy mode for one file being sealed: decides which tensors are coded
-// lossily (floating-point weights and optimizer moments of formats whose
-// loaders do not verify data checksums), with what error target and what
+// lossily (floating-point weights and optimizer moments within the policy's
+// scope, codec/lossy/roles.h, of formats whose loaders do not verify data
+// checksums), with what error target and what
 // sensitivity, and turns each chunk into a kLossy payload whose
 // reconstruction replaces the chunk's bytes. For zip formats (torch.save,
 // npz) it first runs the reconstruction once over the file to learn each
@@ -14,6 +15,8 @@
 #include <mutex>
 #include <optional>
 #include <span>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -22,6 +25,7 @@
 #include "codec/lossy/lossy_chunk.h"
 #include "codec/lossy/roles.h"
 #include "store/env.h"
+#include "store/lossy_policy.h"
 #include "store/pack_meta.h"
 
 namespace ckptfs {
@@ -33,11 +37,28 @@ inline constexpr uint64_t kMinLossyElements = 64;
 // Adam's second moments from another file of the same save (optimizer.pt
 // beside model.safetensors), for weights whose own file lacks them.
 struct SiblingMoments {
+  std::string name;  // for logs
   std::shared_ptr<const ByteSource> source;
   FileLayout layout;
 };
-// Asked only when the file has weights without a second moment.
-using SiblingFinder = std::function<std::optional<SiblingMoments>()>;
+// Candidates, most plausible first, that already passed the store's checks
+// (same owner, same directory, same save window: Store::FindSiblingMoments).
+// Asked only when the file has weights and no optimizer state of its own;
+// the coder uses the first whose second moments match the file's
+// parameters one for one (MatchSiblingMoments).
+using SiblingFinder = std::function<std::vector<SiblingMoments>()>;
+
+// Whether `sibling`'s second moments belong to the parameters of `model`:
+// as many second moments (amsgrad's max_exp_avg_sq aside) as the model has
+// parameters, in the same order, each of the same element type and count,
+// the same shape where both parsers know a shape of more than one
+// dimension, and, where the sibling names the parameter in the moment's
+// label ("fc.weight.exp_avg_sq"), the same name. On a match, returns for
+// each parameter (index into model.tensors) its second moment's index into
+// sibling.tensors; otherwise the reason, for the log.
+Result<std::vector<std::pair<size_t, size_t>>> MatchSiblingMoments(const FileLayout& model,
+                                                                   const FileLayout& sibling,
+                                                                   lossy::LossyScope scope);
 
 struct LossyChunk {
   std::vector<uint8_t> payload;  // after the base reference
@@ -47,8 +68,8 @@ struct LossyChunk {
 class LossyCoder {
  public:
   // `ranges`: TensorRangesOf(layout), as the pack writer has them.
-  LossyCoder(Env* env, int src_fd, const FileLayout& layout, std::span<const TensorRange> ranges, double fidelity,
-             const TensorChunkOptions& topts, const SiblingFinder& find_sibling = {});
+  LossyCoder(Env* env, int src_fd, const FileLayout& layout, std::span<const TensorRange> ranges,
+             const LossyPolicy& policy, const TensorChunkOptions& topts, const SiblingFinder& find_sibling = {});
 
   // Whether any tensor of the file is coded lossily.
   bool active() const { return !tensors_.empty(); }
@@ -67,6 +88,8 @@ class LossyCoder {
   const LossyInfo& info() const { return info_; }
   // Weights whose sensitivity comes from a sibling file's second moments.
   uint32_t sibling_pairs() const { return sibling_pairs_; }
+  // The sibling used, or why each candidate was not (for the log).
+  const std::string& sibling_note() const { return sibling_note_; }
 
  private:
   struct Tensor {
@@ -77,7 +100,7 @@ class LossyCoder {
     bool v_in_sibling = false;         // ... in sibling_, not in this file
     uint32_t order = 0;
   };
-  void PairWithSibling(SiblingMoments sibling);
+  void PairWithSibling(const FileLayout& layout, lossy::LossyScope scope, const SiblingFinder& find_sibling);
   Result<std::vector<lossy::ChunkSegment>> Segments(uint64_t offset, uint64_t len) const;
   Result<std::vector<float>> Sensitivity(const Tensor& t, uint64_t begin, uint64_t end) const;
   Status CodeChunk(uint64_t offset, std::span<uint8_t> raw, std::span<const uint8_t> base,
@@ -93,6 +116,7 @@ class LossyCoder {
   std::vector<ZipCrcField> crc_fields_;
   std::optional<SiblingMoments> sibling_;
   uint32_t sibling_pairs_ = 0;
+  std::string sibling_note_;
   std::optional<formats::ZipCrcTracker> tracker_;  // CRC pass
   // Encode may run on several sealing workers at once (after the CRC pass,
   // which runs in order on one): mu_ guards the CRCs' first read and info_.

@@ -1,8 +1,9 @@
 // Which files lossy mode may touch, and how hard. A policy is the mount's
-// (-o lossy[=FIDELITY]) unless a directory on the file's path carries the
-// extended attribute user.ckptfs.policy ("lossless", "lossy" or
-// "lossy=FIDELITY"); the nearest such directory wins, so subtrees inherit.
-// It is resolved when the file is sealed.
+// (-o lossy[=FIDELITY][,lossy_scope=SCOPE]) unless a directory on the file's
+// path carries the extended attribute user.ckptfs.policy ("lossless",
+// "lossy", "lossy=FIDELITY", each lossy form optionally followed by
+// ",scope=models" or ",scope=all"); the nearest such directory wins, so
+// subtrees inherit. It is resolved when the file is sealed.
 #pragma once
 
 #include <optional>
@@ -10,6 +11,7 @@
 #include <string_view>
 
 #include "base/status.h"
+#include "codec/lossy/roles.h"
 
 namespace ckptfs {
 
@@ -18,9 +20,20 @@ inline constexpr const char* kPolicyXattr = "user.ckptfs.policy";
 inline constexpr double kDefaultFidelity = 0.01;
 inline constexpr double kMaxFidelity = 0.5;
 
-// 0 means lossless. InvalidArgument, naming the accepted forms, otherwise.
-Result<double> ParseLossyPolicy(std::string_view text);
-std::string FormatLossyPolicy(double fidelity);
+struct LossyPolicy {
+  double fidelity = 0;  // 0: lossless
+  // What may be quantized (codec/lossy/roles.h): by default only the
+  // parameters and optimizer moments of model and checkpoint files.
+  lossy::LossyScope scope = lossy::LossyScope::kModels;
+  bool lossy() const { return fidelity > 0; }
+  bool operator==(const LossyPolicy&) const = default;
+};
+
+// InvalidArgument, naming the accepted forms, for anything else.
+Result<LossyPolicy> ParseLossyPolicy(std::string_view text);
+// "models" or "all" (the mount option lossy_scope=).
+Result<lossy::LossyScope> ParseLossyScope(std::string_view text);
+std::string FormatLossyPolicy(const LossyPolicy& policy);
 
 // Per-role error targets derived from one fidelity (docs/SEMANTICS.md):
 // weights within `fidelity` relative error weighted by sensitivity; first

@@ -16,8 +16,9 @@ constexpr char kMetaMagic[8] = {'C', 'K', 'P', 'T', 'M', 'E', 'T', 'A'};
 constexpr size_t kFixed = 32;
 constexpr size_t kTensorEntry = 17;
 constexpr char kLossyMagic[4] = {'L', 'O', 'S', 'Y'};
-constexpr uint32_t kLossyVersion = 1;
-constexpr size_t kLossySize = 4 + 4 + 4 + 8 + 3 * 24;
+constexpr uint32_t kLossyVersion = 2;
+constexpr size_t kLossySizeV1 = 4 + 4 + 4 + 8 + 3 * 24;
+constexpr size_t kLossySize = kLossySizeV1 + 4;  // + scope, sensitivity rule, padding
 
 void PutF32(std::span<uint8_t> b, size_t at, float v) { le::Put32(b, at, std::bit_cast<uint32_t>(v)); }
 float GetF32(std::span<const uint8_t> b, size_t at) { return std::bit_cast<float>(le::Get32(b, at)); }
@@ -33,12 +34,15 @@ void EncodeLossy(const LossyInfo& l, std::span<uint8_t> b) {
     le::Put64(b, 28 + 24 * r, l.roles[r].elements);
     le::Put64(b, 36 + 24 * r, l.roles[r].stored);
   }
+  b[kLossySizeV1] = static_cast<uint8_t>(l.scope);
+  b[kLossySizeV1 + 1] = static_cast<uint8_t>(l.sensitivity);
+  b[kLossySizeV1 + 2] = b[kLossySizeV1 + 3] = 0;
 }
 
 std::optional<LossyInfo> DecodeLossy(std::span<const uint8_t> b) {
-  if (b.size() != kLossySize || std::memcmp(b.data(), kLossyMagic, 4) != 0 || le::Get32(b, 4) != kLossyVersion) {
-    return std::nullopt;
-  }
+  if (b.size() < kLossySizeV1 || std::memcmp(b.data(), kLossyMagic, 4) != 0) return std::nullopt;
+  const uint32_t version = le::Get32(b, 4);
+  if (!((version == 1 && b.size() == kLossySizeV1) || (version == 2 && b.size() == kLossySize))) return std::nullopt;
   LossyInfo l;
   l.fidelity = GetF32(b, 8);
   l.exact_elements = le::Get64(b, 12);
@@ -48,10 +52,29 @@ std::optional<LossyInfo> DecodeLossy(std::span<const uint8_t> b) {
     l.roles[r].elements = le::Get64(b, 28 + 24 * r);
     l.roles[r].stored = le::Get64(b, 36 + 24 * r);
   }
+  if (version == 2) {
+    if (b[kLossySizeV1] > 1 || b[kLossySizeV1 + 1] > 3) return std::nullopt;
+    l.scope = static_cast<lossy::LossyScope>(b[kLossySizeV1]);
+    l.sensitivity = static_cast<SensitivityRule>(b[kLossySizeV1 + 1]);
+  }
   return l;
 }
 
 }  // namespace
+
+const char* SensitivityRuleName(SensitivityRule r) {
+  switch (r) {
+    case SensitivityRule::kNone:
+      return "none";
+    case SensitivityRule::kMagnitude:
+      return "magnitude";
+    case SensitivityRule::kOwnMoments:
+      return "second-moments";
+    case SensitivityRule::kSibling:
+      return "sibling-second-moments";
+  }
+  return "none";
+}
 
 uint8_t PackMeta::max_depth() const {
   return chunk_depth.empty() ? 0 : *std::max_element(chunk_depth.begin(), chunk_depth.end());
@@ -98,7 +121,8 @@ Result<PackMeta> DecodePackMeta(std::span<const uint8_t> b, uint64_t chunk_count
   if (nc != chunk_count) return corrupt("chunk count " + std::to_string(nc) + " differs from the header's");
   if (nb > kMaxMetaBases || nt > kMaxMetaTensors) return corrupt("implausible base or tensor count");
   const uint64_t want = kFixed + 8ull * nb + kTensorEntry * uint64_t{nt} + 9 * nc + 8;
-  const bool has_lossy = want + kLossySize == b.size();
+  const size_t lossy_size = b.size() - want;  // meaningful when has_lossy
+  const bool has_lossy = b.size() > want && (lossy_size == kLossySize || lossy_size == kLossySizeV1);
   if (nc > b.size() || (want != b.size() && !has_lossy))
     return corrupt("size " + std::to_string(b.size()) + ", expected " + std::to_string(want));
   size_t pos = kFixed;
@@ -116,7 +140,7 @@ Result<PackMeta> DecodePackMeta(std::span<const uint8_t> b, uint64_t chunk_count
   m.chunk_depth.assign(b.begin() + pos, b.begin() + pos + nc);
   pos += nc;
   if (has_lossy) {
-    m.lossy = DecodeLossy(b.subspan(pos, kLossySize));
+    m.lossy = DecodeLossy(b.subspan(pos, lossy_size));
     if (!m.lossy) return corrupt("bad lossy section");
   }
   return m;

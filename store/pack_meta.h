@@ -15,9 +15,10 @@
 //      C x u64            XXH3-64 (seed 0) of each chunk's raw bytes
 //      C x u8             delta depth of each chunk (0: decodes on its own)
 //      [lossy section, packs sealed under a lossy policy (format version 4):
-//       "LOSY" | u32 version 1 | f32 fidelity | u64 exact float elements |
+//       "LOSY" | u32 version (1 or 2) | f32 fidelity | u64 exact float elements |
 //       3 x (f32 target, f32 max error, u64 elements, u64 stored bytes)
-//       for weights, first moments and second moments]
+//       for weights, first moments and second moments |
+//       version 2 only: u8 scope | u8 sensitivity rule | u16 zero]
 //      u64                Checksum64(everything above, kSeedMeta)
 #pragma once
 
@@ -27,6 +28,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "codec/lossy/roles.h"
 #include "codec/tensor_chunk.h"
 #include "store/object_id.h"
 
@@ -44,10 +46,19 @@ struct LossyRoleInfo {
   uint64_t elements = 0;
   uint64_t stored = 0;  // bytes of their lossy pieces
 };
+// What weighed the weights' errors: nothing (no weights were coded),
+// their magnitude alone, Adam's second moments in the same file, or those
+// of a sibling file of the same save (Store::FindSiblingMoments).
+enum class SensitivityRule : uint8_t { kNone = 0, kMagnitude = 1, kOwnMoments = 2, kSibling = 3 };
+const char* SensitivityRuleName(SensitivityRule r);
+
 struct LossyInfo {
   float fidelity = 0;
   uint64_t exact_elements = 0;      // float elements of lossy tensors that stayed exact
   LossyRoleInfo roles[3];           // weights, first moments, second moments
+  // Unknown (kModels, kNone) in packs written before version 2 of the section.
+  lossy::LossyScope scope = lossy::LossyScope::kModels;
+  SensitivityRule sensitivity = SensitivityRule::kNone;
 };
 
 struct PackMeta {

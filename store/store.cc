@@ -242,8 +242,8 @@ Result<UniqueFd> Store::PackDir(ObjectId id, bool create) {
   return env_->OpenAt(packs_.get(), name, O_RDONLY | O_DIRECTORY);
 }
 
-Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic<bool>* cancel, double fidelity,
-                                    const SiblingFinder& find_sibling) {
+Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic<bool>* cancel,
+                                    const LossyPolicy& policy, const SiblingFinder& find_sibling) {
   const ObjectId id = NewObjectId();
   const std::string ctx = "publishing pack " + ObjectIdHex(id);
   const auto started = std::chrono::steady_clock::now();
@@ -267,12 +267,18 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
     tensors = TensorRangesOf(layout);
     spdlog::debug("{}: format {}, {} tensor ranges{}{}", ctx, layout.format, tensors.size(),
                   layout.note.empty() ? "" : ": ", layout.note);
-    if (fidelity > 0) {
-      lossy.emplace(env_, src_fd, layout, tensors, fidelity,
+    if (policy.lossy()) {
+      lossy.emplace(env_, src_fd, layout, tensors, policy,
                     TensorChunkOptions{opts_.encoder.zstd_level, opts_.encoder.planes}, find_sibling);
-      if (!lossy->active()) lossy.reset();
-      if (lossy && lossy->sibling_pairs() > 0) {
-        spdlog::info("{}: sensitivity of {} weights from a sibling file's second moments", ctx, lossy->sibling_pairs());
+      if (!lossy->active()) {
+        spdlog::info("{}: {} under {}: nothing in the lossy scope, sealed losslessly", ctx, layout.format,
+                     FormatLossyPolicy(policy));
+        lossy.reset();
+      }
+      if (lossy) {
+        spdlog::info("{}: {} under {}: weights weighed by {}{}{}", ctx, layout.format, FormatLossyPolicy(policy),
+                     SensitivityRuleName(lossy->info().sensitivity), lossy->sibling_note().empty() ? "" : "; ",
+                     lossy->sibling_note());
       }
     }
   }
@@ -534,8 +540,8 @@ Result<StubRecord> Store::SealStub(int stub_fd, const StubRecord& staged, int st
   // An empty file needs no pack: object 0 already means "no bytes".
   ObjectId pack = 0;
   if (size > 0) {
-    ASSIGN_OR_RETURN(pack, PublishPack(staging_fd, size, nullptr, FidelityFor(stub_fd),
-                                       [&] { return FindSiblingMoments(stub_fd); }));
+    ASSIGN_OR_RETURN(pack, PublishPack(staging_fd, size, nullptr, PolicyFor(stub_fd),
+                                       [&] { return FindSiblingMoments(stub_fd, sst.st_mtim); }));
   }
 
   if (still_current && !still_current()) {
@@ -571,7 +577,9 @@ Result<StubRecord> Store::SealStub(int stub_fd, const StubRecord& staged, int st
   return *written;
 }
 
-double Store::FidelityFor(int stub_fd) {
+double Store::FidelityFor(int stub_fd) { return PolicyFor(stub_fd).fidelity; }
+
+LossyPolicy Store::PolicyFor(int stub_fd) {
   const std::string root = FdPathForLog(ns_.get());
   std::string dir = FdPathForLog(stub_fd);
   std::vector<uint8_t> buf(64);
@@ -581,16 +589,16 @@ double Store::FidelityFor(int stub_fd) {
     if (!n.ok()) {
       if (n.status().code() == ENODATA || n.status().code() == ENOTSUP) continue;
       spdlog::warn("cannot read {} of {}: {}; sealing losslessly", kPolicyXattr, dir, n.status().message());
-      return 0;
+      return {};
     }
-    Result<double> f = ParseLossyPolicy(std::string_view(reinterpret_cast<const char*>(buf.data()), *n));
-    if (!f.ok()) {
-      spdlog::warn("{} of {}: {}; sealing losslessly", kPolicyXattr, dir, f.status().message());
-      return 0;
+    Result<LossyPolicy> p = ParseLossyPolicy(std::string_view(reinterpret_cast<const char*>(buf.data()), *n));
+    if (!p.ok()) {
+      spdlog::warn("{} of {}: {}; sealing losslessly", kPolicyXattr, dir, p.status().message());
+      return {};
     }
-    return *f;
+    return *p;
   }
-  return opts_.lossy;
+  return LossyPolicy{opts_.lossy, opts_.lossy_scope};
 }
 
 Status Store::ReleaseStubObjects(const StubRecord& rec) {

@@ -56,6 +56,8 @@ struct StoreOptions {
   // Lossy mode (store/lossy_policy.h): the fidelity files get unless a
   // directory's user.ckptfs.policy says otherwise; 0 is lossless.
   double lossy = 0;
+  // What it may quantize (codec/lossy/roles.h).
+  lossy::LossyScope lossy_scope = lossy::LossyScope::kModels;
   // Longest chain of lossy chunks, each predicted from the last one's
   // reconstruction; the next is a keyframe.
   uint32_t lossy_keyframe_every = 32;
@@ -94,6 +96,14 @@ struct FileUsage {
 
 class ChunkCache;
 
+// A model file and its optimizer file belong to the same save when their
+// last writes are at most this far apart (Store::FindSiblingMoments). A
+// trainer writes them back to back, so the gap is the time to write one of
+// them (about 140 s for 140 GB at 1 GB/s); successive saves into one
+// directory are usually further apart, and an optimizer file left from an
+// earlier save holds another step's moments.
+inline constexpr int64_t kSaveWindowSeconds = 300;
+
 class Store : public BaseSource {
  public:
   ~Store() override;
@@ -117,17 +127,25 @@ class Store : public BaseSource {
   }
 
   // --- packs ---
-  // Encodes [0,size) of src_fd and publishes it as a new pack; with a
-  // fidelity > 0, lossily (store/lossy_policy.h).
+  // Encodes [0,size) of src_fd and publishes it as a new pack; under a
+  // lossy policy, lossily (store/lossy_policy.h).
   Result<ObjectId> PublishPack(int src_fd, uint64_t size, const std::atomic<bool>* cancel = nullptr,
-                               double fidelity = 0, const SiblingFinder& find_sibling = {});
-  // The newest other file in the stub's directory that holds Adam second
-  // moments (the optimizer file of the same save), read as it is now.
-  std::optional<SiblingMoments> FindSiblingMoments(int stub_fd);
-  // The lossy fidelity for the file whose stub is `stub_fd` (0: lossless):
-  // the nearest directory's user.ckptfs.policy, else the mount's. A policy
-  // that cannot be read or parsed counts as lossless, and is logged.
-  double FidelityFor(int stub_fd);
+                               const LossyPolicy& policy = {}, const SiblingFinder& find_sibling = {});
+  // Files that may hold the Adam second moments of the model file whose
+  // stub is `stub_fd`, last written at `written`, read as they are now:
+  // other files of the same directory with the same owner whose last write
+  // is within kSaveWindowSeconds of it, nearest in time first, that hold
+  // second moments. The coder still checks their names and shapes.
+  std::vector<SiblingMoments> FindSiblingMoments(int stub_fd, const struct timespec& written);
+  // The lossy policy for the file whose stub is `stub_fd`: the nearest
+  // directory's user.ckptfs.policy, else the mount's. A policy that cannot
+  // be read or parsed counts as lossless, and is logged.
+  LossyPolicy PolicyFor(int stub_fd);
+  double FidelityFor(int stub_fd);  // PolicyFor(stub_fd).fidelity
+  // What lossy mode did to the file whose stub is at `stub_path` (through
+  // /proc/self/fd), from its pack's meta block; nothing for a file that is
+  // staged, empty or was sealed losslessly.
+  Result<std::optional<LossyInfo>> LossyInfoOf(const std::string& stub_path);
   Result<std::shared_ptr<PackReader>> OpenPack(ObjectId id);
   Status DeletePack(ObjectId id);  // missing is fine; the caller knows nothing needs it
   // A stub stopped naming `id`: deletes it, and bases only it kept, unless

@@ -21,13 +21,42 @@ uint64_t Elements(const TensorRegion& t) {
   return es == 0 ? 0 : t.length / es;
 }
 
-TensorRole RoleOf(const TensorRegion& t) {
+std::string_view LastComponent(std::string_view label) {
+  const size_t dot = label.rfind('.');
+  return dot == std::string_view::npos ? label : label.substr(dot + 1);
+}
+
+TensorRole MomentRole(std::string_view l) {
+  if (l.ends_with("exp_avg_sq")) return TensorRole::kAdamV;  // also amsgrad's max_exp_avg_sq
+  if (l.ends_with("exp_avg") || l.ends_with("momentum_buffer")) return TensorRole::kAdamM;
+  return TensorRole::kOther;
+}
+
+bool IsTorchFormat(const FileLayout& layout) {
+  return layout.format == "torch-zip" || layout.format == "torch-legacy";
+}
+bool IsNumpyFormat(const FileLayout& layout) { return layout.format == "npy" || layout.format == "npz"; }
+
+// The scope rules of LossyScope::kModels, for one float tensor.
+TensorRole ModelRole(const FileLayout& layout, const TensorRegion& t) {
+  if (IsNumpyFormat(layout)) return TensorRole::kOther;
+  const std::string_view l = t.label, last = LastComponent(l);
+  if (const TensorRole m = MomentRole(l); m != TensorRole::kOther) {
+    // In a torch pickle only an optimizer's state_dict makes them moments.
+    return !IsTorchFormat(layout) || layout.optimizer_state ? m : TensorRole::kOther;
+  }
+  if (IsBufferName(last) || IsDataName(last)) return TensorRole::kOther;
+  if (!IsTorchFormat(layout)) return TensorRole::kWeight;  // safetensors, GGUF, DCP: model files
+  return t.module_entry || IsParameterName(l) ? TensorRole::kWeight : TensorRole::kOther;
+}
+
+TensorRole RoleOf(const FileLayout& layout, const TensorRegion& t, LossyScope scope) {
   if (!LossyFloat(t.dtype) || Elements(t) < 2) return TensorRole::kOther;
   std::string_view l = t.label;
   if (l == "step" || l.ends_with(".step")) return TensorRole::kOther;
-  if (l.ends_with("exp_avg_sq")) return TensorRole::kAdamV;  // also amsgrad's max_exp_avg_sq
-  if (l.ends_with("exp_avg") || l.ends_with("momentum_buffer")) return TensorRole::kAdamM;
-  return TensorRole::kWeight;
+  if (scope == LossyScope::kModels) return ModelRole(layout, t);
+  const TensorRole m = MomentRole(l);
+  return m != TensorRole::kOther ? m : TensorRole::kWeight;
 }
 
 // BatchNorm statistics are floats of a parameter's size sitting between
@@ -123,6 +152,32 @@ void MatchEntries(const FileLayout& layout, const std::vector<int32_t>& seq, con
 
 }  // namespace
 
+bool IsDataName(std::string_view c) {
+  static constexpr std::string_view kData[] = {
+      "data",   "input",  "inputs",      "x",          "y",      "target",  "targets", "label",
+      "labels", "sample", "samples",     "batch",      "images", "tokens",  "logits",  "output",
+      "outputs", "features", "activation", "activations", "hidden_states"};
+  return std::find(std::begin(kData), std::end(kData), c) != std::end(kData);
+}
+
+bool IsBufferName(std::string_view c) {
+  return c.starts_with("running_") || c == "num_batches_tracked" || c == "inv_freq" || c == "position_ids" ||
+         c == "masked_bias";
+}
+
+bool IsParameterName(std::string_view label) {
+  if (label.empty() || label.front() == '.' || label.back() == '.') return false;
+  const std::string_view last = LastComponent(label);
+  if (last == "weight" || last == "bias" || last.ends_with("_weight") || last.ends_with("_bias")) return true;
+  if (label.find('.') == std::string_view::npos) return false;
+  // Module paths are identifiers and list indices joined by dots.
+  return std::all_of(label.begin(), label.end(), [](char c) {
+    return c == '.' || c == '_' || (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+  });
+}
+
+const char* LossyScopeName(LossyScope s) { return s == LossyScope::kAll ? "all" : "models"; }
+
 const char* TensorRoleName(TensorRole r) {
   switch (r) {
     case TensorRole::kOther:
@@ -137,9 +192,9 @@ const char* TensorRoleName(TensorRole r) {
   return "other";
 }
 
-std::vector<RoleAssignment> AssignRoles(const FileLayout& layout) {
+std::vector<RoleAssignment> AssignRoles(const FileLayout& layout, LossyScope scope) {
   std::vector<RoleAssignment> roles(layout.tensors.size());
-  for (size_t i = 0; i < roles.size(); ++i) roles[i].role = RoleOf(layout.tensors[i]);
+  for (size_t i = 0; i < roles.size(); ++i) roles[i].role = RoleOf(layout, layout.tensors[i], scope);
   std::vector<int32_t> seq = LogicalOrder(layout);
   std::vector<Entry> entries = GroupEntries(layout, seq, roles);
   for (const Entry& e : entries) {

@@ -1,10 +1,13 @@
 // Which tensors of a checkpoint are model weights and which are optimizer
 // moments, and which second moment (Adam's v) goes with each, so the lossy
-// encoder can weigh errors by sensitivity. Decided from the layout alone
-// (labels and order the parsers found), never from file names.
+// encoder can weigh errors by sensitivity; and which tensors lossy mode may
+// touch at all (its scope, docs/SEMANTICS.md "Lossy mode"). Decided from the
+// layout alone (format, labels, containers and order the parsers found),
+// never from file names.
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 #include "codec/formats/layout.h"
@@ -12,13 +15,43 @@
 namespace ckptfs::lossy {
 
 enum class TensorRole : uint8_t {
-  kOther = 0,   // not floating point, or nothing lossy may touch
-  kWeight = 1,  // a parameter or any other floating-point tensor
+  kOther = 0,   // not floating point, or nothing lossy may touch (data, buffers)
+  kWeight = 1,  // a model parameter (any floating-point tensor under LossyScope::kAll)
   kAdamM = 2,   // first moment (exp_avg, momentum_buffer)
   kAdamV = 3,   // second moment (exp_avg_sq, max_exp_avg_sq): non-negative
 };
 
 const char* TensorRoleName(TensorRole r);
+
+// What a lossy policy may quantize.
+enum class LossyScope : uint8_t {
+  // Parameters and optimizer moments of files that are recognisably model
+  // weights or training checkpoints:
+  //  - torch.save files (zip or legacy): a tensor stored as a value of an
+  //    OrderedDict (a module's state_dict), or under a parameter name (a
+  //    dotted module path such as "encoder.0.weight", or one ending in
+  //    "weight"/"bias"); and, when the pickle holds an optimizer state_dict
+  //    (keys "state" and "param_groups"), its exp_avg, exp_avg_sq,
+  //    max_exp_avg_sq and momentum_buffer;
+  //  - safetensors, GGUF and DCP files: every float tensor.
+  // Either way, a tensor whose name's last component names a buffer
+  // (running_*, num_batches_tracked, inv_freq, position_ids, masked_bias)
+  // or data (IsDataName) stays exact, and so does every tensor of a NumPy
+  // file (.npy, .npz).
+  kModels = 0,
+  // Every float tensor of every format lossy mode handles (npy and npz
+  // included, buffers and data too): opt-in, for arrays known to tolerate it.
+  kAll = 1,
+};
+const char* LossyScopeName(LossyScope s);
+
+// Last name components that say a tensor is data or a buffer, not a
+// parameter ("inputs", "train.labels", "bn1.running_var").
+bool IsDataName(std::string_view last_component);
+bool IsBufferName(std::string_view last_component);
+// A state_dict-style parameter name: a dotted module path
+// ("layers.0.attn.q_proj.weight") or a name ending in weight or bias.
+bool IsParameterName(std::string_view label);
 
 struct RoleAssignment {
   TensorRole role = TensorRole::kOther;
@@ -28,7 +61,8 @@ struct RoleAssignment {
   int32_t partner_v = -1;
 };
 
-// One entry per layout.tensors element, in the same order.
-std::vector<RoleAssignment> AssignRoles(const FileLayout& layout);
+// One entry per layout.tensors element, in the same order. Tensors outside
+// `scope` get kOther.
+std::vector<RoleAssignment> AssignRoles(const FileLayout& layout, LossyScope scope = LossyScope::kModels);
 
 }  // namespace ckptfs::lossy

@@ -1,7 +1,9 @@
 """Lossy roles on real torch checkpoints: `ckptfs inspect --json --roles`
 must call every parameter a weight paired with its own exp_avg_sq, every
 exp_avg an adam_m paired with the same exp_avg_sq, every exp_avg_sq an
-adam_v and every 'step' other. No mount is needed.
+adam_v and every 'step' other; BatchNorm's running statistics and every
+tensor of a file of raw data ({'data': ..., 'inputs': ...}) are other (out
+of lossy mode's default scope). No mount is needed.
 
 Checkpoints come from Debian's torch 1.13 (the interpreter running pytest,
 as in test_torch_client.py) and from PyPI's torch 2.x (.venv-pypi, as in
@@ -9,7 +11,9 @@ test_clients.py), zip and legacy serialization, for a model with a
 BatchNorm, a registered buffer, a frozen parameter and tied weights, saved
 with AdamW, Adam(amsgrad), SGD(momentum) and as a bare state_dict. The
 expected answer comes from the optimizer's own structure (param index ->
-parameter name), never from the rule inspect applies.
+parameter name) and the model's modules, never from the rule inspect
+applies. A buffer registered under a name that does not say so (`buf`) is
+indistinguishable from a parameter in a state_dict, and counts as a weight.
 """
 from __future__ import annotations
 
@@ -82,6 +86,8 @@ def walk(obj, key, found):
 
 def expected(ckpt, model, opt):
     names = {id(p): n for n, p in model.named_parameters()}
+    bn_stats = {f"{mn}.{b}" for mn, mod in model.named_modules()
+                if isinstance(mod, torch.nn.modules.batchnorm._BatchNorm) for b in ("running_mean", "running_var")}
     params = [p for g in opt.param_groups for p in g["params"]] if opt else []
     state = ckpt["optimizer"]["state"] if opt else {}
     role_of, entry = {}, {}  # storage ptr -> role; param name -> state dict
@@ -101,7 +107,7 @@ def expected(ckpt, model, opt):
         index[ptr] = len(rows)
         numel = nbytes // t.element_size()
         role = role_of.get(ptr, "weight")
-        if t.dtype not in FLOATS or numel < 2 or key == "step":
+        if t.dtype not in FLOATS or numel < 2 or key == "step" or key in bn_stats:
             role = "other"
         rows.append({"label": key if isinstance(key, str) else "", "numel": numel, "role": role,
                      "dtype": str(t.dtype), "partner": -1, "_ptr": ptr, "_tensor": t})
@@ -148,6 +154,16 @@ for name, (make_opt, dtype) in cases.items():
         path = os.path.join(out, name + ("_legacy" if legacy else "") + ".pt")
         torch.save(ckpt, path, _use_new_zipfile_serialization=not legacy)
         manifest[path] = {"format": "torch-legacy" if legacy else "torch-zip", "tensors": rows}
+# Raw data saved with torch.save: nothing in it is a parameter.
+g = torch.Generator().manual_seed(1)
+data = {"data": torch.randn(64, 8, generator=g), "inputs": torch.randn(32, 8, generator=g),
+        "targets": torch.randn(32, generator=g), "labels": torch.randint(0, 9, (32,), generator=g)}
+rows = [{"label": k, "numel": t.numel(), "role": "other", "dtype": str(t.dtype), "partner": -1}
+        for k, t in data.items()]
+for legacy in (False, True):
+    path = os.path.join(out, "data" + ("_legacy" if legacy else "") + ".pt")
+    torch.save(data, path, _use_new_zipfile_serialization=not legacy)
+    manifest[path] = {"format": "torch-legacy" if legacy else "torch-zip", "tensors": rows}
 json.dump({"torch": torch.__version__, "files": manifest}, open(os.path.join(out, "manifest.json"), "w"))
 '''
 
@@ -197,7 +213,7 @@ def torch_python(request) -> Path:
 
 def test_roles_of_real_checkpoints(torch_python, tmp_path):
     manifest = generate(torch_python, tmp_path)
-    assert len(manifest["files"]) == 10, manifest
+    assert len(manifest["files"]) == 12, manifest
     errors = []
     for path, want in manifest["files"].items():
         errors += check_file(path, want)
@@ -210,3 +226,4 @@ def test_roles_of_real_checkpoints(torch_python, tmp_path):
     rows = [line.split() for line in p.stdout.splitlines()]
     assert any(r[4:5] + r[-1:] == ["weight", "emb.weight"] for r in rows), p.stdout
     assert any(r[4:5] + r[-1:] == ["adam_v", "exp_avg_sq"] for r in rows), p.stdout
+    assert any(r[4:5] + r[-1:] == ["other", "bn.running_var"] for r in rows), p.stdout

@@ -240,15 +240,26 @@ TEST(LossyChunk, MetadataStaysExactAndTensorsMeetTheTarget) {
 }
 
 TEST(LossyPolicy, ParsesTheAcceptedFormsOnly) {
-  EXPECT_EQ(*ParseLossyPolicy("lossless"), 0.0);
-  EXPECT_EQ(*ParseLossyPolicy("lossy"), kDefaultFidelity);
-  EXPECT_EQ(*ParseLossyPolicy("lossy=0.05"), 0.05);
-  EXPECT_EQ(*ParseLossyPolicy("lossy=0.05\n"), 0.05);
-  for (const char* bad : {"", "lossy=", "lossy=0", "lossy=-1", "lossy=0.6", "lossy=nan", "banana", "lossy=0.1x"}) {
+  const LossyScope kModels = LossyScope::kModels, kAll = LossyScope::kAll;
+  EXPECT_EQ(*ParseLossyPolicy("lossless"), (LossyPolicy{0.0, kModels}));
+  EXPECT_EQ(*ParseLossyPolicy("lossy"), (LossyPolicy{kDefaultFidelity, kModels}));
+  EXPECT_EQ(*ParseLossyPolicy("lossy=0.05"), (LossyPolicy{0.05, kModels}));
+  EXPECT_EQ(*ParseLossyPolicy("lossy=0.05\n"), (LossyPolicy{0.05, kModels}));
+  // The scope is explicit, and only "all" widens it.
+  EXPECT_EQ(*ParseLossyPolicy("lossy=0.05,scope=all"), (LossyPolicy{0.05, kAll}));
+  EXPECT_EQ(*ParseLossyPolicy("lossy,scope=all\n"), (LossyPolicy{kDefaultFidelity, kAll}));
+  EXPECT_EQ(*ParseLossyPolicy("lossy=0.02,scope=models"), (LossyPolicy{0.02, kModels}));
+  for (const char* bad : {"", "lossy=", "lossy=0", "lossy=-1", "lossy=0.6", "lossy=nan", "banana", "lossy=0.1x",
+                          "lossy=0.05,scope=", "lossy=0.05,scope=npy", "lossy=0.05,all", "lossless,scope=all",
+                          "lossy=0.05,scope=all,scope=all", ",scope=all"}) {
     EXPECT_EQ(ParseLossyPolicy(bad).status().code(), EINVAL) << bad;
   }
-  EXPECT_EQ(FormatLossyPolicy(0), "lossless");
-  EXPECT_EQ(FormatLossyPolicy(0.02), "lossy=0.02");
+  EXPECT_EQ(*ParseLossyScope("all"), kAll);
+  EXPECT_EQ(*ParseLossyScope("models"), kModels);
+  EXPECT_EQ(ParseLossyScope("weights").status().code(), EINVAL);
+  EXPECT_EQ(FormatLossyPolicy({}), "lossless");
+  EXPECT_EQ(FormatLossyPolicy({0.02, kModels}), "lossy=0.02");
+  EXPECT_EQ(FormatLossyPolicy({0.02, kAll}), "lossy=0.02,scope=all");
 }
 
 }  // namespace
@@ -302,3 +313,164 @@ TEST(LossyPiece, ResidualCapKeepsSmallUpdates) {
 
 }  // namespace
 }  // namespace ckptfs::lossy
+
+// ------------------------------------------------ scope, sibling, attributes
+
+#include "base/hash.h"
+#include "store/le.h"
+#include "store/lossy_coder.h"
+#include "store/lossy_xattrs.h"
+#include "store/pack_meta.h"
+
+namespace ckptfs {
+namespace {
+
+TensorRegion Region(const std::string& label, std::vector<uint64_t> shape, uint64_t offset, uint32_t order) {
+  TensorRegion r;
+  r.label = label;
+  r.dtype = DType::kF32;
+  r.shape = std::move(shape);
+  uint64_t n = 1;
+  for (uint64_t d : r.shape) n *= d;
+  r.length = 4 * n;
+  r.offset = offset;
+  r.order = order;
+  return r;
+}
+
+// A model.safetensors of an MLP, and the optimizer.pt of its AdamW.
+FileLayout ModelFile(const std::vector<std::vector<uint64_t>>& shapes) {
+  FileLayout l;
+  l.format = "safetensors";
+  const char* names[] = {"0.weight", "0.bias", "2.weight", "2.bias"};
+  uint64_t off = 64;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    l.tensors.push_back(Region(names[i % 4], shapes[i], off, static_cast<uint32_t>(i)));
+    off += l.tensors.back().length;
+  }
+  return l;
+}
+
+FileLayout OptimizerFile(const std::vector<std::vector<uint64_t>>& shapes, const std::string& v_prefix = "") {
+  FileLayout l;
+  l.format = "torch-zip";
+  l.optimizer_state = true;
+  uint64_t off = 64;
+  uint32_t order = 0;
+  for (const auto& s : shapes) {
+    l.tensors.push_back(Region("step", {1}, off, order++)), off += 4;
+    l.tensors.push_back(Region("exp_avg", s, off, order++)), off += l.tensors.back().length;
+    l.tensors.push_back(Region(v_prefix.empty() ? "exp_avg_sq" : v_prefix, s, off, order++));
+    off += l.tensors.back().length;
+  }
+  return l;
+}
+
+const std::vector<std::vector<uint64_t>> kMlp = {{512, 64}, {512}, {64, 512}, {64}};
+
+TEST(SiblingMatch, SameSaveMatchesOneForOne) {
+  auto pairs = MatchSiblingMoments(ModelFile(kMlp), OptimizerFile(kMlp), lossy::LossyScope::kModels);
+  ASSERT_TRUE(pairs.ok()) << pairs.status().message();
+  ASSERT_EQ(pairs->size(), 4u);
+  for (size_t k = 0; k < 4; ++k) {
+    EXPECT_EQ((*pairs)[k].first, k);
+    EXPECT_EQ((*pairs)[k].second, 3 * k + 2) << "exp_avg_sq of parameter " << k;
+  }
+}
+
+TEST(SiblingMatch, OtherModelsOptimizerIsRejected) {
+  // Another model: same count, other shapes.
+  auto other = MatchSiblingMoments(ModelFile(kMlp), OptimizerFile({{512, 32}, {512}, {64, 512}, {64}}),
+                                   lossy::LossyScope::kModels);
+  EXPECT_FALSE(other.ok());
+  EXPECT_NE(other.status().message().find("parameter 0 (0.weight)"), std::string::npos) << other.status().message();
+  // Same element counts, transposed: shapes differ.
+  EXPECT_FALSE(MatchSiblingMoments(ModelFile(kMlp), OptimizerFile({{64, 512}, {512}, {512, 64}, {64}}),
+                                   lossy::LossyScope::kModels)
+                   .ok());
+  // A frozen parameter (no state), or a bigger model: counts differ.
+  auto fewer = MatchSiblingMoments(ModelFile(kMlp), OptimizerFile({{512, 64}, {512}, {64, 512}}),
+                                   lossy::LossyScope::kModels);
+  EXPECT_FALSE(fewer.ok());
+  EXPECT_NE(fewer.status().message().find("3 second moments for 4 parameters"), std::string::npos);
+  // Moments in a torch file that holds no optimizer state_dict are not moments.
+  FileLayout fake = OptimizerFile(kMlp);
+  fake.optimizer_state = false;
+  EXPECT_FALSE(MatchSiblingMoments(ModelFile(kMlp), fake, lossy::LossyScope::kModels).ok());
+}
+
+TEST(SiblingMatch, NamedMomentsMustNameTheParameter) {
+  FileLayout model = ModelFile({{512, 64}});
+  FileLayout named = OptimizerFile({{512, 64}}, "state.0.weight.exp_avg_sq");
+  named.format = "safetensors";
+  EXPECT_TRUE(MatchSiblingMoments(model, named, lossy::LossyScope::kModels).ok());
+  FileLayout wrong = OptimizerFile({{512, 64}}, "state.2.weight.exp_avg_sq");
+  wrong.format = "safetensors";
+  auto r = MatchSiblingMoments(model, wrong, lossy::LossyScope::kModels);
+  EXPECT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("names 2.weight"), std::string::npos) << r.status().message();
+}
+
+PackMeta MetaWithLossy() {
+  PackMeta m;
+  m.sealed_ns = 7;
+  m.chunk_hash = {1, 2};
+  m.chunk_depth = {0, 1};
+  LossyInfo l;
+  l.fidelity = 0.05f;
+  l.roles[0] = {0.05f, 0.04f, 1000, 300};
+  l.roles[2] = {0.5f, 0.25f, 800, 100};
+  l.scope = lossy::LossyScope::kAll;
+  l.sensitivity = SensitivityRule::kSibling;
+  m.lossy = l;
+  return m;
+}
+
+TEST(LossyMeta, ScopeAndRuleRoundTripAndVersionOneStillReads) {
+  std::vector<uint8_t> b = EncodePackMeta(MetaWithLossy());
+  auto m = DecodePackMeta(b, 2);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  ASSERT_TRUE(m->lossy);
+  EXPECT_EQ(m->lossy->scope, lossy::LossyScope::kAll);
+  EXPECT_EQ(m->lossy->sensitivity, SensitivityRule::kSibling);
+  EXPECT_EQ(m->lossy->roles[2].max_error, 0.25f);
+  // A version 1 section (before scopes): 4 bytes shorter, read as scope
+  // models with no rule recorded.
+  std::vector<uint8_t> v1(b.begin(), b.end() - 12);
+  const size_t section = v1.size() - (4 + 4 + 4 + 8 + 3 * 24);
+  le::Put32(v1, section + 4, 1);
+  v1.resize(v1.size() + 8);
+  le::Put64(v1, v1.size() - 8, Checksum64(std::span(v1).first(v1.size() - 8), kSeedMeta));
+  auto old = DecodePackMeta(v1, 2);
+  ASSERT_TRUE(old.ok()) << old.status().message();
+  ASSERT_TRUE(old->lossy);
+  EXPECT_EQ(old->lossy->scope, lossy::LossyScope::kModels);
+  EXPECT_EQ(old->lossy->sensitivity, SensitivityRule::kNone);
+  EXPECT_EQ(old->lossy->roles[0].max_error, 0.04f);
+  // An unknown rule is corruption, not a guess.
+  std::vector<uint8_t> bad = b;
+  bad[bad.size() - 8 - 3] = 9;
+  le::Put64(bad, bad.size() - 8, Checksum64(std::span(bad).first(bad.size() - 8), kSeedMeta));
+  EXPECT_FALSE(DecodePackMeta(bad, 2).ok());
+}
+
+TEST(LossyXattrs, NamesAndValues) {
+  EXPECT_TRUE(LossyXattrs(std::nullopt).empty());
+  auto attrs = LossyXattrs(MetaWithLossy().lossy);
+  std::vector<std::pair<std::string, std::string>> want = {
+      {"user.ckptfs.lossy.fidelity", "0.05"},
+      {"user.ckptfs.lossy.scope", "all"},
+      {"user.ckptfs.lossy.sensitivity", "sibling-second-moments"},
+      {"user.ckptfs.lossy.target.weights", "0.05"},
+      {"user.ckptfs.lossy.error.weights", "0.04"},
+      {"user.ckptfs.lossy.target.second_moments", "0.5"},
+      {"user.ckptfs.lossy.error.second_moments", "0.25"}};
+  EXPECT_EQ(attrs, want);
+  EXPECT_TRUE(IsLossyXattr("user.ckptfs.lossy.fidelity"));
+  EXPECT_TRUE(IsLossyXattr("user.ckptfs.lossy.anything"));
+  EXPECT_FALSE(IsLossyXattr("user.ckptfs.policy"));
+  EXPECT_FALSE(IsLossyXattr("user.ckptfs.lossy"));
+}
+
+}  // namespace
+}  // namespace ckptfs

@@ -156,8 +156,15 @@ TEST(RolesTest, BuffersOfEqualSizeInterleaved) {
   EXPECT_EQ(r[n2w].partner_v, v3);
   EXPECT_EQ(r[n2b].partner_v, v4);
   for (int i : {rm1, rv1, rm2, rv2}) {
-    EXPECT_EQ(r[i].role, TensorRole::kWeight);
+    EXPECT_EQ(r[i].role, TensorRole::kOther) << "buffers stay exact";
     EXPECT_EQ(r[i].partner_v, -1);
+  }
+  // Under scope=all they are coded, still without optimizer state.
+  auto all = AssignRoles(b.l, LossyScope::kAll);
+  EXPECT_EQ(all[n2w].partner_v, v3);
+  for (int i : {rm1, rv1, rm2, rv2}) {
+    EXPECT_EQ(all[i].role, TensorRole::kWeight);
+    EXPECT_EQ(all[i].partner_v, -1);
   }
 }
 
@@ -291,6 +298,97 @@ TEST(RolesTest, TwoModelsTwoOptimizers) {
   EXPECT_EQ(r[d1].partner_v, vd1);
 }
 
+// --------------------------------------------- lossy scope
+
+TensorRole RoleIn(const std::string& format, const std::string& label, bool module_entry = false,
+                  bool optimizer_state = false, LossyScope scope = LossyScope::kModels) {
+  LayoutBuilder b;
+  b.l.format = format;
+  b.l.optimizer_state = optimizer_state;
+  b.Add(label, 256);
+  b.l.tensors[0].module_entry = module_entry;
+  return AssignRoles(b.l, scope)[0].role;
+}
+
+TEST(LossyScopeTest, NumpyFilesStayExactUnlessScopeAll) {
+  for (const char* f : {"npy", "npz"}) {
+    for (const char* label : {"", "arr_0", "fc.weight", "exp_avg_sq"}) {
+      EXPECT_EQ(RoleIn(f, label), TensorRole::kOther) << f << " " << label;
+    }
+    EXPECT_EQ(RoleIn(f, "features", false, false, LossyScope::kAll), TensorRole::kWeight) << f;
+  }
+}
+
+TEST(LossyScopeTest, TorchParametersAreRecognised) {
+  for (const char* f : {"torch-zip", "torch-legacy"}) {
+    // A module state_dict's entries (an OrderedDict), whatever their names.
+    EXPECT_EQ(RoleIn(f, "pos_embed", /*module_entry=*/true), TensorRole::kWeight) << f;
+    EXPECT_EQ(RoleIn(f, "cls_token", true), TensorRole::kWeight) << f;
+    // Parameter names in a plain dict.
+    EXPECT_EQ(RoleIn(f, "encoder.layers.0.self_attn.q_proj.weight"), TensorRole::kWeight) << f;
+    EXPECT_EQ(RoleIn(f, "model.A_log"), TensorRole::kWeight) << f;
+    EXPECT_EQ(RoleIn(f, "weight"), TensorRole::kWeight) << f;
+    EXPECT_EQ(RoleIn(f, "bias"), TensorRole::kWeight) << f;
+    EXPECT_EQ(RoleIn(f, "in_proj_weight"), TensorRole::kWeight) << f;
+  }
+}
+
+TEST(LossyScopeTest, TorchDataAndBuffersStayExact) {
+  for (const char* f : {"torch-zip", "torch-legacy"}) {
+    for (const char* label : {"data", "inputs", "targets", "labels", "activations", "features", "embeddings", "x",
+                              "", "train_data", "my tensor"}) {
+      EXPECT_EQ(RoleIn(f, label), TensorRole::kOther) << f << " " << label;
+    }
+    // Data names stay exact even in an OrderedDict or under a module path.
+    EXPECT_EQ(RoleIn(f, "inputs", /*module_entry=*/true), TensorRole::kOther) << f;
+    EXPECT_EQ(RoleIn(f, "batch.inputs"), TensorRole::kOther) << f;
+    for (const char* label : {"bn1.running_mean", "bn1.running_var", "rotary.inv_freq", "running_mean"}) {
+      EXPECT_EQ(RoleIn(f, label, true), TensorRole::kOther) << f << " " << label;
+    }
+    EXPECT_EQ(RoleIn(f, "bn1.running_mean", true, false, LossyScope::kAll), TensorRole::kWeight) << f;
+    EXPECT_EQ(RoleIn(f, "inputs", false, false, LossyScope::kAll), TensorRole::kWeight) << f;
+  }
+}
+
+TEST(LossyScopeTest, TorchMomentsNeedAnOptimizerStateDict) {
+  EXPECT_EQ(RoleIn("torch-zip", "exp_avg", false, /*optimizer_state=*/true), TensorRole::kAdamM);
+  EXPECT_EQ(RoleIn("torch-zip", "exp_avg_sq", false, true), TensorRole::kAdamV);
+  EXPECT_EQ(RoleIn("torch-zip", "momentum_buffer", false, true), TensorRole::kAdamM);
+  EXPECT_EQ(RoleIn("torch-legacy", "max_exp_avg_sq", false, true), TensorRole::kAdamV);
+  // Without "state" and "param_groups" a tensor named exp_avg is just data.
+  EXPECT_EQ(RoleIn("torch-zip", "exp_avg"), TensorRole::kOther);
+  EXPECT_EQ(RoleIn("torch-zip", "exp_avg_sq"), TensorRole::kOther);
+  EXPECT_EQ(RoleIn("torch-zip", "exp_avg_sq", false, false, LossyScope::kAll), TensorRole::kAdamV);
+}
+
+TEST(LossyScopeTest, ModelFormatsAreInScope) {
+  for (const char* f : {"safetensors", "gguf", "dcp"}) {
+    EXPECT_EQ(RoleIn(f, "model.embed_tokens.weight"), TensorRole::kWeight) << f;
+    EXPECT_EQ(RoleIn(f, "blk.0.attn_q.weight"), TensorRole::kWeight) << f;
+    EXPECT_EQ(RoleIn(f, ""), TensorRole::kWeight) << f << ": DCP items carry no names";
+    EXPECT_EQ(RoleIn(f, "exp_avg_sq"), TensorRole::kAdamV) << f;
+    EXPECT_EQ(RoleIn(f, "bn.running_var"), TensorRole::kOther) << f;
+    EXPECT_EQ(RoleIn(f, "inputs"), TensorRole::kOther) << f;
+  }
+}
+
+TEST(LossyScopeTest, Names) {
+  EXPECT_TRUE(IsParameterName("layers.0.weight"));
+  EXPECT_TRUE(IsParameterName("decoder.norm.scale"));
+  EXPECT_TRUE(IsParameterName("bias"));
+  EXPECT_FALSE(IsParameterName("data"));
+  EXPECT_FALSE(IsParameterName(""));
+  EXPECT_FALSE(IsParameterName("a b.c"));
+  EXPECT_FALSE(IsParameterName("layers.0."));
+  EXPECT_TRUE(IsDataName("inputs"));
+  EXPECT_FALSE(IsDataName("weight"));
+  EXPECT_TRUE(IsBufferName("running_var"));
+  EXPECT_TRUE(IsBufferName("num_batches_tracked"));
+  EXPECT_FALSE(IsBufferName("bias"));
+  EXPECT_STREQ(LossyScopeName(LossyScope::kModels), "models");
+  EXPECT_STREQ(LossyScopeName(LossyScope::kAll), "all");
+}
+
 // --------------------------------------------- pickle labels (synthetic)
 
 // Writes the opcodes torch's pickler (protocol 2) emits.
@@ -327,6 +425,17 @@ struct Pkl {
     if (parameter) Op('\x88'), Global("collections", "OrderedDict"), Op(')'), Op('R'), Op('\x87'), Op('R');
   }
 };
+
+// Which storages are entries of an OrderedDict, by index.
+std::vector<bool> ModuleEntries(const Bytes& pkl, bool* optimizer_state) {
+  auto scan = formats::ScanPickle(pkl);
+  EXPECT_TRUE(scan.ok()) << scan.status().message();
+  std::vector<bool> out;
+  if (!scan.ok()) return out;
+  *optimizer_state = scan->optimizer_state;
+  for (const auto& s : scan->storages) out.push_back(s.module_entry);
+  return out;
+}
 
 std::vector<std::string> Labels(const Bytes& pkl) {
   auto scan = formats::ScanPickle(pkl);
@@ -374,6 +483,32 @@ TEST(PickleLabelTest, TorchCheckpointShape) {
   std::vector<std::string> want = {"l.weight", "l.bias",     "step",  "exp_avg", "exp_avg_sq", "step",
                                    "exp_avg",  "exp_avg_sq", "param", "",        "",           ""};
   EXPECT_EQ(Labels(p.b), want);
+  // Only the OrderedDict's values are module entries; "state" and
+  // "param_groups" make the pickle an optimizer's.
+  bool optimizer_state = false;
+  std::vector<bool> entries = ModuleEntries(p.b, &optimizer_state);
+  std::vector<bool> want_entries = {true, true, false, false, false, false, false, false, false, false, false, false};
+  EXPECT_EQ(entries, want_entries);
+  EXPECT_TRUE(optimizer_state);
+}
+
+// {'data': t, 'inputs': t}, a single-item OrderedDict (SETITEM, not
+// SETITEMS) and a tensor in a DICT built from a mark: only the OrderedDict's
+// value is a module entry, and nothing is optimizer state.
+TEST(PickleLabelTest, DataDictIsNotAModule) {
+  Pkl p;
+  p.Op('\x80'), p.b.push_back(2);
+  p.Op('}'), p.Op('(');
+  p.Str("data"), p.Tensor("0", 4);
+  p.Str("inputs"), p.Tensor("1", 4, /*parameter=*/true);
+  p.Str("one"), p.Global("collections", "OrderedDict"), p.Op(')'), p.Op('R');
+  p.Str("w"), p.Tensor("2", 4), p.Op('s');
+  p.Str("state"), p.Op('('), p.Str("x"), p.Tensor("3", 4), p.Op('d');
+  p.Op('u'), p.Op('.');
+  bool optimizer_state = true;
+  EXPECT_EQ(ModuleEntries(p.b, &optimizer_state), (std::vector<bool>{false, false, true, false}));
+  EXPECT_FALSE(optimizer_state) << "\"state\" alone is not an optimizer";
+  EXPECT_EQ(Labels(p.b), (std::vector<std::string>{"data", "inputs", "w", "x"}));
 }
 
 TEST(PickleLabelTest, BareTensorHasNoLabel) {
