@@ -16,6 +16,7 @@
 #include "base/log.h"
 #include "fuse/fs.h"
 #include "store/lossy_policy.h"
+#include "store/lossy_xattrs.h"
 
 namespace ckptfs {
 namespace {
@@ -437,7 +438,24 @@ Status CheckPolicyXattr(fuse_req_t req, Inode& inode, std::string_view name, std
   return ParseLossyPolicy(value).status();
 }
 
+// A lossy file's user.ckptfs.lossy.* attributes (store/lossy_xattrs.h);
+// none for directories and files that are staged or lossless.
+Result<std::vector<std::pair<std::string, std::string>>> LossyAttrs(fuse_req_t req, const Inode& inode) {
+  if (inode.type != S_IFREG) return std::vector<std::pair<std::string, std::string>>{};
+  ASSIGN_OR_RETURN(std::optional<LossyInfo> info, Fs(req).store()->LossyInfoOf(ProcFdPath(inode.fd.get())));
+  return LossyXattrs(info);
+}
+
+// Replies with `value` to a getxattr or listxattr that offered `size` bytes.
+void ReplyXattrValue(fuse_req_t req, std::string_view value, size_t size) {
+  if (size == 0) return (void)fuse_reply_xattr(req, value.size());
+  if (size < value.size()) return (void)fuse_reply_err(req, ERANGE);
+  fuse_reply_buf(req, value.data(), value.size());
+}
+
 void OpSetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size, int flags) {
+  // They report how the file was sealed: only a seal writes them.
+  if (IsLossyXattr(name)) return (void)fuse_reply_err(req, EPERM);
   if (Status s = CheckPolicyXattr(req, In(req, ino), name, std::string_view(value, size)); !s.ok()) {
     spdlog::warn("setxattr {}: {}", name, s.message());
     return ReplyErr(req, s);
@@ -448,6 +466,14 @@ void OpSetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* va
 }
 
 void OpGetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
+  if (IsLossyXattr(name)) {
+    auto attrs = LossyAttrs(req, In(req, ino));
+    if (!attrs.ok()) return ReplyErr(req, attrs.status());
+    for (const auto& [n, v] : *attrs) {
+      if (n == name) return ReplyXattrValue(req, v, size);
+    }
+    return (void)fuse_reply_err(req, ENODATA);
+  }
   std::vector<uint8_t> buf(size);
   auto n = E(req)->GetXattr(ProcFdPath(In(req, ino).fd.get()), name, buf);
   if (!n.ok()) return ReplyErr(req, n.status());
@@ -456,14 +482,24 @@ void OpGetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
 }
 
 void OpListxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
-  std::vector<char> buf(size);
-  auto n = E(req)->ListXattr(ProcFdPath(In(req, ino).fd.get()), buf);
+  auto attrs = LossyAttrs(req, In(req, ino));
+  if (!attrs.ok()) return ReplyErr(req, attrs.status());
+  const std::string path = ProcFdPath(In(req, ino).fd.get());
+  // The stored names first: sized by a probe, so both come in one reply.
+  auto n = E(req)->ListXattr(path, {});
   if (!n.ok()) return ReplyErr(req, n.status());
-  if (size == 0) return (void)fuse_reply_xattr(req, n.value());
-  fuse_reply_buf(req, buf.data(), n.value());
+  std::vector<char> names(*n);
+  if (!names.empty()) {
+    n = E(req)->ListXattr(path, names);
+    if (!n.ok()) return ReplyErr(req, n.status());
+    names.resize(*n);
+  }
+  for (const auto& [name, value] : *attrs) names.insert(names.end(), name.c_str(), name.c_str() + name.size() + 1);
+  ReplyXattrValue(req, std::string_view(names.data(), names.size()), size);
 }
 
 void OpRemovexattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
+  if (IsLossyXattr(name)) return (void)fuse_reply_err(req, EPERM);
   if (name == std::string_view(kPolicyXattr)) {
     if (Status s = CheckPolicyOwner(req, In(req, ino)); !s.ok()) {
       spdlog::warn("removexattr {}: {}", name, s.message());
