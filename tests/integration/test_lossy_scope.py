@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import describe, is_mounted
 from helpers import read_file
 
 try:
@@ -217,6 +218,16 @@ def test_policy_scope_all_quantizes_arrays(mount_factory, plain_dir):
     for name in ("features.npy", "raw.pt"):
         xa = lossy_xattrs(m.mnt / name)
         assert xa["scope"] == "all" and xa["sensitivity"] == "magnitude", (name, xa)
+
+
+@pytest.mark.parametrize("opt", ["lossy_scope=npy", "lossy_scope=", "lossy_scope"])
+def test_bad_scope_option(mount_factory, opt):
+    m = mount_factory(mount=False)
+    m.fsck_at_teardown = False
+    p = m.mount(opts=["lossy", opt], check=False)
+    assert p.returncode != 0, describe(p, "mounted with a bad option")
+    assert "lossy_scope" in p.stdout + p.stderr or "scope" in p.stdout + p.stderr, describe(p)
+    assert not is_mounted(m.mnt)
 
 
 # -- the sibling optimizer file ------------------------------------------------
