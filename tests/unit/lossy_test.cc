@@ -399,6 +399,15 @@ TEST(SiblingMatch, OtherModelsOptimizerIsRejected) {
   EXPECT_FALSE(MatchSiblingMoments(ModelFile(kMlp), fake, lossy::LossyScope::kModels).ok());
 }
 
+// The safetensors library stores tensors sorted by name (0.bias before
+// 0.weight): without names in the optimizer file, no order can be trusted.
+TEST(SiblingMatch, ModelInAnotherOrderIsRejected) {
+  FileLayout model = ModelFile(kMlp);
+  std::swap(model.tensors[0].order, model.tensors[1].order);
+  std::swap(model.tensors[2].order, model.tensors[3].order);
+  EXPECT_FALSE(MatchSiblingMoments(model, OptimizerFile(kMlp), lossy::LossyScope::kModels).ok());
+}
+
 TEST(SiblingMatch, NamedMomentsMustNameTheParameter) {
   FileLayout model = ModelFile({{512, 64}});
   FileLayout named = OptimizerFile({{512, 64}}, "state.0.weight.exp_avg_sq");
