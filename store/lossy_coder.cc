@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <unordered_map>
 
 #include "codec/lossy/float_bits.h"
 #include "store/lossy_policy.h"
@@ -84,6 +85,28 @@ Result<std::vector<std::pair<size_t, size_t>>> MatchSiblingMoments(const FileLay
                     " parameters");
   }
   std::vector<std::pair<size_t, size_t>> pairs;
+  if (!sibling.param_names.empty()) {
+    // The optimizer names its parameters (torch >= 2.6): pair by name,
+    // whatever order the model file stores its tensors in.
+    if (sibling.param_names.size() != vs.size()) {
+      return mismatch(std::to_string(sibling.param_names.size()) + " named parameters for " +
+                      std::to_string(vs.size()) + " second moments");
+    }
+    std::unordered_map<std::string_view, size_t> by_name;  // label -> index into model.tensors
+    for (size_t p : params) by_name.emplace(model.tensors[p].label, p);
+    for (size_t k = 0; k < vs.size(); ++k) {
+      auto it = by_name.find(sibling.param_names[k]);
+      if (it == by_name.end()) return mismatch("the optimizer's parameter " + sibling.param_names[k] + " is not in the model file");
+      const TensorRegion& w = model.tensors[it->second];
+      const TensorRegion& v = sibling.tensors[vs[k]];
+      if (!ShapesAgree(w, v)) {
+        return mismatch("parameter " + w.label + " is " + DescribeShape(w) + ", its second moment " + DescribeShape(v));
+      }
+      pairs.emplace_back(it->second, vs[k]);
+      by_name.erase(it);
+    }
+    return pairs;
+  }
   for (size_t k = 0; k < params.size(); ++k) {
     const TensorRegion& w = model.tensors[params[k]];
     const TensorRegion& v = sibling.tensors[vs[k]];

@@ -50,10 +50,12 @@ using SiblingFinder = std::function<std::vector<SiblingMoments>()>;
 
 // Whether `sibling`'s second moments belong to the parameters of `model`:
 // as many second moments (amsgrad's max_exp_avg_sq aside) as the model has
-// parameters, in the same order, each of the same element type and count,
-// the same shape where both parsers know a shape of more than one
-// dimension, and, where the sibling names the parameter in the moment's
-// label ("fc.weight.exp_avg_sq"), the same name. On a match, returns for
+// parameters, each of the same element type and count and the same shape
+// where both parsers know a shape of more than one dimension. When the
+// optimizer's param_groups name its parameters (FileLayout::param_names),
+// they are paired by those names with the model's labels; otherwise in
+// order, and where the sibling names the parameter in the moment's label
+// ("fc.weight.exp_avg_sq"), the names must agree. On a match, returns for
 // each parameter (index into model.tensors) its second moment's index into
 // sibling.tensors; otherwise the reason, for the log.
 Result<std::vector<std::pair<size_t, size_t>>> MatchSiblingMoments(const FileLayout& model,

@@ -98,6 +98,9 @@ struct FileLayout {
   // torch: the pickle holds an optimizer's state_dict ("state" and
   // "param_groups" keys), so exp_avg & co. are optimizer moments.
   bool optimizer_state = false;
+  // torch: the names of the optimizer's parameters in index order, when
+  // its param_groups carry them (PickleScan::param_names); else empty.
+  std::vector<std::string> param_names;
   std::string note;                   // why "unknown", or what was skipped; for logs
   // Stored (uncompressed) zip members holding tensors: torch-zip, npz, DCP.
   std::vector<ZipCrcField> zip_crcs;

@@ -216,6 +216,9 @@ void Machine::SetItems(const Value& dict, const std::vector<Value>& items) {
     if (key.kind == Value::kStr) {
       seen_state_key_ |= *key.s == "state";
       seen_param_groups_key_ |= *key.s == "param_groups";
+      if (*key.s == "param_names" && value.kind == Value::kList) {
+        for (const Value& n : *value.items) out_.param_names.push_back(n.kind == Value::kStr ? *n.s : std::string());
+      }
     }
     if (value.kind == Value::kTensor && dict.kind == Value::kDict && dict.i == 1) {
       out_.storages[static_cast<size_t>(value.i)].module_entry = true;

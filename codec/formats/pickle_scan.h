@@ -47,6 +47,10 @@ struct PickleScan {
   // Some dict has both the keys "state" and "param_groups": the pickle holds
   // an optimizer's state_dict (torch.optim.Optimizer.state_dict()).
   bool optimizer_state = false;
+  // The "param_names" lists of its param_groups, concatenated in order
+  // (torch >= 2.6 keeps them for optimizers built from named_parameters()):
+  // the name of each parameter the optimizer state is keyed by index.
+  std::vector<std::string> param_names;
 };
 
 // Fails on malformed input; a pickle cut short fails with code ENODATA so

@@ -37,9 +37,10 @@ using RefMap = std::unordered_map<std::string, StorageRef>;
 
 // Storage dtypes come from data.pkl. If it cannot be read the records are
 // still storages, just of unknown type, so this only adds a note.
-// *optimizer_state is set when the pickle holds an optimizer's state_dict.
+// What the pickle says about the whole file (optimizer state, parameter
+// names) goes to `facts`.
 RefMap ScanDataPkl(const ByteSource& src, const ZipArchive& z, const std::string& prefix, std::string* note,
-                   bool* optimizer_state) {
+                   FileLayout* facts) {
   RefMap refs;
   const ZipEntry* pkl = FindEntry(z, prefix + "data.pkl");
   if (pkl->method != 0) {
@@ -54,7 +55,8 @@ RefMap ScanDataPkl(const ByteSource& src, const ZipArchive& z, const std::string
     return refs;
   }
   for (StorageRef& s : scan->storages) refs.emplace(s.key, std::move(s));
-  *optimizer_state |= scan->optimizer_state;
+  facts->optimizer_state |= scan->optimizer_state;
+  facts->param_names.insert(facts->param_names.end(), scan->param_names.begin(), scan->param_names.end());
   return refs;
 }
 
@@ -94,10 +96,10 @@ TensorRegion RecordRegion(const ZipEntry& e, const StorageRef* ref) {
 }
 
 Status AppendArchiveRegions(const ByteSource& src, const ZipArchive& z, std::vector<TensorRegion>* out,
-                            std::string* note, bool* optimizer_state) {
+                            std::string* note, FileLayout* facts) {
   std::optional<std::string> prefix = ArchivePrefix(z);
   if (!prefix) return Malformed("zip has no <archive>/data.pkl");
-  RefMap refs = ScanDataPkl(src, z, *prefix, note, optimizer_state);
+  RefMap refs = ScanDataPkl(src, z, *prefix, note, facts);
   const std::string data_dir = *prefix + "data/";
   size_t skipped = 0;
   for (const ZipEntry& e : z.entries) {
@@ -147,7 +149,7 @@ bool IsTorchArchive(const ZipArchive& z) { return ArchivePrefix(z).has_value(); 
 Result<FileLayout> ParseTorchZip(const ByteSource& src, const ZipArchive& z) {
   FileLayout l;
   l.format = "torch-zip";
-  RETURN_IF_ERROR(AppendArchiveRegions(src, z, &l.tensors, &l.note, &l.optimizer_state));
+  RETURN_IF_ERROR(AppendArchiveRegions(src, z, &l.tensors, &l.note, &l));
   AppendZipCrcFields(z, l.tensors, &l.zip_crcs);
   SortZipCrcFields(&l.zip_crcs);
   return l;
@@ -160,7 +162,7 @@ Result<FileLayout> ParseDcp(const ByteSource& src) {
   while (end > 0 && archives < kMaxArchives && HasEocdEndingAt(src, end)) {
     size_t first_tensor = l.tensors.size();
     auto z = ReadZip(src, end, /*allow_comment=*/false);
-    Status st = z.ok() ? AppendArchiveRegions(src, *z, &l.tensors, &l.note, &l.optimizer_state) : z.status();
+    Status st = z.ok() ? AppendArchiveRegions(src, *z, &l.tensors, &l.note, &l) : z.status();
     if (!st.ok()) {
       // The last archive must parse; an earlier failure means the EOCD-like
       // bytes belong to a BYTE_IO item, which stays metadata.
@@ -193,6 +195,7 @@ Result<FileLayout> ParseTorchLegacy(const ByteSource& src) {
   FileLayout l;
   l.format = "torch-legacy";
   l.optimizer_state = scans[3].optimizer_state;
+  l.param_names = scans[3].param_names;
   uint64_t pos = scans[4].end;
   for (const std::string& key : keys) {
     auto it = refs.find(key);

@@ -33,6 +33,7 @@ except ImportError as e:  # a missing client is a collection error, never a sile
                       f".venv-debian/bin/python (see scripts/install-deps.sh): {e}")
 import numpy as np  # noqa: E402
 
+from test_clients import pypi_python  # noqa: E402,F401  (fixture)
 from test_lossy import (POLICY_XATTR, TOL, assert_exact, lossy_eligible, sensitivity, stats_entry,  # noqa: E402
                         tensor_bytes, value_error)
 
@@ -304,3 +305,41 @@ def test_planted_sibling_is_not_used(mount_factory, case):
     for name, w in weights.items():
         if w.size >= 64:
             assert 0 < value_error(w, back[name]) <= f * TOL, name
+
+
+HF_CLIENT = r'''
+import sys, time, torch
+from safetensors.torch import save_file
+save_dir, named = sys.argv[1], sys.argv[2] == "named"
+torch.manual_seed(3)
+model = torch.nn.Sequential(torch.nn.Linear(64, 512), torch.nn.GELU(), torch.nn.Linear(512, 64))
+opt = torch.optim.AdamW(model.named_parameters() if named else model.parameters(), lr=1e-3)
+for _ in range(5):
+    loss = model(torch.randn(16, 64)).pow(2).mean()
+    opt.zero_grad(); loss.backward(); opt.step()
+torch.save(opt.state_dict(), save_dir + "/optimizer.pt")
+time.sleep(1)  # sealed before the model file, as a Trainer's save usually is
+save_file(model.state_dict(), save_dir + "/model.safetensors")  # sorted by name: 0.bias first
+'''
+
+
+@pytest.mark.parametrize("named", ["named", "unnamed"])
+def test_sibling_of_a_safetensors_model_by_name(mount_factory, pypi_python, tmp_path, named):
+    """torch 2.x + the safetensors library, as a Trainer saves: the model
+    file's tensors are sorted by name, the optimizer's state keyed by index.
+    With the parameter names torch >= 2.6 keeps in param_groups
+    (an optimizer built from named_parameters()) they pair by name;
+    without them no order can be trusted, and magnitude is used."""
+    m = mount_factory(opts=["lossy=0.05"])
+    save_dir = m.mnt / "checkpoint-5"
+    save_dir.mkdir()
+    script = tmp_path / "hf_client.py"
+    script.write_text(HF_CLIENT)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+    p = subprocess.run([str(pypi_python), str(script), str(save_dir), named], capture_output=True, text=True,
+                       timeout=600, env=env, stdin=subprocess.DEVNULL)
+    assert p.returncode == 0, describe(p, "client failed")
+    m.wait_sealed()
+    xa = lossy_xattrs(save_dir / "model.safetensors")
+    want = "sibling-second-moments" if named == "named" else "magnitude"
+    assert xa["sensitivity"] == want, (xa, m.log_text()[-3000:])

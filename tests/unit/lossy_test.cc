@@ -408,6 +408,31 @@ TEST(SiblingMatch, ModelInAnotherOrderIsRejected) {
   EXPECT_FALSE(MatchSiblingMoments(model, OptimizerFile(kMlp), lossy::LossyScope::kModels).ok());
 }
 
+// torch >= 2.6 keeps the parameters' names in param_groups: then the
+// model file's order does not matter, the names do.
+TEST(SiblingMatch, OptimizerParamNamesPairByName) {
+  FileLayout model = ModelFile(kMlp);
+  std::swap(model.tensors[0].order, model.tensors[1].order);
+  std::swap(model.tensors[2].order, model.tensors[3].order);
+  FileLayout opt = OptimizerFile(kMlp);
+  opt.param_names = {"0.weight", "0.bias", "2.weight", "2.bias"};
+  auto pairs = MatchSiblingMoments(model, opt, lossy::LossyScope::kModels);
+  ASSERT_TRUE(pairs.ok()) << pairs.status().message();
+  ASSERT_EQ(pairs->size(), 4u);
+  for (size_t k = 0; k < 4; ++k) {
+    EXPECT_EQ(model.tensors[(*pairs)[k].first].label, opt.param_names[k]);
+    EXPECT_EQ((*pairs)[k].second, 3 * k + 2);
+  }
+  opt.param_names[3] = "3.bias";
+  auto missing = MatchSiblingMoments(model, opt, lossy::LossyScope::kModels);
+  EXPECT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("3.bias is not in the model file"), std::string::npos);
+  opt.param_names = {"0.bias", "0.weight", "2.weight", "2.bias"};  // names that contradict the shapes
+  EXPECT_FALSE(MatchSiblingMoments(model, opt, lossy::LossyScope::kModels).ok());
+  opt.param_names.pop_back();
+  EXPECT_FALSE(MatchSiblingMoments(model, opt, lossy::LossyScope::kModels).ok());
+}
+
 TEST(SiblingMatch, NamedMomentsMustNameTheParameter) {
   FileLayout model = ModelFile({{512, 64}});
   FileLayout named = OptimizerFile({{512, 64}}, "state.0.weight.exp_avg_sq");

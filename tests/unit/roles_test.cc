@@ -474,7 +474,11 @@ TEST(PickleLabelTest, TorchCheckpointShape) {
   p.Get(m), p.Tensor("6", 2);  // memoized key
   p.Get(v), p.Tensor("7", 2);
   p.Op('u'), p.Op('u');
-  p.Str("param_groups"), p.Op(']'), p.Op('u');
+  p.Str("param_groups"), p.Op(']'), p.Op('(');
+  p.Op('}'), p.Op('('), p.Str("param_names"), p.Op(']'), p.Op('('), p.Str("l.weight"), p.Str("l.bias"), p.Op('e');
+  p.Str("params"), p.Op(']'), p.Int(0), p.Op('a'), p.Op('u');
+  p.Op('}'), p.Str("param_names"), p.Op(']'), p.Str("param"), p.Op('a'), p.Op('s');
+  p.Op('e'), p.Op('u');
   p.Str("step"), p.Int(5);
   p.Str("param"), p.Tensor("8", 3, /*parameter=*/true);
   p.Str("list"), p.Op(']'), p.Op('('), p.Tensor("9", 2), p.Tensor("10", 2), p.Op('e');
@@ -490,6 +494,7 @@ TEST(PickleLabelTest, TorchCheckpointShape) {
   std::vector<bool> want_entries = {true, true, false, false, false, false, false, false, false, false, false, false};
   EXPECT_EQ(entries, want_entries);
   EXPECT_TRUE(optimizer_state);
+  EXPECT_EQ(formats::ScanPickle(p.b)->param_names, (std::vector<std::string>{"l.weight", "l.bias", "param"}));
 }
 
 // {'data': t, 'inputs': t}, a single-item OrderedDict (SETITEM, not
