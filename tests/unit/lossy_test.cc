@@ -1,6 +1,8 @@
 // Lossy piece and chunk codecs: error targets honoured, reconstruction
 // deterministic and equal to what decoding gives, exact where it must be,
-// and malformed payloads rejected without crashing.
+// and malformed payloads rejected without crashing. Also the lossy policy's
+// forms, the sibling-moments match, the pack meta's lossy section and the
+// user.ckptfs.lossy.* attributes made from it.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,10 +10,15 @@
 #include <random>
 #include <vector>
 
+#include "base/hash.h"
 #include "codec/lossy/float_bits.h"
 #include "codec/lossy/lossy_chunk.h"
 #include "codec/lossy/quantizer.h"
+#include "store/le.h"
+#include "store/lossy_coder.h"
 #include "store/lossy_policy.h"
+#include "store/lossy_xattrs.h"
+#include "store/pack_meta.h"
 
 namespace ckptfs::lossy {
 namespace {
@@ -315,12 +322,6 @@ TEST(LossyPiece, ResidualCapKeepsSmallUpdates) {
 }  // namespace ckptfs::lossy
 
 // ------------------------------------------------ scope, sibling, attributes
-
-#include "base/hash.h"
-#include "store/le.h"
-#include "store/lossy_coder.h"
-#include "store/lossy_xattrs.h"
-#include "store/pack_meta.h"
 
 namespace ckptfs {
 namespace {
