@@ -68,9 +68,14 @@ Result<StubRecord> DecodeStubSlot(std::span<const uint8_t, kStubSlotSize> in) {
 }
 
 Result<StubRecord> ReadStub(Env* env, int stub_fd) {
+  ASSIGN_OR_RETURN(StubSlots slots, ReadStubSlots(env, stub_fd));
+  return slots.current;
+}
+
+Result<StubSlots> ReadStubSlots(Env* env, int stub_fd) {
   std::array<uint8_t, kStubFileSize> buf{};
   ASSIGN_OR_RETURN(size_t n, env->PRead(stub_fd, buf, 0));
-  if (n == 0) return StubRecord{};  // what O_CREAT leaves: an empty file
+  if (n == 0) return StubSlots{};  // what O_CREAT leaves: an empty file
   if (n < kStubSlotSize) {
     return Status::Corruption("stub is " + std::to_string(n) + " bytes long (expected 0, 64 or 128)");
   }
@@ -89,11 +94,14 @@ Result<StubRecord> ReadStub(Env* env, int stub_fd) {
     }
     if (!best || rec->gen > best->gen) best = *rec;
   }
-  if (best) return *best;
+  if (best) {
+    if (!why.empty()) why.pop_back();
+    return StubSlots{*best, why.empty() ? "" : why.substr(1)};
+  }
   // Slots are written at gen%2: the first record ever goes to slot 1, so
   // all-zero slots mean no record was written (e.g. the first stub write
   // never reached the file). That is an empty file, not damage.
-  if (why.empty()) return StubRecord{};
+  if (why.empty()) return StubSlots{};
   why.pop_back();
   return Status::Corruption("stub has no valid slot:" + why);
 }

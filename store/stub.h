@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 
 #include "base/status.h"
 #include "store/env.h"
@@ -44,6 +45,16 @@ Result<StubRecord> DecodeStubSlot(std::span<const uint8_t, kStubSlotSize> in);
 // Reads the current record. Empty stub -> {gen 0, sealed, size 0, object 0}.
 // Both slots invalid -> Corruption.
 Result<StubRecord> ReadStub(Env* env, int stub_fd);
+
+// The current record, and what is wrong with the other slot when it is
+// neither valid nor all zero. Such a slot may have held the newer record
+// (a flipped bit), so what it named cannot be known: recovery and gc then
+// delete nothing (docs/ARCHITECTURE.md, "Recovery").
+struct StubSlots {
+  StubRecord current;
+  std::string damaged;  // empty: the other slot is valid or was never written
+};
+Result<StubSlots> ReadStubSlots(Env* env, int stub_fd);
 // Writes `rec` with gen = current.gen + 1 into the free slot; returns the
 // record as written. Does not fsync: callers decide when durability is owed.
 Result<StubRecord> WriteStub(Env* env, int stub_fd, const StubRecord& current, StubRecord rec);
