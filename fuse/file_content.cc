@@ -21,7 +21,11 @@ Result<std::shared_ptr<FileContent>> FileContent::Load(Store* store, ChunkCache*
     // Only recovery leaves a stub staged across mounts, and it seals them
     // all; still, serve the staged bytes rather than refuse the file.
     auto fd = store->OpenStaging(fc->rec_.object);
-    if (!fd.ok()) return fd.status().WithContext("staging file of " + fc->label_);
+    if (!fd.ok()) {
+      // The stub names it, so a missing staging file is damage: EIO, as for a missing pack.
+      const Status st = fd.status().code() == ENOENT ? Status::Error(EIO, "staging file is missing") : fd.status();
+      return st.WithContext("staging file of " + fc->label_);
+    }
     fc->staging_ = std::make_shared<Staging>(Staging{fc->rec_.object, std::move(fd).value()});
   }
   return fc;

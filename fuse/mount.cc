@@ -293,6 +293,16 @@ void LogRecovery(const RecoveryReport& r, bool to_stderr) {
       r.broken_stubs);
   if (to_stderr)
     for (const auto& a : r.actions) std::cerr << "ckptfs: recovery: " << a << "\n";
+  // Mounting goes on (every readable file is served), but the user must hear
+  // of it: the mount's own terminal, even when the daemon goes to the
+  // background.
+  if (!r.swept()) {
+    if (!to_stderr)
+      for (const auto& u : r.unreadable) std::cerr << "ckptfs: recovery: cannot read " << u << "\n";
+    std::cerr << "ckptfs: warning: " << r.unreadable.size()
+              << " object(s) in the store could not be read; nothing was deleted, and no pack will be until "
+                 "they are repaired (run `ckptfs fsck`)\n";
+  }
 }
 
 int Fail(const std::string& msg) {

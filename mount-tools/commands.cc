@@ -278,6 +278,16 @@ int RunGc(const std::string& backing) {
     return 2;
   }
   for (const std::string& line : rep->actions) std::cout << line << "\n";
+  if (!rep->swept()) {
+    // Exit 1 as fsck does for a damaged store: the command ran, but could
+    // not do its job, and says why.
+    std::cerr << "ckptfs gc: deleted nothing: " << rep->unreadable.size()
+              << " object(s) could not be read, and any pack or staging file may be what they need:\n";
+    for (const std::string& u : rep->unreadable) std::cerr << "  " << u << "\n";
+    std::cerr << "ckptfs gc: run `ckptfs fsck " << Normal(backing)
+              << "`, repair or restore what it names, then run gc again\n";
+    return 1;
+  }
   std::cout << "gc: removed " << rep->orphan_packs_removed << " pack(s) and " << rep->orphan_staging_removed
             << " staging file(s) that nothing needs; " << store.value()->index().size() << " pack(s) kept\n";
   return 0;

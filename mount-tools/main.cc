@@ -40,7 +40,9 @@ int main(int argc, char** argv) {
   fsck->add_flag("--json", fsck_json, "Print JSON");
 
   std::string gc_path;
-  auto* gc = app.add_subcommand("gc", "Delete packs nothing needs in an unmounted store (mounts do this themselves)");
+  auto* gc = app.add_subcommand("gc",
+                                "Delete packs nothing needs in an unmounted store (mounts do this themselves); "
+                                "exit 0 done, 1 nothing deleted because objects are unreadable, 2 error");
   gc->add_option("BACKING", gc_path, "The backing store directory")->required();
 
   std::string inspect_path;

@@ -434,13 +434,21 @@ Result<std::shared_ptr<PackReader>> PackReader::Open(Env* env, UniqueFd fd, std:
   if (pos != payload_end) {
     return corrupt("payloads end at " + std::to_string(pos) + ", expected " + std::to_string(payload_end));
   }
+  // The meta block is an index over the chunks, not part of the content:
+  // when it cannot be read the chunks still can, so the reader opens and
+  // says so in meta_status(); who needs the references (recovery, gc,
+  // fsck) must check it.
   PackMeta meta;
+  Status meta_status = Status::Ok();
   if (h.version >= 3) {
     std::vector<uint8_t> mb(h.meta_len);
-    if (Status s = env->PReadExact(fd.get(), mb, h.meta_offset); !s.ok()) return s.WithContext(ctx);
-    Result<PackMeta> m = DecodePackMeta(mb, h.chunk_count);
-    if (!m.ok()) return m.status().WithContext(ctx);
-    meta = std::move(m).value();
+    if (Status s = env->PReadExact(fd.get(), mb, h.meta_offset); !s.ok()) {
+      meta_status = s.WithContext(ctx + ": meta block");
+    } else if (Result<PackMeta> m = DecodePackMeta(mb, h.chunk_count); !m.ok()) {
+      meta_status = m.status().WithContext(ctx + ": meta block");
+    } else {
+      meta = std::move(m).value();
+    }
   }
 
   // A small pack (a delta or a file of references) is read whole up front:
@@ -452,6 +460,7 @@ Result<std::shared_ptr<PackReader>> PackReader::Open(Env* env, UniqueFd fd, std:
   r->header_ = h;
   r->chunks_ = std::move(chunks);
   r->meta_ = std::move(meta);
+  r->meta_status_ = std::move(meta_status);
   r->stored_size_ = size;
   return r;
 }

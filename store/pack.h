@@ -106,8 +106,11 @@ class PackReader {
 
   const PackHeader& header() const { return header_; }
   const std::vector<ChunkEntry>& chunks() const { return chunks_; }
-  // Version 3 packs; empty (no bases, no hashes) for older ones.
+  // Version 3 packs; empty (no bases, no hashes) for older ones, and when
+  // the meta block cannot be read (then meta_status() says why, and the
+  // pack's references are unknown although its chunks read fine).
   const PackMeta& meta() const { return meta_; }
+  const Status& meta_status() const { return meta_status_; }
   uint64_t stored_size() const { return stored_size_; }
   const std::string& name() const { return name_; }
   int fd() const { return fd_.get(); }
@@ -134,6 +137,7 @@ class PackReader {
   PackHeader header_;
   std::vector<ChunkEntry> chunks_;
   PackMeta meta_;
+  Status meta_status_ = Status::Ok();
   uint64_t stored_size_ = 0;
 };
 

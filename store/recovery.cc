@@ -30,21 +30,33 @@ Result<unsigned char> EntryType(Env* env, int dirfd, const DirEntry& e) {
 
 }  // namespace
 
-Status WalkTree(Env* env, int dirfd, const std::string& prefix, const TreeVisitor& fn,
-                std::unordered_set<ino_t>* seen) {
-  Result<std::vector<DirEntry>> entries = env->ListDir(dirfd);
-  if (!entries.ok()) return entries.status().WithContext("listing ns/" + prefix);
-  for (const DirEntry& e : *entries) {
+namespace {
+
+Status WalkEntries(Env* env, int dirfd, const std::string& prefix, const std::vector<DirEntry>& entries,
+                   const TreeVisitor& fn, std::unordered_set<ino_t>* seen) {
+  for (const DirEntry& e : entries) {
     const std::string path = Join(prefix, e.name);
     Result<unsigned char> type = EntryType(env, dirfd, e);
     if (!type.ok()) {
       if (type.status().code() == ENOENT) continue;  // removed under us
-      return type.status();
+      // Neither a file nor a directory we can tell: it may hold stubs.
+      RETURN_IF_ERROR(fn(path + "/", -1, type.status().WithContext("stat")));
+      continue;
     }
     if (*type == DT_DIR) {
+      // A subtree that cannot be opened or listed is reported to the
+      // visitor and skipped, so the rest of the namespace is still visited.
       Result<UniqueFd> sub = env->OpenAt(dirfd, e.name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
-      if (!sub.ok()) return sub.status();
-      RETURN_IF_ERROR(WalkTree(env, sub->get(), path, fn, seen));
+      if (!sub.ok()) {
+        RETURN_IF_ERROR(fn(path + "/", -1, sub.status()));
+        continue;
+      }
+      Result<std::vector<DirEntry>> sub_entries = env->ListDir(sub->get());
+      if (!sub_entries.ok()) {
+        RETURN_IF_ERROR(fn(path + "/", -1, sub_entries.status()));
+        continue;
+      }
+      RETURN_IF_ERROR(WalkEntries(env, sub->get(), path, *sub_entries, fn, seen));
       continue;
     }
     // Symlinks, devices, fifos and sockets carry no content; a second link
@@ -66,6 +78,15 @@ Status WalkTree(Env* env, int dirfd, const std::string& prefix, const TreeVisito
     }
   }
   return Status::Ok();
+}
+
+}  // namespace
+
+Status WalkTree(Env* env, int dirfd, const std::string& prefix, const TreeVisitor& fn,
+                std::unordered_set<ino_t>* seen) {
+  Result<std::vector<DirEntry>> entries = env->ListDir(dirfd);
+  if (!entries.ok()) return entries.status().WithContext("listing ns/" + prefix);
+  return WalkEntries(env, dirfd, prefix, *entries, fn, seen);
 }
 
 }  // namespace internal
@@ -91,8 +112,18 @@ Result<RecoveryReport> Store::Recover() {
     spdlog::error("recovery: {}", line);
     rep.actions.push_back(line);
   };
+  // An object whose references cannot be established: with any, nothing is
+  // swept, since any unreferenced-looking pack or staging file might be
+  // what it names.
+  auto unreadable = [&](const std::string& where, const std::string& why) {
+    rep.unreadable.push_back(where + ": " + why);
+    problem("cannot read " + where + ": " + why);
+  };
 
-  // 1. Packs that never got published.
+  // 1. Packs that never got published. Always safe to delete: nothing names
+  // a pack before it is renamed out of tmp/ (stubs and meta blocks name
+  // packs/XX/ID.pack only), and the staging file it was coded from stays
+  // until a stub names the published pack.
   ASSIGN_OR_RETURN(std::vector<DirEntry> tmp_entries, env_->ListDir(tmp_.get()));
   for (const DirEntry& e : tmp_entries) {
     RETURN_IF_ERROR(env_->UnlinkAt(tmp_.get(), e.name).WithContext("recovery: clearing tmp/"));
@@ -101,66 +132,85 @@ Result<RecoveryReport> Store::Recover() {
   }
 
   // 2. Walk the namespace: collect what is referenced, seal what was staged.
-  std::unordered_set<ObjectId> packs_ref, staging_ref;
-  bool unreadable = false;
+  std::unordered_map<ObjectId, std::string> packs_ref;  // -> a stub naming it
+  std::unordered_set<ObjectId> staging_ref;
   auto visit = [&](const std::string& path, int fd, const Status& open_status) -> Status {
+    const std::string where = "ns/" + path;
+    if (path.ends_with('/')) {
+      unreadable(where + " (directory)", open_status.message());
+      return Status::Ok();
+    }
     ++rep.stubs_scanned;
     if (!open_status.ok()) {
       ++rep.broken_stubs;
-      unreadable = true;
-      problem("cannot open stub ns/" + path + ": " + open_status.message());
+      unreadable(where + " (stub)", "cannot open: " + open_status.message());
       return Status::Ok();
     }
-    Result<StubRecord> rec = ReadStub(env_, fd);
-    if (!rec.ok()) {
+    Result<StubSlots> slots = ReadStubSlots(env_, fd);
+    if (!slots.ok()) {
       ++rep.broken_stubs;
-      unreadable = true;
-      problem("unreadable stub ns/" + path + ": " + rec.status().message());
+      unreadable(where + " (stub)", slots.status().message());
       return Status::Ok();
     }
-    if (rec->state == StubState::kSealed) {
-      if (rec->object != 0) packs_ref.insert(rec->object);
+    const StubRecord& rec = slots->current;
+    if (rec.state == StubState::kSealed) {
+      if (rec.object != 0) packs_ref.emplace(rec.object, where);
+      // The damaged slot may have held the newer record: what it named is
+      // unknown, so it blocks the sweep although the file still opens.
+      if (!slots->damaged.empty()) unreadable(where + " (stub)", "damaged slot: " + slots->damaged);
       return Status::Ok();
     }
-    const std::string staging = "staging/" + internal::StagingFileName(rec->object);
-    Result<UniqueFd> sfd = OpenStaging(rec->object);
+    const std::string staging = "staging/" + internal::StagingFileName(rec.object);
+    Result<UniqueFd> sfd = OpenStaging(rec.object);
     if (!sfd.ok()) {
       if (sfd.status().code() == ENOENT) {
         ++rep.broken_stubs;
-        problem("ns/" + path + " is staged but " + staging + " is missing; its content is lost");
+        problem(where + " is staged but " + staging + " is missing; its content is lost");
       } else {
-        staging_ref.insert(rec->object);
-        problem("cannot open " + staging + " for ns/" + path + ": " + sfd.status().message());
+        staging_ref.insert(rec.object);
+        problem("cannot open " + staging + " for " + where + ": " + sfd.status().message());
       }
+      if (!slots->damaged.empty()) unreadable(where + " (stub)", "damaged slot: " + slots->damaged);
       return Status::Ok();
     }
-    Result<StubRecord> sealed = SealStub(fd, *rec, sfd->get());
+    // Sealing deletes the stub's staging file once the stub names the new
+    // pack durably. That deletion needs no sweep's proof: a staging file
+    // belongs to the one stub that created it (O_EXCL, random id). The
+    // seal's stub write also replaces a damaged slot, which is the slot a
+    // torn write of a crash leaves.
+    Result<StubRecord> sealed = SealStub(fd, rec, sfd->get());
     if (sealed.ok()) {
-      packs_ref.insert(sealed->object);
+      packs_ref.emplace(sealed->object, where);
       ++rep.staged_resealed;
-      did("sealed ns/" + path + " from " + staging + " into pack " + ObjectIdHex(sealed->object));
+      did("sealed " + where + " from " + staging + " into pack " + ObjectIdHex(sealed->object));
       return Status::Ok();
     }
     // A failed seal may still have switched the stub: keep whatever it names now.
-    problem("cannot seal ns/" + path + " (left staged): " + sealed.status().message());
-    staging_ref.insert(rec->object);
-    if (Result<StubRecord> now = ReadStub(env_, fd); now.ok() && now->state == StubState::kSealed) {
-      packs_ref.insert(now->object);
+    problem("cannot seal " + where + " (left staged): " + sealed.status().message());
+    staging_ref.insert(rec.object);
+    if (Result<StubSlots> now = ReadStubSlots(env_, fd); !now.ok()) {
+      unreadable(where + " (stub)", now.status().message());
+    } else {
+      if (now->current.state == StubState::kSealed) packs_ref.emplace(now->current.object, where);
+      if (!now->damaged.empty()) unreadable(where + " (stub)", "damaged slot: " + now->damaged);
     }
     return Status::Ok();
   };
   std::unordered_set<ino_t> seen;
   RETURN_IF_ERROR(internal::WalkTree(env_, ns_.get(), "", visit, &seen).WithContext("recovery"));
 
-  // 3. Garbage: objects nothing refers to. An unreadable stub might refer
-  // to any of them, so then nothing is deleted and fsck gets to look.
-  if (unreadable) {
-    problem(std::to_string(rep.broken_stubs) +
-            " stub(s) unreadable: not deleting unreferenced packs or staging files; run fsck");
-    RETURN_IF_ERROR(CollectPacks(packs_ref, &rep, /*keep_all=*/true));
+  // 3. Garbage: objects nothing refers to, deleted only when every stub,
+  // pack and base could be read (CollectPacks adds what it cannot read).
+  RETURN_IF_ERROR(CollectPacks(packs_ref, &rep));
+  deletion_blocked_ = !rep.swept();
+  if (!rep.swept()) {
+    spdlog::warn(
+        "recovery: {} object(s) could not be read, so recovery deleted no pack and no staging file, and packs "
+        "of deleted files are kept until they are repaired; run `ckptfs fsck {}`, repair or restore what it "
+        "names, then remount or run `ckptfs gc`",
+        rep.unreadable.size(), path_);
     return rep;
   }
-  RETURN_IF_ERROR(CollectPacks(packs_ref, &rep, /*keep_all=*/false));
   ASSIGN_OR_RETURN(std::vector<DirEntry> stage_files, env_->ListDir(staging_.get()));
   for (const DirEntry& f : stage_files) {
     std::optional<ObjectId> id = internal::ParseObjectFileName(f.name, internal::kStagingSuffix);
@@ -180,10 +230,15 @@ Result<RecoveryReport> Store::Recover() {
 
 namespace ckptfs {
 
-Status Store::CollectPacks(const std::unordered_set<ObjectId>& roots, RecoveryReport* rep, bool keep_all) {
+Status Store::CollectPacks(const std::unordered_map<ObjectId, std::string>& roots, RecoveryReport* rep) {
+  auto unreadable = [&](const std::string& where, const std::string& why) {
+    rep->unreadable.push_back(where + ": " + why);
+    spdlog::error("recovery: cannot read {}: {}", where, why);
+    rep->actions.push_back("cannot read " + where + ": " + why);
+  };
   struct Found {
     std::string dir, file;
-    std::optional<PackMeta> meta;  // nullopt: unreadable
+    std::optional<PackMeta> meta;  // nullopt: references unknown
     uint64_t logical_size = 0;
     uint32_t chunk_size = 0;
   };
@@ -191,48 +246,58 @@ Status Store::CollectPacks(const std::unordered_set<ObjectId>& roots, RecoveryRe
   ASSIGN_OR_RETURN(std::vector<DirEntry> pack_dirs, env_->ListDir(packs_.get()));
   for (const DirEntry& d : pack_dirs) {
     Result<UniqueFd> dir = env_->OpenAt(packs_.get(), d.name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
-    if (!dir.ok()) {
-      spdlog::warn("recovery: skipping packs/{}: {}", d.name, dir.status().message());
+    Result<std::vector<DirEntry>> files =
+        dir.ok() ? env_->ListDir(dir->get()) : Result<std::vector<DirEntry>>(dir.status());
+    if (!files.ok()) {
+      unreadable("packs/" + d.name + "/ (directory)", files.status().message());
       continue;
     }
-    ASSIGN_OR_RETURN(std::vector<DirEntry> files, env_->ListDir(dir->get()));
-    for (const DirEntry& f : files) {
+    for (const DirEntry& f : *files) {
       std::optional<ObjectId> id = internal::ParseObjectFileName(f.name, internal::kPackSuffix);
+      const std::string where = "packs/" + d.name + "/" + f.name;
       if (!id) {
-        spdlog::warn("recovery: leaving unexpected file packs/{}/{}", d.name, f.name);
+        spdlog::warn("recovery: leaving unexpected file {}", where);
         continue;
       }
       Found& e = found[*id];
       e.dir = d.name;
       e.file = f.name;
-      if (Result<std::shared_ptr<PackReader>> r = OpenPack(*id); r.ok()) {
+      Result<std::shared_ptr<PackReader>> r = OpenPack(*id);
+      if (!r.ok()) {
+        unreadable(where + " (pack header or chunk table)", r.status().message());
+      } else if (!(*r)->meta_status().ok()) {
+        unreadable(where + " (meta block)", (*r)->meta_status().message());
+      } else {
         e.meta = (*r)->meta();
         e.logical_size = (*r)->header().logical_size;
         e.chunk_size = (*r)->header().chunk_size;
-      } else {
-        spdlog::warn("recovery: pack {} is unreadable (fsck reports it): {}", f.name, r.status().message());
       }
     }
   }
 
-  // Mark: what stubs name, and the bases of those packs, transitively.
+  // Mark: what stubs name, and the bases of those packs, transitively. A
+  // pack that is named but absent means its references are lost too.
   std::unordered_set<ObjectId> live;
-  std::vector<ObjectId> todo;
-  for (const auto& [id, e] : found) {
-    if (keep_all || roots.count(id)) todo.push_back(id);
-  }
+  std::vector<std::pair<ObjectId, std::string>> todo(roots.begin(), roots.end());  // pack, who needs it
   while (!todo.empty()) {
-    const ObjectId id = todo.back();
+    const auto [id, needer] = todo.back();
     todo.pop_back();
     if (!live.insert(id).second) continue;
     auto it = found.find(id);
-    if (it == found.end() || !it->second.meta) continue;
-    for (ObjectId b : it->second.meta->bases) todo.push_back(b);
+    if (it == found.end()) {
+      unreadable("packs/" + internal::PackDirName(id) + "/" + internal::PackFileName(id),
+                 "missing, but " + needer + " needs it");
+      continue;
+    }
+    if (!it->second.meta) continue;
+    for (ObjectId b : it->second.meta->bases) todo.emplace_back(b, "packs/" + it->second.dir + "/" + it->second.file);
   }
 
-  // Sweep what nothing needs; index the rest.
+  // Sweep what nothing needs, unless something could not be read; index the
+  // packs whose meta blocks were read.
+  const bool sweep = rep->unreadable.empty();
   for (const auto& [id, e] : found) {
-    if (live.count(id)) {
+    if (!sweep || live.count(id)) {
       if (e.meta) index_.Add(id, *e.meta, e.logical_size, e.chunk_size);
       continue;
     }
@@ -245,7 +310,7 @@ Status Store::CollectPacks(const std::unordered_set<ObjectId>& roots, RecoveryRe
     rep->actions.push_back(line);
   }
   index_.RecountUsers();
-  for (ObjectId id : roots) index_.AddRoot(id);
+  for (const auto& [id, path] : roots) index_.AddRoot(id);
   index_loaded_ = true;
   return Status::Ok();
 }

@@ -345,6 +345,16 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
 
 Status Store::DeleteDeadPacks(const std::vector<ObjectId>& dead) {
   if (dead.empty()) return Status::Ok();
+  if (deletion_blocked()) {
+    // The index says nothing needs them, but it does not know what the
+    // objects recovery could not read refer to (ARCHITECTURE.md, Recovery).
+    for (ObjectId id : dead) {
+      spdlog::warn("keeping pack packs/{}/{} although no file needs it: recovery found unreadable objects "
+                   "(see `ckptfs fsck`); `ckptfs gc` deletes it once they are repaired",
+                   PackDirName(id), PackFileName(id));
+    }
+    return Status::Ok();
+  }
   {
     std::lock_guard lk(readers_mu_);
     readers_.remove_if([&](const auto& r) { return std::find(dead.begin(), dead.end(), r.first) != dead.end(); });
@@ -395,10 +405,20 @@ Store::~Store() {
 
 Status Store::ReleasePack(ObjectId id) {
   if (id == 0) return Status::Ok();
-  // Without the index (a store opened without recovery) no deltas were made
-  // by this process; the pack is the stub's alone as far as we know.
-  if (!index_loaded_) return DeletePack(id);
+  // Without the index (a store opened without recovery) nothing says which
+  // packs use this one as a base: keep it; recovery's sweep decides.
+  if (!index_loaded_) return Status::Ok();
   return DeleteDeadPacks(index_.DropRoot(id));
+}
+
+void Store::DiscardNewPack(ObjectId id) {
+  if (id == 0) return;
+  std::vector<ObjectId> dead = index_loaded_ ? index_.DropRoot(id) : std::vector<ObjectId>{};
+  std::erase(dead, id);
+  if (Status s = DeletePack(id); !s.ok()) {
+    spdlog::warn("cannot remove abandoned pack {} (recovery will): {}", ObjectIdHex(id), s.message());
+  }
+  (void)DeleteDeadPacks(dead);
 }
 
 Status Store::RetirePack(ObjectId id) {
@@ -479,9 +499,18 @@ Status Store::ReadPackRange(ObjectId pack, uint64_t offset, std::span<uint8_t> o
 }
 
 Result<std::shared_ptr<PackReader>> Store::OpenPack(ObjectId id) {
-  ASSIGN_OR_RETURN(UniqueFd dir, PackDir(id, false));
-  ASSIGN_OR_RETURN(UniqueFd fd, env_->OpenAt(dir.get(), PackFileName(id), O_RDONLY));
-  return PackReader::Open(env_, std::move(fd), ObjectIdHex(id));
+  // A pack that a stub or another pack names is never missing in a healthy
+  // store, so its absence is damage: EIO for readers (invariant 3), not a
+  // file "not found" that exists in the namespace.
+  auto missing = [&](const Status& s) {
+    const std::string where = "packs/" + PackDirName(id) + "/" + PackFileName(id);
+    return s.code() == ENOENT ? Status::Error(EIO, "pack " + where + " is missing") : s.WithContext(where);
+  };
+  Result<UniqueFd> dir = PackDir(id, false);
+  if (!dir.ok()) return missing(dir.status());
+  Result<UniqueFd> fd = env_->OpenAt(dir->get(), PackFileName(id), O_RDONLY);
+  if (!fd.ok()) return missing(fd.status());
+  return PackReader::Open(env_, std::move(fd).value(), ObjectIdHex(id));
 }
 
 Status Store::DeletePack(ObjectId id) {
@@ -545,7 +574,7 @@ Result<StubRecord> Store::SealStub(int stub_fd, const StubRecord& staged, int st
   }
 
   if (still_current && !still_current()) {
-    (void)ReleasePack(pack);
+    DiscardNewPack(pack);
     return Status::Error(EAGAIN, "file changed while sealing");
   }
 
@@ -556,7 +585,7 @@ Result<StubRecord> Store::SealStub(int stub_fd, const StubRecord& staged, int st
     // still names the staging file, unless the bytes landed after all.
     Result<StubRecord> now = ReadStub(env_, stub_fd);
     if (now.ok() && now->object != pack) {
-      (void)ReleasePack(pack);
+      DiscardNewPack(pack);
     } else if (index_loaded_) {
       index_.AddRoot(pack);
     }

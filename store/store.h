@@ -18,6 +18,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -71,6 +72,12 @@ struct RecoveryReport {
   uint64_t orphan_staging_removed = 0;
   uint64_t broken_stubs = 0;         // unreadable stubs (left in place, fsck reports)
   std::vector<std::string> actions;  // one human line per thing done
+  // Objects whose references could not be established, each "where: what
+  // is wrong" (a stub, a pack's header, table or meta block, a missing pack
+  // or base, a directory that cannot be listed). When there are any,
+  // nothing was swept: no pack and no staging file was deleted.
+  std::vector<std::string> unreadable;
+  bool swept() const { return unreadable.empty(); }
 };
 
 struct FsckReport {
@@ -150,7 +157,8 @@ class Store : public BaseSource {
   Status DeletePack(ObjectId id);  // missing is fine; the caller knows nothing needs it
   // A stub stopped naming `id`: deletes it, and bases only it kept, unless
   // other packs still need them (invariant 4: deleting a file never breaks
-  // another). Without a loaded index (read-only tools) nothing is deleted.
+  // another). Without a loaded index (read-only tools) nothing is deleted,
+  // nor while deletion_blocked(): the packs stay for `ckptfs gc`.
   Status ReleasePack(ObjectId id);
   // A sealed file starts being rewritten: its stub no longer names `id`, but
   // the pack stays as the predecessor candidate of the new version until
@@ -164,6 +172,10 @@ class Store : public BaseSource {
   std::optional<std::pair<ObjectId, uint64_t>> BaseOfChunk(ObjectId pack, uint64_t offset, uint64_t len) override;
   void SetBaseCache(ChunkCache* cache) { base_cache_ = cache; }
   const PackIndex& index() const { return index_; }
+  // Set by a recovery that found objects it could not read: any pack might
+  // then be needed by one of them, so until a later recovery (the next mount
+  // or `ckptfs gc`) reads everything, no pack is deleted.
+  bool deletion_blocked() const { return deletion_blocked_.load(); }
   Result<uint64_t> PackFileSize(ObjectId id);
   // Bytes of every pack in the store: with deltas, packs of deleted files
   // can stay as bases of others, so this can exceed the files' own packs.
@@ -190,7 +202,11 @@ class Store : public BaseSource {
   // Completes or rolls back interrupted work: clears tmp/, seals STAGED
   // stubs, deletes packs no file needs (directly or as a base) and staging
   // files no stub refers to, and loads the pack index. This is also the
-  // full garbage collection (`ckptfs gc`).
+  // full garbage collection (`ckptfs gc`). It deletes a pack or staging
+  // file only when every stub, pack and base could be read: otherwise it
+  // lists them in RecoveryReport::unreadable, deletes nothing, and blocks
+  // the daemon's deletions (deletion_blocked) until a later Recover reads
+  // everything.
   Result<RecoveryReport> Recover();
   Result<FsckReport> Fsck();
   Result<std::vector<FileUsage>> Usage(const std::string& subpath = "");
@@ -201,11 +217,17 @@ class Store : public BaseSource {
   Result<UniqueFd> PackDir(ObjectId id, bool create);
   Result<std::shared_ptr<PackReader>> CachedPack(ObjectId id);
   Status DeleteDeadPacks(const std::vector<ObjectId>& dead);
+  // Drops a pack this process just published and no stub ever named (a
+  // seal that lost its race): provably unreferenced, so deleted even while
+  // deletion_blocked(); what it kept alive goes through DeleteDeadPacks.
+  void DiscardNewPack(ObjectId id);
   void GcLoop();
   // Recovery step 3: marks what stubs need (through pack bases), deletes the
   // rest, and fills index_ with what is kept.
-  // With `keep_all`, nothing is deleted (a stub could not be read).
-  Status CollectPacks(const std::unordered_set<ObjectId>& roots, RecoveryReport* rep, bool keep_all);
+  // `roots` maps each pack stubs name to one stub's path (for messages).
+  // Anything it cannot read goes to rep->unreadable; with any there (a stub
+  // could not be read either), nothing is deleted.
+  Status CollectPacks(const std::unordered_map<ObjectId, std::string>& roots, RecoveryReport* rep);
   // Visits every stub under ns/ (depth-first); path is relative to ns/.
   Status WalkStubs(const std::function<Status(const std::string& path, int stub_fd)>& fn);
 
@@ -217,6 +239,7 @@ class Store : public BaseSource {
   std::vector<std::string> made_private_;
   PackIndex index_;
   bool index_loaded_ = false;
+  std::atomic<bool> deletion_blocked_{false};
   ChunkCache* base_cache_ = nullptr;
   std::mutex readers_mu_;
   std::list<std::pair<ObjectId, std::shared_ptr<PackReader>>> readers_;  // small LRU of open base packs

@@ -39,14 +39,16 @@ struct Superblock {
 Result<Superblock> ReadSuperblock(Env* env, int root_fd, const std::string& store_path);
 
 // Called for each regular file under the walked directory. `stub_fd` is
-// -1 when the file could not be opened; `open_status` then says why.
+// -1 when the file could not be opened; `open_status` then says why. A
+// subdirectory that cannot be opened or listed is reported the same way,
+// with its path ending in '/', and skipped.
 using TreeVisitor = std::function<Status(const std::string& path, int stub_fd, const Status& open_status)>;
 
 // Depth-first walk of regular files below `dirfd`, never following
 // symlinks. Stubs are opened O_RDWR (O_RDONLY if that is refused). Each
 // inode is visited once even when hard-linked (`seen` holds inode numbers).
-// Paths are `prefix`-relative ("a/b"). Stops at the first visitor error or
-// directory that cannot be listed.
+// Paths are `prefix`-relative ("a/b"). Stops at the first visitor error, or
+// when `dirfd` itself cannot be listed.
 Status WalkTree(Env* env, int dirfd, const std::string& prefix, const TreeVisitor& fn, std::unordered_set<ino_t>* seen);
 
 }  // namespace ckptfs::internal
