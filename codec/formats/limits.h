@@ -17,6 +17,12 @@ inline constexpr uint64_t kMaxEntries = 1u << 20;          // tensors, zip entri
 inline constexpr uint64_t kMaxMetadataBytes = 256u << 20;  // one header/pickle/directory read
 inline constexpr uint64_t kMaxNameBytes = 1u << 16;        // one tensor or entry name
 inline constexpr uint32_t kMaxDims = 16;
+// What a parsed layout may hold in memory (its regions, names and shapes),
+// and the longest single token of a streamed JSON header. A file past
+// either takes the generic path, so a header's size never turns into
+// unbounded memory (docs/ARCHITECTURE.md, "Memory").
+inline constexpr uint64_t kMaxLayoutBytes = 64u << 20;
+inline constexpr uint64_t kMaxJsonToken = 1u << 20;
 
 inline std::optional<uint64_t> CheckedAdd(uint64_t a, uint64_t b) {
   uint64_t r;
