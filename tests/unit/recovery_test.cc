@@ -214,7 +214,7 @@ TEST_F(RecoveryTest, CorruptingAnyObjectLosesNoOtherFile) {
     std::set<std::string> owners;           // files whose bytes live there
   };
   std::vector<Target> targets;
-  for (const std::string& f : {"b", "c", "d"}) targets.push_back({"stub", "ns/" + f, 0, kStubFileSize, {f}});
+  for (const char* f : {"b", "c", "d"}) targets.push_back({"stub", std::string("ns/") + f, 0, kStubFileSize, {f}});
   const std::vector<std::pair<ObjectId, std::set<std::string>>> packs = {
       {a_pack_, {"b"}}, {b_pack_, {"b"}}, {c_pack_, {"c"}}, {d_pack, {"d"}}};
   for (const auto& [id, owners] : packs) {
