@@ -118,55 +118,19 @@ Result<size_t> FileContent::Read(uint64_t off, std::span<uint8_t> out) {
   return ReadSealed(p, id, size, off, out);
 }
 
-Status FileContent::MaterializeLocked(int dst_fd, uint64_t keep_bytes) {
-  ASSIGN_OR_RETURN(auto pack, PackLocked());
-  const uint64_t cs = pack->header().chunk_size;
-  for (uint64_t i = 0; i < pack->chunks().size() && i * cs < keep_bytes; ++i) {
-    if (pack->chunks()[i].codec == ChunkCodec::kZero) continue;  // stays a hole
-    ASSIGN_OR_RETURN(ChunkBytes chunk, LoadChunk(pack, rec_.object, i));
-    const uint64_t n = std::min<uint64_t>(chunk->size(), keep_bytes - i * cs);
-    RETURN_IF_ERROR(store_->env()->PWriteAll(dst_fd, std::span(chunk->data(), n), i * cs));
-  }
-  return Status::Ok();
-}
-
 Status FileContent::EnsureStagedLocked(uint64_t keep_bytes) {
   if (staging_) return Status::Ok();
-  Env* env = store_->env();
-  const uint64_t keep = std::min(keep_bytes, rec_.size);
-  ObjectId id = 0;
-  ASSIGN_OR_RETURN(UniqueFd fd, store_->CreateStaging(&id));
-  Status st = Status::Ok();
-  if (keep > 0) {
-    st = MaterializeLocked(fd.get(), keep);
-    if (st.ok()) st = env->Ftruncate(fd.get(), keep);
-    // The staged copy replaces a durable pack below, so it (and its
-    // directory entry) must be durable first.
-    if (st.ok()) st = env->Fdatasync(fd.get());
-    if (st.ok()) st = store_->SyncStagingDir();
-  }
-  StubRecord next{.gen = 0, .state = StubState::kStaged, .size = keep, .object = id};
-  Result<StubRecord> written = st.ok() ? WriteStub(env, stub_fd_.get(), rec_, next) : Result<StubRecord>(st);
-  if (!written.ok()) {
-    (void)store_->DeleteStaging(id);
-    return Fail(written.status(), "stage", 0);
-  }
+  Result<Store::Staged> staged = store_->StageStub(stub_fd_.get(), rec_, keep_bytes);
+  if (!staged.ok()) return Fail(staged.status(), "stage", 0);
   const StubRecord old = rec_;
-  rec_ = written.value();
-  staging_ = std::make_shared<Staging>(Staging{id, std::move(fd)});
-  stub_synced_ = false;
-  if (old.object != 0) {
-    // Drop the old pack only once no durable record can point at it.
-    if (env->Fsync(stub_fd_.get()).ok()) {
-      stub_synced_ = true;
-      // Kept as the new version's predecessor until it is sealed: a file
-      // overwritten in place (last.ckpt) is its own lineage.
-      if (retired_ != 0) (void)store_->ReleaseRetired(retired_);
-      retired_ = old.object;
-      (void)store_->RetirePack(old.object);
-    }
-    cache_->ErasePack(old.object);
+  rec_ = staged->rec;
+  staging_ = std::make_shared<Staging>(Staging{rec_.object, std::move(staged->fd)});
+  stub_synced_ = staged->stub_synced;
+  if (staged->retired != 0) {
+    if (retired_ != 0) (void)store_->ReleaseRetired(retired_);
+    retired_ = staged->retired;
   }
+  if (old.object != 0) cache_->ErasePack(old.object);
   pack_.reset();
   pack_stored_ = 0;
   return Status::Ok();

@@ -83,7 +83,6 @@ class FileContent {
   Status EnsureStagedLocked(uint64_t keep_bytes);
   Status SyncContent();
   Status SyncNewDirEntry();
-  Status MaterializeLocked(int dst_fd, uint64_t keep_bytes);
   Result<std::shared_ptr<PackReader>> PackLocked();
   Result<size_t> ReadSealed(const std::shared_ptr<PackReader>& pack, ObjectId id, uint64_t size, uint64_t off,
                             std::span<uint8_t> out);

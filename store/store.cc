@@ -561,6 +561,57 @@ Status Store::DeleteStaging(ObjectId id) {
 
 Status Store::SyncStagingDir() { return env_->Fsync(staging_.get()); }
 
+// Chunks come through the decoded-chunk cache when there is one (the daemon
+// reads files through the same one), so rewriting a file just read decodes
+// nothing twice.
+Status Store::DecodePackInto(ObjectId id, uint64_t keep_bytes, int dst_fd) {
+  ASSIGN_OR_RETURN(std::shared_ptr<PackReader> pack, OpenPack(id));
+  const uint64_t cs = pack->header().chunk_size;
+  for (uint64_t i = 0; i < pack->chunks().size() && i * cs < keep_bytes; ++i) {
+    if (pack->chunks()[i].codec == ChunkCodec::kZero) continue;  // stays a hole
+    auto load = [&]() -> Result<ChunkBytes> {
+      pack->Prefetch(i + 1);
+      auto bytes = std::make_shared<std::vector<uint8_t>>();
+      RETURN_IF_ERROR(pack->ReadChunk(i, bytes.get(), this));
+      return ChunkBytes(std::move(bytes));
+    };
+    ASSIGN_OR_RETURN(ChunkBytes chunk, base_cache_ != nullptr ? base_cache_->GetOrLoad(ChunkKey{id, i}, load) : load());
+    const uint64_t n = std::min<uint64_t>(chunk->size(), keep_bytes - i * cs);
+    RETURN_IF_ERROR(env_->PWriteAll(dst_fd, std::span(chunk->data(), n), i * cs));
+  }
+  return Status::Ok();
+}
+
+Result<Store::Staged> Store::StageStub(int stub_fd, const StubRecord& sealed, uint64_t keep_bytes) {
+  if (sealed.state != StubState::kSealed) return Status::InvalidArgument("StageStub: stub is not sealed");
+  const uint64_t keep = std::min(keep_bytes, sealed.size);
+  ObjectId id = 0;
+  ASSIGN_OR_RETURN(UniqueFd fd, CreateStaging(&id));
+  Status st = Status::Ok();
+  if (keep > 0) {
+    st = DecodePackInto(sealed.object, keep, fd.get());
+    if (st.ok()) st = env_->Ftruncate(fd.get(), keep);
+    // The staged copy replaces a durable pack below, so it (and its
+    // directory entry) must be durable first.
+    if (st.ok()) st = env_->Fdatasync(fd.get());
+    if (st.ok()) st = SyncStagingDir();
+  }
+  StubRecord next{.gen = 0, .state = StubState::kStaged, .size = keep, .object = id};
+  Result<StubRecord> written = st.ok() ? WriteStub(env_, stub_fd, sealed, next) : Result<StubRecord>(st);
+  if (!written.ok()) {
+    (void)DeleteStaging(id);
+    return written.status();
+  }
+  Staged staged{.rec = *written, .fd = std::move(fd)};
+  // Drop the old pack only once no durable record can point at it.
+  if (sealed.object != 0 && env_->Fsync(stub_fd).ok()) {
+    staged.stub_synced = true;
+    staged.retired = sealed.object;
+    (void)RetirePack(sealed.object);
+  }
+  return staged;
+}
+
 Result<StubRecord> Store::SealStub(int stub_fd, const StubRecord& staged, int staging_fd,
                                    const std::function<bool()>& still_current) {
   if (staged.state != StubState::kStaged) return Status::InvalidArgument("SealStub: stub is not staged");

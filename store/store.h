@@ -188,6 +188,25 @@ class Store : public BaseSource {
   Status SyncStagingDir();
 
   // --- whole-file transitions on a stub (caller serialises per stub) ---
+  // What StageStub made of a sealed file.
+  struct Staged {
+    StubRecord rec;            // the stub as written: STAGED, naming the staging file
+    UniqueFd fd;               // the staging file, O_RDWR
+    bool stub_synced = false;  // the switch is durable
+    ObjectId retired = 0;      // the pack it replaced, now retired (RetirePack); 0: none
+  };
+  // Stages a SEALED stub, for the first write or size change of a sealed
+  // file: a new staging file gets the first `keep_bytes` of the content
+  // (decoded from the pack, holes kept), then the stub is switched to
+  // STAGED: the commit point. When that replaces a pack, the staging file
+  // and its directory entry are made durable before the switch and the stub
+  // is fsync'd after it, so no durable stub can name a staging file that a
+  // power cut takes away; only then is the pack retired, kept as the new
+  // version's predecessor until the next seal (a file overwritten in place,
+  // like last.ckpt, is its own lineage). An error before the switch leaves
+  // the stub as it was; a failed fsync after it returns the staged file
+  // with stub_synced false and the pack still referenced.
+  Result<Staged> StageStub(int stub_fd, const StubRecord& sealed, uint64_t keep_bytes);
   // Seals a STAGED stub: pack from the staging file, stub -> SEALED (fsync'd,
   // mtime taken from the staging file), staging file deleted. (The pack a
   // file had before it was staged was released when it was staged.)
@@ -216,6 +235,7 @@ class Store : public BaseSource {
   Status InitLayout();
   Result<UniqueFd> PackDir(ObjectId id, bool create);
   Result<std::shared_ptr<PackReader>> CachedPack(ObjectId id);
+  Status DecodePackInto(ObjectId id, uint64_t keep_bytes, int dst_fd);
   Status DeleteDeadPacks(const std::vector<ObjectId>& dead);
   // Drops a pack this process just published and no stub ever named (a
   // seal that lost its race): provably unreferenced, so deleted even while
