@@ -176,8 +176,10 @@ Status FileContent::SyncContent() {
   Env* env = store_->env();
   RETURN_IF_ERROR(env->Fdatasync(sp->fd.get()));
   if (!sync_stub) return Status::Ok();
-  RETURN_IF_ERROR(env->Fsync(stub_fd_.get()));
+  // The staging file's name first: a durable stub naming a staging file
+  // that a power cut takes away would lose the file's previous content too.
   RETURN_IF_ERROR(store_->SyncStagingDir());
+  RETURN_IF_ERROR(env->Fsync(stub_fd_.get()));
   std::lock_guard lk(mu_);
   if (staging_ == sp) stub_synced_ = true;
   return Status::Ok();

@@ -591,11 +591,10 @@ Result<Store::Staged> Store::StageStub(int stub_fd, const StubRecord& sealed, ui
   if (keep > 0) {
     st = DecodePackInto(sealed.object, keep, fd.get());
     if (st.ok()) st = env_->Ftruncate(fd.get(), keep);
-    // The staged copy replaces a durable pack below, so it (and its
-    // directory entry) must be durable first.
     if (st.ok()) st = env_->Fdatasync(fd.get());
-    if (st.ok()) st = SyncStagingDir();
   }
+  // Even an empty staging file must not vanish from under a durable stub.
+  if (st.ok() && sealed.object != 0) st = SyncStagingDir();
   StubRecord next{.gen = 0, .state = StubState::kStaged, .size = keep, .object = id};
   Result<StubRecord> written = st.ok() ? WriteStub(env_, stub_fd, sealed, next) : Result<StubRecord>(st);
   if (!written.ok()) {
