@@ -61,7 +61,10 @@ void RecoverAndCheckClean(Store* store, const std::string& dir, const std::strin
 // of mutations the op made.
 using Prepare = std::function<void(Store*)>;
 using Op = std::function<void(Store*, FaultEnv*)>;
-uint64_t RunCrashing(const std::string& dir, const Prepare& setup, const Op& op, uint64_t k, Cut cut = Cut::kKill) {
+// With `mounted`, the store is recovered first, as a mount does (the pack
+// index is then loaded, and the daemon's code runs as it does in the daemon).
+uint64_t RunCrashing(const std::string& dir, const Prepare& setup, const Op& op, uint64_t k, Cut cut = Cut::kKill,
+                     bool mounted = false) {
   {
     auto s = OpenClean(dir);
     if (!s) return 0;
@@ -74,6 +77,7 @@ uint64_t RunCrashing(const std::string& dir, const Prepare& setup, const Op& op,
     auto s = Store::Open(&env, dir, SmallChunks());
     EXPECT_TRUE(s.ok()) << s.status().ToString();
     if (!s.ok()) return 0;
+    if (mounted) EXPECT_TRUE((*s)->Recover().ok());
     env.ResetCounters();
     if (k != UINT64_MAX) env.CrashAfterMutations(k);
     op(s->get(), &env);
@@ -194,7 +198,8 @@ void CheckWriteMatrix(const Prepare& setup, WriteFile wf, const std::optional<st
   uint64_t total;
   {
     TempDir dir;
-    total = RunCrashing(dir.path(), setup, [&](Store* s, FaultEnv* env) { wf.Run(s, env); }, UINT64_MAX);
+    total = RunCrashing(dir.path(), setup, [&](Store* s, FaultEnv* env) { wf.Run(s, env); }, UINT64_MAX, Cut::kKill,
+                        /*mounted=*/true);
   }
   ASSERT_NE(wf.changed, UINT64_MAX);
   ASSERT_NE(wf.sealed, UINT64_MAX);
@@ -209,7 +214,7 @@ void CheckWriteMatrix(const Prepare& setup, WriteFile wf, const std::optional<st
     for (uint64_t k = 0; k <= total; ++k) {
       TempDir dir;
       WriteFile run = clean;
-      RunCrashing(dir.path(), setup, [&](Store* s, FaultEnv* env) { run.Run(s, env); }, k, cut);
+      RunCrashing(dir.path(), setup, [&](Store* s, FaultEnv* env) { run.Run(s, env); }, k, cut, /*mounted=*/true);
       const std::string what = std::string(CutName(cut)) + " after mutation " + std::to_string(k) + " of " +
                                std::to_string(total) + " (written at " + std::to_string(clean.changed) +
                                ", fsync'd at " + (wf.fsync ? std::to_string(clean.synced) : "-") + ", sealed at " +
@@ -226,7 +231,9 @@ void CheckWriteMatrix(const Prepare& setup, WriteFile wf, const std::optional<st
         EXPECT_TRUE(known) << what << ": content is no version that was written ("
                            << (c ? std::to_string(c->size()) + " bytes" : "absent") << ")";
       }
-      EXPECT_LE(test::CountFiles(dir.Sub("packs"), true), 1u) << what;
+      // The file's pack, and the old one when the new version is stored
+      // against it (recovery leaves no orphan: fsck has no warnings).
+      EXPECT_LE(test::CountFiles(dir.Sub("packs"), true), 2u) << what;
       if (::testing::Test::HasFatalFailure()) return;
     }
   }
@@ -293,6 +300,81 @@ TEST_P(WriteCrashTest, WriteEmptyFile) {
   wf.change = [&](FileContent* f, Env* e) { return WriteAt(f, e, content, 0); };
   CheckWriteMatrix([&](Store* s) { ASSERT_TRUE(test::MakeSealedFile(s, "f", {}).ok()); }, wf,
                    std::vector<uint8_t>{}, content);
+}
+
+// ------------------------------------------- replacing a file by rename
+
+// tmp + rename over last.ckpt, the pattern of Lightning and of careful
+// torch.save callers: the new file is created, written, fsync'd and sealed
+// under a temporary name, renamed over the old one (OpRename), whose
+// objects are then released (Filesystem::ForgetLinkIfGone ->
+// FileContent::MarkUnlinked -> Store::ReleaseStubObjects), and the
+// directory is fsync'd, or not (the parameter). The rename is the commit
+// point; after a power cut it holds once the directory was fsync'd.
+class RenameCrashTest : public ::testing::TestWithParam<bool> {};  // param: fsync the directory
+INSTANTIATE_TEST_SUITE_P(CrashTest, RenameCrashTest, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "FsyncDir" : "NoFsyncDir"; });
+
+TEST_P(RenameCrashTest, ReplaceByRename) {
+  const std::vector<uint8_t> old_content = test::MixedContent(4096, 11);
+  const std::vector<uint8_t> new_content = test::MixedContent(4096, 12);
+  const bool fsync_dir = GetParam();
+  Prepare setup = [&](Store* s) { ASSERT_TRUE(test::MakeSealedFile(s, "last", old_content).ok()); };
+  uint64_t tmp_synced = UINT64_MAX, renamed = UINT64_MAX, dir_synced = UINT64_MAX;
+  Op op = [&](Store* s, FaultEnv* env) {
+    WriteFile tmp;
+    tmp.name = "tmp";
+    tmp.create = true;
+    tmp.fsync = true;
+    tmp.change = [&](FileContent* f, Env* e) { return WriteAt(f, e, new_content, 0); };
+    tmp.Run(s, env);
+    tmp_synced = tmp.synced;
+    if (tmp.sealed == UINT64_MAX) return;
+    Env* e = s->env();
+    auto victim = e->OpenAt(s->ns_fd(), "last", O_RDONLY);
+    if (!victim.ok()) return;
+    auto rec = ReadStub(e, victim->get());
+    if (!rec.ok() || !e->RenameAt(s->ns_fd(), "tmp", s->ns_fd(), "last").ok()) return;
+    renamed = env->mutations();
+    if (!s->ReleaseStubObjects(*rec).ok()) return;
+    if (fsync_dir && e->Fsync(s->ns_fd()).ok()) dir_synced = env->mutations();
+  };
+  uint64_t total;
+  {
+    TempDir dir;
+    total = RunCrashing(dir.path(), setup, op, UINT64_MAX, Cut::kKill, /*mounted=*/true);
+  }
+  ASSERT_NE(renamed, UINT64_MAX);
+  if (fsync_dir) ASSERT_NE(dir_synced, UINT64_MAX);
+  const uint64_t clean_tmp_synced = tmp_synced, clean_renamed = renamed, clean_synced = dir_synced;
+  using Version = std::optional<std::vector<uint8_t>>;
+  const Version old_v = old_content, new_v = new_content, empty_v = std::vector<uint8_t>{}, absent = std::nullopt;
+  for (Cut cut : {Cut::kKill, Cut::kPower}) {
+    const uint64_t promised = cut == Cut::kKill ? clean_renamed : clean_synced;
+    for (uint64_t k = 0; k <= total; ++k) {
+      TempDir dir;
+      RunCrashing(dir.path(), setup, op, k, cut, /*mounted=*/true);
+      const std::string what = std::string(CutName(cut)) + " after mutation " + std::to_string(k) + " of " +
+                               std::to_string(total) + " (renamed at " + std::to_string(clean_renamed) +
+                               ", directory fsync'd at " + (fsync_dir ? std::to_string(clean_synced) : "-") + ")";
+      auto store = OpenClean(dir.path());
+      ASSERT_NE(store, nullptr);
+      RecoverAndCheckClean(store.get(), dir.path(), what);
+      const Version last = ContentOrAbsent(store.get(), "last", what);
+      const Version tmp = ContentOrAbsent(store.get(), "tmp", what);
+      if (k >= promised) {
+        EXPECT_EQ(last, new_v) << what;
+        EXPECT_EQ(tmp, absent) << what;
+      } else {
+        EXPECT_TRUE(last == old_v || last == new_v) << what << ": last.ckpt is no version that was written";
+        EXPECT_TRUE(tmp == absent || tmp == empty_v || tmp == new_v) << what << ": tmp is no version that was written";
+        // Once fsync'd, the new version never vanishes: it is under one name or the other.
+        if (k >= clean_tmp_synced) EXPECT_TRUE(last == new_v || tmp == new_v) << what << ": the new version is lost";
+      }
+      EXPECT_LE(test::CountFiles(dir.Sub("packs"), true), 2u) << what;
+      if (HasFatalFailure()) return;
+    }
+  }
 }
 
 // ------------------------------------------------- recovery and init
