@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Full test run (what CI runs): install deps, build, C++ unit tests, then the
+# Full test run (what CI runs): install deps, build, C++ unit tests, the
+# unit tests again under ThreadSanitizer (scripts/test-tsan.sh), then the
 # Python integration tests against a real FUSE mount (needs root or a user
 # allowed to use /dev/fuse). Extra arguments go to pytest, e.g.
 #   bash scripts/test.sh -k namespace -x
@@ -18,6 +19,15 @@ if ! ctest --test-dir build --output-on-failure -j2 --timeout 900; then
   echo "test: C++ unit tests FAILED" >&2
   status=1
 fi
+
+# Before pytest, whose summary must stay the last line.
+echo "=== C++ unit tests under ThreadSanitizer (scripts/test-tsan.sh) ==="
+tsan_start=$SECONDS
+if ! bash scripts/test-tsan.sh; then
+  echo "test: ThreadSanitizer unit tests FAILED" >&2
+  status=1
+fi
+echo "test: ThreadSanitizer build and run took $((SECONDS - tsan_start)) s"
 
 echo "=== integration tests (pytest, real FUSE mount) ==="
 # Debian's interpreter via the project venv (sees python3-torch 1.13); never
