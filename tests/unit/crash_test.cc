@@ -147,7 +147,10 @@ struct WriteFile {
   bool fsync = false;
   // Changes the content of the open file; returns false on error.
   std::function<bool(FileContent*, Env*)> change;
-  // Mutation counts at the moments promises start (UINT64_MAX: never).
+  // Mutation counts when the steps that promises hang on returned success
+  // (UINT64_MAX: they did not). A run's own record decides what it was
+  // promised: counts differ between runs (a pack's fan-out directory may
+  // need creating or not, by its random id).
   uint64_t changed = UINT64_MAX;  // the new content is in the backing files
   uint64_t synced = UINT64_MAX;   // fsync returned
   uint64_t sealed = UINT64_MAX;   // the seal returned
@@ -205,25 +208,29 @@ void CheckWriteMatrix(const Prepare& setup, WriteFile wf, const std::optional<st
   ASSERT_NE(wf.sealed, UINT64_MAX);
   if (wf.fsync) ASSERT_NE(wf.synced, UINT64_MAX);
   const WriteFile clean = wf;
+  auto step = [](uint64_t at) { return at == UINT64_MAX ? std::string("-") : std::to_string(at); };
   for (Cut cut : {Cut::kKill, Cut::kPower}) {
-    // kill -9 keeps what a closed file's daemon wrote; a power cut keeps
-    // what fsync or the seal made durable, but the name of a new file only
-    // once its directory was fsync'd (the file's first fsync does that).
-    uint64_t promised = cut == Cut::kKill ? clean.changed : std::min(clean.synced, clean.sealed);
-    if (cut == Cut::kPower && wf.create && !wf.fsync) promised = UINT64_MAX;
+    int promised_runs = 0;
     for (uint64_t k = 0; k <= total; ++k) {
       TempDir dir;
       WriteFile run = clean;
+      run.changed = run.synced = run.sealed = UINT64_MAX;
       RunCrashing(dir.path(), setup, [&](Store* s, FaultEnv* env) { run.Run(s, env); }, k, cut, /*mounted=*/true);
+      // kill -9 keeps what a closed file's daemon wrote; a power cut keeps
+      // what fsync or the seal made durable, but the name of a new file
+      // only once its directory was fsync'd (the file's first fsync does).
+      const bool promised = cut == Cut::kKill
+                                ? run.changed != UINT64_MAX
+                                : (run.synced != UINT64_MAX || run.sealed != UINT64_MAX) && !(wf.create && !wf.fsync);
       const std::string what = std::string(CutName(cut)) + " after mutation " + std::to_string(k) + " of " +
-                               std::to_string(total) + " (written at " + std::to_string(clean.changed) +
-                               ", fsync'd at " + (wf.fsync ? std::to_string(clean.synced) : "-") + ", sealed at " +
-                               std::to_string(clean.sealed) + ")";
+                               std::to_string(total) + " (written at " + step(run.changed) + ", fsync'd at " +
+                               step(run.synced) + ", sealed at " + step(run.sealed) + ")";
       auto store = OpenClean(dir.path());
       ASSERT_NE(store, nullptr);
       RecoverAndCheckClean(store.get(), dir.path(), what);
       std::optional<std::vector<uint8_t>> c = ContentOrAbsent(store.get(), wf.name, what);
-      if (k >= promised) {
+      promised_runs += promised;
+      if (promised) {
         EXPECT_EQ(c, std::optional(after)) << what;
       } else {
         const bool known = c == before || c == std::optional(after) ||
@@ -236,6 +243,7 @@ void CheckWriteMatrix(const Prepare& setup, WriteFile wf, const std::optional<st
       EXPECT_LE(test::CountFiles(dir.Sub("packs"), true), 2u) << what;
       if (::testing::Test::HasFatalFailure()) return;
     }
+    if (cut == Cut::kKill || wf.fsync || !wf.create) EXPECT_GT(promised_runs, 0) << CutName(cut);
   }
 }
 
@@ -346,30 +354,32 @@ TEST_P(RenameCrashTest, ReplaceByRename) {
   }
   ASSERT_NE(renamed, UINT64_MAX);
   if (fsync_dir) ASSERT_NE(dir_synced, UINT64_MAX);
-  const uint64_t clean_tmp_synced = tmp_synced, clean_renamed = renamed, clean_synced = dir_synced;
   using Version = std::optional<std::vector<uint8_t>>;
   const Version old_v = old_content, new_v = new_content, empty_v = std::vector<uint8_t>{}, absent = std::nullopt;
+  auto step = [](uint64_t at) { return at == UINT64_MAX ? std::string("-") : std::to_string(at); };
   for (Cut cut : {Cut::kKill, Cut::kPower}) {
-    const uint64_t promised = cut == Cut::kKill ? clean_renamed : clean_synced;
     for (uint64_t k = 0; k <= total; ++k) {
       TempDir dir;
+      // This run's own record of what returned success (see WriteFile).
+      tmp_synced = renamed = dir_synced = UINT64_MAX;
       RunCrashing(dir.path(), setup, op, k, cut, /*mounted=*/true);
+      const bool promised = (cut == Cut::kKill ? renamed : dir_synced) != UINT64_MAX;
       const std::string what = std::string(CutName(cut)) + " after mutation " + std::to_string(k) + " of " +
-                               std::to_string(total) + " (renamed at " + std::to_string(clean_renamed) +
-                               ", directory fsync'd at " + (fsync_dir ? std::to_string(clean_synced) : "-") + ")";
+                               std::to_string(total) + " (tmp fsync'd at " + step(tmp_synced) + ", renamed at " +
+                               step(renamed) + ", directory fsync'd at " + step(dir_synced) + ")";
       auto store = OpenClean(dir.path());
       ASSERT_NE(store, nullptr);
       RecoverAndCheckClean(store.get(), dir.path(), what);
       const Version last = ContentOrAbsent(store.get(), "last", what);
       const Version tmp = ContentOrAbsent(store.get(), "tmp", what);
-      if (k >= promised) {
+      if (promised) {
         EXPECT_EQ(last, new_v) << what;
         EXPECT_EQ(tmp, absent) << what;
       } else {
         EXPECT_TRUE(last == old_v || last == new_v) << what << ": last.ckpt is no version that was written";
         EXPECT_TRUE(tmp == absent || tmp == empty_v || tmp == new_v) << what << ": tmp is no version that was written";
         // Once fsync'd, the new version never vanishes: it is under one name or the other.
-        if (k >= clean_tmp_synced) EXPECT_TRUE(last == new_v || tmp == new_v) << what << ": the new version is lost";
+        if (tmp_synced != UINT64_MAX) EXPECT_TRUE(last == new_v || tmp == new_v) << what << ": the new version is lost";
       }
       EXPECT_LE(test::CountFiles(dir.Sub("packs"), true), 2u) << what;
       if (HasFatalFailure()) return;
