@@ -180,7 +180,7 @@ Result<RecoveryReport> Store::Recover() {
     // torn write of a crash leaves.
     Result<StubRecord> sealed = SealStub(fd, rec, sfd->get());
     if (sealed.ok()) {
-      packs_ref.emplace(sealed->object, where);
+      if (sealed->object != 0) packs_ref.emplace(sealed->object, where);  // 0: an empty file, no pack
       ++rep.staged_resealed;
       did("sealed " + where + " from " + staging + " into pack " + ObjectIdHex(sealed->object));
       return Status::Ok();
@@ -191,7 +191,9 @@ Result<RecoveryReport> Store::Recover() {
     if (Result<StubSlots> now = ReadStubSlots(env_, fd); !now.ok()) {
       unreadable(where + " (stub)", now.status().message());
     } else {
-      if (now->current.state == StubState::kSealed) packs_ref.emplace(now->current.object, where);
+      if (now->current.state == StubState::kSealed && now->current.object != 0) {
+        packs_ref.emplace(now->current.object, where);
+      }
       if (!now->damaged.empty()) unreadable(where + " (stub)", "damaged slot: " + now->damaged);
     }
     return Status::Ok();
