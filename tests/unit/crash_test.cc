@@ -121,8 +121,8 @@ TEST(CrashTest, SealStubAtEveryStep) {
     for (uint64_t k = 0; k <= total; ++k) {
       TempDir dir;
       RunCrashing(dir.path(), setup, seal, k, cut);
-      const std::string what = std::string(CutName(cut)) + " after mutation " + std::to_string(k) + " of " +
-                               std::to_string(total);
+      const std::string what =
+          std::string(CutName(cut)) + " after mutation " + std::to_string(k) + " of " + std::to_string(total);
       auto store = OpenClean(dir.path());
       ASSERT_NE(store, nullptr);
       RecoverAndCheckClean(store.get(), dir.path(), what);
@@ -201,8 +201,9 @@ void CheckWriteMatrix(const Prepare& setup, WriteFile wf, const std::optional<st
   uint64_t total;
   {
     TempDir dir;
-    total = RunCrashing(dir.path(), setup, [&](Store* s, FaultEnv* env) { wf.Run(s, env); }, UINT64_MAX, Cut::kKill,
-                        /*mounted=*/true);
+    total = RunCrashing(
+        dir.path(), setup, [&](Store* s, FaultEnv* env) { wf.Run(s, env); }, UINT64_MAX, Cut::kKill,
+        /*mounted=*/true);
   }
   ASSERT_NE(wf.changed, UINT64_MAX);
   ASSERT_NE(wf.sealed, UINT64_MAX);
@@ -215,7 +216,8 @@ void CheckWriteMatrix(const Prepare& setup, WriteFile wf, const std::optional<st
       TempDir dir;
       WriteFile run = clean;
       run.changed = run.synced = run.sealed = UINT64_MAX;
-      RunCrashing(dir.path(), setup, [&](Store* s, FaultEnv* env) { run.Run(s, env); }, k, cut, /*mounted=*/true);
+      RunCrashing(
+          dir.path(), setup, [&](Store* s, FaultEnv* env) { run.Run(s, env); }, k, cut, /*mounted=*/true);
       // kill -9 keeps what a closed file's daemon wrote; a power cut keeps
       // what fsync or the seal made durable, but the name of a new file
       // only once its directory was fsync'd (the file's first fsync does).
@@ -259,8 +261,8 @@ TEST_P(WriteCrashTest, RewriteSealedFile) {
   WriteFile wf;
   wf.fsync = GetParam();
   wf.change = [&](FileContent* f, Env* e) { return WriteAt(f, e, new_content, 0); };
-  CheckWriteMatrix([&](Store* s) { ASSERT_TRUE(test::MakeSealedFile(s, "f", old_content).ok()); }, wf,
-                   old_content, new_content);
+  CheckWriteMatrix([&](Store* s) { ASSERT_TRUE(test::MakeSealedFile(s, "f", old_content).ok()); }, wf, old_content,
+                   new_content);
 }
 
 // A few bytes changed in the middle: the rest is decoded into staging.
@@ -272,8 +274,8 @@ TEST_P(WriteCrashTest, PatchSealedFile) {
   WriteFile wf;
   wf.fsync = GetParam();
   wf.change = [&](FileContent* f, Env* e) { return WriteAt(f, e, patch, 5000); };
-  CheckWriteMatrix([&](Store* s) { ASSERT_TRUE(test::MakeSealedFile(s, "f", old_content).ok()); }, wf,
-                   old_content, new_content);
+  CheckWriteMatrix([&](Store* s) { ASSERT_TRUE(test::MakeSealedFile(s, "f", old_content).ok()); }, wf, old_content,
+                   new_content);
 }
 
 // open(O_TRUNC) + write, as torch.save over last.ckpt does.
@@ -283,8 +285,8 @@ TEST_P(WriteCrashTest, TruncateAndRewriteSealedFile) {
   WriteFile wf;
   wf.fsync = GetParam();
   wf.change = [&](FileContent* f, Env* e) { return f->Truncate(0).ok() && WriteAt(f, e, new_content, 0); };
-  CheckWriteMatrix([&](Store* s) { ASSERT_TRUE(test::MakeSealedFile(s, "f", old_content).ok()); }, wf,
-                   old_content, new_content, {std::vector<uint8_t>{}});
+  CheckWriteMatrix([&](Store* s) { ASSERT_TRUE(test::MakeSealedFile(s, "f", old_content).ok()); }, wf, old_content,
+                   new_content, {std::vector<uint8_t>{}});
 }
 
 // A new file: create, write. Until its directory is fsync'd (the first
@@ -306,8 +308,8 @@ TEST_P(WriteCrashTest, WriteEmptyFile) {
   WriteFile wf;
   wf.fsync = GetParam();
   wf.change = [&](FileContent* f, Env* e) { return WriteAt(f, e, content, 0); };
-  CheckWriteMatrix([&](Store* s) { ASSERT_TRUE(test::MakeSealedFile(s, "f", {}).ok()); }, wf,
-                   std::vector<uint8_t>{}, content);
+  CheckWriteMatrix([&](Store* s) { ASSERT_TRUE(test::MakeSealedFile(s, "f", {}).ok()); }, wf, std::vector<uint8_t>{},
+                   content);
 }
 
 // ------------------------------------------- replacing a file by rename

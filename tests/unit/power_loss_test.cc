@@ -70,7 +70,7 @@ TEST(PowerLossTest, FsyncedDataSurvivesAndLaterWritesAreDropped) {
     UniqueFd fd = d.Open("old", O_RDWR);
     d.Write(fd.get(), "OLD, rewritten");
     ASSERT_OK(datasync ? d.env.Fdatasync(fd.get()) : d.env.Fsync(fd.get()));
-    d.Write(fd.get(), "X", 1);            // a random write in the middle
+    d.Write(fd.get(), "X", 1);                // a random write in the middle
     ASSERT_OK(d.env.Ftruncate(fd.get(), 3));  // and a truncate
     fd.reset();
     d.PowerOff();
@@ -211,7 +211,8 @@ TEST(PowerLossTest, HardLinksSymlinksAndModesComeBack) {
   ASSERT_OK(d.env.FchmodAt(d.root.get(), "old", 0600, 0));
   d.SyncDir("d");
   d.PowerOff();
-  struct stat a {}, b {};
+  struct stat a {
+  }, b{};
   ASSERT_EQ(::stat(d.dir.Sub("old").c_str(), &a), 0);
   ASSERT_EQ(::stat(d.dir.Sub("d/link").c_str(), &b), 0);
   EXPECT_EQ(a.st_ino, b.st_ino);
