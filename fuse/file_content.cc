@@ -311,8 +311,17 @@ void FileContent::MarkUnlinked() {
   MaybeReleaseObjectsLocked();
 }
 
+void FileContent::MarkForgotten() {
+  std::lock_guard lk(mu_);
+  forgotten_ = true;
+  MaybeReleaseObjectsLocked();
+}
+
 void FileContent::MaybeReleaseObjectsLocked() {
-  if (!unlinked_ || open_handles_ > 0 || released_) return;
+  // An open racing a rename or unlink may hold the inode from its LOOKUP
+  // and not yet have sent its OPEN: only the kernel's FORGET says that no
+  // such open can come any more.
+  if (!unlinked_ || !forgotten_ || open_handles_ > 0 || released_) return;
   released_ = true;
   if (retired_ != 0) {
     (void)store_->ReleaseRetired(retired_);

@@ -65,8 +65,13 @@ class FileContent {
   // cached while the file was written: true once after each seal, telling
   // the next open to drop them.
   bool TakeCacheDrop();
-  // The last link is gone: free the objects once no handle remains.
+  // The objects (pack, staging file) are freed once all three hold: the
+  // last link is gone (MarkUnlinked), the kernel forgot the inode and no
+  // handle is left on it (MarkForgotten, from InodeTable), and no handle is
+  // open here. Until then the file reads and writes as before, like an
+  // open, unlinked file on a local file system.
   void MarkUnlinked();
+  void MarkForgotten();
 
   const std::string& label() const { return label_; }
   int stub_fd() const { return stub_fd_.get(); }
@@ -113,6 +118,7 @@ class FileContent {
   bool stub_synced_ = false;      // stub record durable since last staging
   bool dir_entry_synced_ = true;  // false from creation until the first Sync
   bool unlinked_ = false;
+  bool forgotten_ = false;
   bool released_ = false;
   bool drop_cache_ = false;  // sealed since the kernel last cached pages
   ObjectId retired_ = 0;  // the previous version while this one is rewritten (Store::RetirePack)

@@ -2,6 +2,9 @@
 
 #include <fcntl.h>
 
+#include <algorithm>
+#include <vector>
+
 namespace ckptfs {
 
 InodeTable::InodeTable(UniqueFd root_fd) : root_(std::make_unique<Inode>()) {
@@ -45,12 +48,68 @@ Inode* InodeTable::Find(dev_t dev, ino_t ino) {
 
 void InodeTable::Forget(Inode& inode, uint64_t n) {
   if (&inode == root_.get()) return;
-  std::lock_guard lk(mu_);
-  if (inode.nlookup > n) {
-    inode.nlookup -= n;
-    return;
+  std::unique_ptr<Inode> dropped;
+  {
+    std::lock_guard lk(mu_);
+    inode.nlookup -= std::min(n, inode.nlookup);
+    dropped = TakeIfUnusedLocked(inode);
   }
-  inodes_.erase({inode.dev, inode.ino});
+  Drop(std::move(dropped));
+}
+
+void InodeTable::Opened(Inode& inode) {
+  std::lock_guard lk(mu_);
+  ++inode.nopen;
+}
+
+void InodeTable::Released(Inode& inode) {
+  if (&inode == root_.get()) return;
+  std::unique_ptr<Inode> dropped;
+  {
+    std::lock_guard lk(mu_);
+    if (inode.nopen > 0) --inode.nopen;
+    dropped = TakeIfUnusedLocked(inode);
+  }
+  Drop(std::move(dropped));
+}
+
+std::unique_ptr<Inode> InodeTable::TakeIfUnusedLocked(Inode& inode) {
+  if (inode.nlookup > 0 || inode.nopen > 0) return nullptr;
+  auto it = inodes_.find({inode.dev, inode.ino});
+  if (it == inodes_.end() || it->second.get() != &inode) return nullptr;
+  std::unique_ptr<Inode> taken = std::move(it->second);
+  inodes_.erase(it);
+  return taken;
+}
+
+void InodeTable::Drop(std::unique_ptr<Inode> inode) {
+  if (inode == nullptr) return;
+  std::shared_ptr<FileContent> content;
+  {
+    std::lock_guard lk(inode->content_mu);
+    content = inode->content;
+  }
+  if (content) content->MarkForgotten();
+}
+
+void InodeTable::DropAll() {
+  std::vector<std::unique_ptr<Inode>> dropped;
+  {
+    std::lock_guard lk(mu_);
+    for (auto it = inodes_.begin(); it != inodes_.end();) {
+      Inode& inode = *it->second;
+      inode.nlookup = 0;
+      // A RELEASE may still be in flight (DESTROY does not wait for them):
+      // an inode with a handle goes when it arrives, not under its feet.
+      if (inode.nopen > 0) {
+        ++it;
+        continue;
+      }
+      dropped.push_back(std::move(it->second));
+      it = inodes_.erase(it);
+    }
+  }
+  for (auto& inode : dropped) Drop(std::move(inode));
 }
 
 }  // namespace ckptfs

@@ -1,6 +1,12 @@
 // Inodes of the mount, one per backing inode (keyed by st_dev/st_ino as in
 // libfuse's passthrough_hp), each holding an O_PATH fd to its backing entry.
 // The fuse_ino_t handed to the kernel is the Inode's address.
+//
+// An Inode, and with it its file's content, lives while the kernel holds a
+// lookup on it or a handle is open on it, as in passthrough_hp. A file
+// replaced or unlinked between an opener's LOOKUP and its OPEN (or while
+// open) is therefore still whole when the OPEN and the reads arrive; its
+// objects are freed when the Inode is dropped (FileContent::MarkForgotten).
 #pragma once
 
 #include <fuse_lowlevel.h>
@@ -24,6 +30,7 @@ struct Inode {
   ino_t ino = 0;
   mode_t type = 0;       // S_IFMT bits
   uint64_t nlookup = 0;  // guarded by InodeTable's mutex
+  uint64_t nopen = 0;    // handles open on it; guarded by InodeTable's mutex
 
   std::mutex content_mu;
   std::shared_ptr<FileContent> content;  // regular files, loaded on first use
@@ -46,9 +53,26 @@ class InodeTable {
   Result<Inode*> Lookup(Inode& parent, const std::string& name, struct stat* st);
   // Finds an existing inode by backing identity without counting a lookup.
   Inode* Find(dev_t dev, ino_t ino);
+  // The kernel dropped n lookups (FORGET). The kernel may deliver a FORGET
+  // before the RELEASE of the inode's last handle, so an inode goes only
+  // once both counts are zero.
   void Forget(Inode& inode, uint64_t n);
+  // A handle was opened on / released from `inode`.
+  void Opened(Inode& inode);
+  void Released(Inode& inode);
+  // At daemon exit: the kernel sends no FORGETs at unmount, so every
+  // lookup counts as forgotten now. Inodes without a handle are dropped
+  // (a deleted file's content is freed); one with a handle still counted
+  // goes at its RELEASE, or, if none comes, is left to recovery.
+  void DropAll();
 
  private:
+  // Removes `inode` from the table when nothing holds it any more.
+  std::unique_ptr<Inode> TakeIfUnusedLocked(Inode& inode);
+  // Runs without mu_: freeing content takes FileContent's and the store's
+  // locks, which are never taken while holding mu_.
+  static void Drop(std::unique_ptr<Inode> inode);
+
   std::mutex mu_;
   std::unique_ptr<Inode> root_;
   std::map<std::pair<dev_t, ino_t>, std::unique_ptr<Inode>> inodes_;

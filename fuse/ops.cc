@@ -91,7 +91,8 @@ void ReplyEntry(fuse_req_t req, Inode& parent, const char* name) {
   fuse_entry_param e;
   auto inode = LookupEntry(req, parent, name, &e);
   if (!inode.ok()) return ReplyErr(req, inode.status());
-  fuse_reply_entry(req, &e);
+  // The request was interrupted: the kernel never counts this lookup.
+  if (fuse_reply_entry(req, &e) == -ENOENT) Fs(req).inodes().Forget(*inode.value(), 1);
 }
 
 // The daemon runs as root; new entries belong to the process that made them.
@@ -136,7 +137,11 @@ void OpInit(void* userdata, fuse_conn_info* conn) {
   conn->congestion_threshold = 48;
 }
 
-void OpDestroy(void* userdata) { static_cast<Filesystem*>(userdata)->seals().Drain(); }
+void OpDestroy(void* userdata) {
+  auto* fs = static_cast<Filesystem*>(userdata);
+  fs->seals().Drain();
+  fs->inodes().DropAll();
+}
 
 void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) { ReplyEntry(req, In(req, parent), name); }
 
@@ -270,25 +275,33 @@ void OpRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t ne
 // Opens a handle on an existing regular-file inode and replies.
 void OpenHandle(fuse_req_t req, Inode& inode, fuse_file_info* fi, const fuse_entry_param* created) {
   Filesystem& fs = Fs(req);
+  // A create that fails here never hands the kernel its entry: undo its lookup.
+  auto fail = [&](const Status& st) {
+    ReplyErr(req, st);
+    if (created) fs.inodes().Forget(inode, 1);
+  };
   auto content = fs.ContentOf(inode);
-  if (!content.ok()) return ReplyErr(req, content.status());
+  if (!content.ok()) return fail(content.status());
   const bool writable = IsWritable(fi->flags);
   if (!writable) {
-    if (Status s = content.value()->SealForLossyRead(); !s.ok()) return ReplyErr(req, s);
+    if (Status s = content.value()->SealForLossyRead(); !s.ok()) return fail(s);
   }
   if ((fi->flags & O_TRUNC) && writable) {
     Status s = content.value()->Truncate(0);
-    if (!s.ok()) return ReplyErr(req, s);
+    if (!s.ok()) return fail(s);
   }
+  fs.inodes().Opened(inode);
   content.value()->OnOpen(writable);
   fi->fh = reinterpret_cast<uintptr_t>(new FileHandle{&inode, content.value(), writable});
   // Every write passes through this kernel, so its page cache stays valid,
   // except across a seal, which may rewrite the bytes (lossy mode).
   fi->keep_cache = content.value()->TakeCacheDrop() ? 0 : 1;
   int rc = created ? fuse_reply_create(req, created, fi) : fuse_reply_open(req, fi);
-  if (rc != 0) {  // the opener went away: undo the open
+  if (rc != 0) {  // the opener went away: undo the open (and the create's lookup)
     content.value()->OnRelease(writable);
     delete FH(fi);
+    if (created) fs.inodes().Forget(inode, 1);
+    fs.inodes().Released(inode);
   }
 }
 
@@ -357,8 +370,10 @@ void OpFlush(fuse_req_t req, fuse_ino_t, fuse_file_info*) {
 
 void OpRelease(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
   FileHandle* h = FH(fi);
+  Inode& inode = *h->inode;
   if (h->content->OnRelease(h->writable)) Fs(req).seals().Push(h->content);
   delete h;
+  Fs(req).inodes().Released(inode);  // may free a deleted file's content
   fuse_reply_err(req, 0);
 }
 

@@ -1,0 +1,171 @@
+// POSIX lifetime of a file's content in the FUSE layer (InodeTable +
+// FileContent), driven in the order the kernel's requests can arrive, with
+// no mount: a file's objects live until its last link is gone, the kernel
+// forgot the inode and no handle is open, whichever comes last.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <memory>
+#include <vector>
+
+#include "fuse/fs.h"
+#include "tests/unit/test_util.h"
+
+namespace ckptfs {
+namespace {
+
+using test::MakeSealedFile;
+using test::MakeStagedFile;
+using test::RandomBytes;
+using test::SmallChunks;
+using test::TempDir;
+
+class LifetimeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto s = Store::Open(Env::Default(), dir_.path(), SmallChunks());
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    store_ = std::move(s).value();
+    ASSERT_TRUE(store_->Recover().ok());  // loads the pack index, as a mount does
+    int root = ::openat(store_->ns_fd(), ".", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    ASSERT_GE(root, 0);
+    fs_ = std::make_unique<Filesystem>(store_.get(), FsConfig{}, UniqueFd(root));
+  }
+
+  // LOOKUP as ops.cc does it: counts a lookup and loads the content (stat).
+  Inode* Lookup(const char* name) {
+    struct stat st {};
+    auto inode = fs_->inodes().Lookup(fs_->inodes().root(), name, &st);
+    EXPECT_TRUE(inode.ok()) << inode.status().ToString();
+    if (!inode.ok()) return nullptr;
+    EXPECT_TRUE(fs_->Stat(**inode, &st).ok());
+    return *inode;
+  }
+  // OPEN as ops.cc does it.
+  std::shared_ptr<FileContent> Open(Inode* inode) {
+    auto content = fs_->ContentOf(*inode);
+    EXPECT_TRUE(content.ok()) << content.status().ToString();
+    fs_->inodes().Opened(*inode);
+    content.value()->OnOpen(false);
+    return content.value();
+  }
+  // RELEASE as ops.cc does it (the content stays referenced by the caller).
+  void Release(Inode* inode, const std::shared_ptr<FileContent>& content) {
+    content->OnRelease(false);
+    fs_->inodes().Released(*inode);
+  }
+  // Rename `from` over `to` in ns/, as OpRename does.
+  void ReplaceWith(const char* from, const char* to) {
+    Inode* victim = fs_->inodes().Find(StatOf(to).st_dev, StatOf(to).st_ino);
+    ASSERT_EQ(::renameat(store_->ns_fd(), from, store_->ns_fd(), to), 0);
+    fs_->ForgetLinkIfGone(victim);
+  }
+  void Unlink(const char* name) {
+    Inode* victim = fs_->inodes().Find(StatOf(name).st_dev, StatOf(name).st_ino);
+    ASSERT_EQ(::unlinkat(store_->ns_fd(), name, 0), 0);
+    fs_->ForgetLinkIfGone(victim);
+  }
+  struct stat StatOf(const char* name) {
+    struct stat st {};
+    EXPECT_EQ(::fstatat(store_->ns_fd(), name, &st, AT_SYMLINK_NOFOLLOW), 0) << name;
+    return st;
+  }
+  bool PackExists(ObjectId id) { return store_->PackFileSize(id).ok(); }
+  bool StagingExists(ObjectId id) { return store_->OpenStaging(id).ok(); }
+  static std::vector<uint8_t> ReadAll(FileContent& c, size_t n) {
+    std::vector<uint8_t> out(n + 1);
+    auto got = c.Read(0, out);
+    EXPECT_TRUE(got.ok()) << got.status().ToString();
+    out.resize(got.ok() ? *got : 0);
+    return out;
+  }
+
+  TempDir dir_;
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<Filesystem> fs_;
+};
+
+// The race of the issue: the reader's LOOKUP returned the old file, the
+// writer's rename replaced it, and only then the reader's OPEN arrives.
+TEST_F(LifetimeTest, ReplacedBetweenLookupAndOpenReadsTheOldFileWhole) {
+  const auto old_bytes = RandomBytes(20000, 1);
+  auto old_rec = MakeSealedFile(store_.get(), "target", old_bytes);
+  ASSERT_TRUE(old_rec.ok());
+  ASSERT_TRUE(MakeSealedFile(store_.get(), "target.tmp", RandomBytes(30000, 2)).ok());
+
+  Inode* old = Lookup("target");
+  ASSERT_NE(old, nullptr);
+  ReplaceWith("target.tmp", "target");
+  EXPECT_TRUE(PackExists(old_rec->object)) << "freed while the kernel still holds a lookup";
+
+  auto content = Open(old);
+  EXPECT_EQ(ReadAll(*content, old_bytes.size()), old_bytes);
+  Release(old, content);
+  EXPECT_TRUE(PackExists(old_rec->object)) << "freed before the kernel forgot the inode";
+  fs_->inodes().Forget(*old, 1);
+  EXPECT_FALSE(PackExists(old_rec->object)) << "not freed after the last forget";
+}
+
+// The kernel may deliver the FORGET before the RELEASE of the last handle.
+TEST_F(LifetimeTest, ForgetBeforeReleaseKeepsTheContentUntilTheRelease) {
+  const auto bytes = RandomBytes(10000, 3);
+  auto rec = MakeSealedFile(store_.get(), "f", bytes);
+  ASSERT_TRUE(rec.ok());
+  Inode* inode = Lookup("f");
+  auto content = Open(inode);
+  Unlink("f");
+  fs_->inodes().Forget(*inode, 1);
+  EXPECT_TRUE(PackExists(rec->object));
+  EXPECT_EQ(ReadAll(*content, bytes.size()), bytes);
+  Release(inode, content);
+  EXPECT_FALSE(PackExists(rec->object));
+}
+
+TEST_F(LifetimeTest, UnlinkedStagedFileKeepsItsStagingFileUntilForgotten) {
+  const auto bytes = RandomBytes(5000, 4);
+  auto rec = MakeStagedFile(store_.get(), "s", bytes);
+  ASSERT_TRUE(rec.ok());
+  Inode* inode = Lookup("s");
+  Unlink("s");
+  auto content = Open(inode);
+  EXPECT_EQ(ReadAll(*content, bytes.size()), bytes);
+  Release(inode, content);
+  EXPECT_TRUE(StagingExists(rec->object));
+  fs_->inodes().Forget(*inode, 1);
+  EXPECT_FALSE(StagingExists(rec->object));
+}
+
+TEST_F(LifetimeTest, HardLinkKeepsTheSharedContent) {
+  auto rec = MakeSealedFile(store_.get(), "a", RandomBytes(8000, 5));
+  ASSERT_TRUE(rec.ok());
+  ASSERT_EQ(::linkat(store_->ns_fd(), "a", store_->ns_fd(), "b", 0), 0);
+  Inode* a = Lookup("a");
+  EXPECT_EQ(Lookup("b"), a);  // one inode for both names
+  Unlink("a");
+  fs_->inodes().Forget(*a, 2);
+  EXPECT_TRUE(PackExists(rec->object));
+  Inode* b = Lookup("b");
+  Unlink("b");
+  fs_->inodes().Forget(*b, 1);
+  EXPECT_FALSE(PackExists(rec->object));
+}
+
+// At unmount the kernel sends no FORGET: the daemon drops every inode at
+// exit, freeing deleted files' content and leaving linked files alone.
+TEST_F(LifetimeTest, DropAllAtExitFreesDeletedFilesOnly) {
+  auto gone = MakeSealedFile(store_.get(), "gone", RandomBytes(8000, 6));
+  auto kept = MakeSealedFile(store_.get(), "kept", RandomBytes(8000, 7));
+  ASSERT_TRUE(gone.ok() && kept.ok());
+  Lookup("gone");
+  Lookup("kept");
+  Unlink("gone");
+  EXPECT_TRUE(PackExists(gone->object));
+  fs_->inodes().DropAll();
+  EXPECT_FALSE(PackExists(gone->object));
+  EXPECT_TRUE(PackExists(kept->object));
+}
+
+}  // namespace
+}  // namespace ckptfs
