@@ -313,15 +313,24 @@ void FileContent::MarkUnlinked() {
 
 void FileContent::MarkForgotten() {
   std::lock_guard lk(mu_);
-  forgotten_ = true;
+  if (inodes_ > 0) --inodes_;
   MaybeReleaseObjectsLocked();
+}
+
+bool FileContent::Reattach(dev_t dev, ino_t ino) {
+  std::lock_guard lk(mu_);
+  if (unlinked_ || released_) return false;
+  auto st = store_->env()->Fstat(stub_fd_.get());
+  if (!st.ok() || st->st_nlink == 0 || st->st_dev != dev || st->st_ino != ino) return false;
+  ++inodes_;
+  return true;
 }
 
 void FileContent::MaybeReleaseObjectsLocked() {
   // An open racing a rename or unlink may hold the inode from its LOOKUP
   // and not yet have sent its OPEN: only the kernel's FORGET says that no
   // such open can come any more.
-  if (!unlinked_ || !forgotten_ || open_handles_ > 0 || released_) return;
+  if (!unlinked_ || inodes_ > 0 || open_handles_ > 0 || released_) return;
   released_ = true;
   if (retired_ != 0) {
     (void)store_->ReleaseRetired(retired_);

@@ -72,6 +72,11 @@ class FileContent {
   // open, unlinked file on a local file system.
   void MarkUnlinked();
   void MarkForgotten();
+  // A new Inode of the same file takes over this content, which the seal
+  // queue kept alive after the previous Inode was forgotten: one
+  // FileContent per file, always. False when the content cannot be reused
+  // (its file is gone, or the backing inode is not `dev`/`ino`).
+  bool Reattach(dev_t dev, ino_t ino);
 
   const std::string& label() const { return label_; }
   int stub_fd() const { return stub_fd_.get(); }
@@ -118,7 +123,7 @@ class FileContent {
   bool stub_synced_ = false;      // stub record durable since last staging
   bool dir_entry_synced_ = true;  // false from creation until the first Sync
   bool unlinked_ = false;
-  bool forgotten_ = false;
+  int inodes_ = 1;  // Inodes holding this content that the kernel has not forgotten
   bool released_ = false;
   bool drop_cache_ = false;  // sealed since the kernel last cached pages
   ObjectId retired_ = 0;  // the previous version while this one is rewritten (Store::RetirePack)

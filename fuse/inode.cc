@@ -35,6 +35,11 @@ Result<Inode*> InodeTable::Lookup(Inode& parent, const std::string& name, struct
   inode->ino = st->st_ino;
   inode->type = st->st_mode & S_IFMT;
   inode->nlookup = 1;
+  if (auto d = detached_.find(key); d != detached_.end()) {
+    std::shared_ptr<FileContent> content = d->second.lock();
+    detached_.erase(d);
+    if (content && content->Reattach(key.first, key.second)) inode->content = std::move(content);
+  }
   Inode* raw = inode.get();
   inodes_.emplace(key, std::move(inode));
   return raw;
@@ -79,6 +84,11 @@ std::unique_ptr<Inode> InodeTable::TakeIfUnusedLocked(Inode& inode) {
   if (it == inodes_.end() || it->second.get() != &inode) return nullptr;
   std::unique_ptr<Inode> taken = std::move(it->second);
   inodes_.erase(it);
+  std::lock_guard c(taken->content_mu);
+  if (taken->content && taken->content.use_count() > 1) {
+    std::erase_if(detached_, [](const auto& kv) { return kv.second.expired(); });
+    detached_[{taken->dev, taken->ino}] = taken->content;
+  }
   return taken;
 }
 

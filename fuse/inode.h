@@ -69,13 +69,17 @@ class InodeTable {
  private:
   // Removes `inode` from the table when nothing holds it any more.
   std::unique_ptr<Inode> TakeIfUnusedLocked(Inode& inode);
-  // Runs without mu_: freeing content takes FileContent's and the store's
-  // locks, which are never taken while holding mu_.
+  // Runs without mu_: freeing a deleted file's content does store I/O
+  // under the content's and the store's locks.
   static void Drop(std::unique_ptr<Inode> inode);
 
-  std::mutex mu_;
+  std::mutex mu_;  // may be held while taking a FileContent's mutex, never the reverse
   std::unique_ptr<Inode> root_;
   std::map<std::pair<dev_t, ino_t>, std::unique_ptr<Inode>> inodes_;
+  // Content of forgotten Inodes that something else (the seal queue) still
+  // held when they were dropped: the next Inode of that file takes it over
+  // instead of loading a second FileContent for the same stub.
+  std::map<std::pair<dev_t, ino_t>, std::weak_ptr<FileContent>> detached_;
 };
 
 }  // namespace ckptfs

@@ -152,6 +152,27 @@ TEST_F(LifetimeTest, HardLinkKeepsTheSharedContent) {
   EXPECT_FALSE(PackExists(rec->object));
 }
 
+// The kernel may forget a file's inode while the seal queue still holds
+// its content (memory pressure, drop_caches): the next lookup must reuse
+// that content, not load a second one for the same stub, which would seal
+// and stage behind the first one's back.
+TEST_F(LifetimeTest, InodeForgottenWhileContentIsQueuedReusesTheContent) {
+  auto rec = MakeStagedFile(store_.get(), "q", RandomBytes(6000, 8));
+  ASSERT_TRUE(rec.ok());
+  Inode* first = Lookup("q");
+  auto queued = fs_->ContentOf(*first);  // what SealQueue::Push keeps
+  ASSERT_TRUE(queued.ok());
+  fs_->inodes().Forget(*first, 1);
+  Inode* second = Lookup("q");
+  auto again = fs_->ContentOf(*second);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->get(), queued->get());
+  // It is still freed once its file is gone and forgotten.
+  Unlink("q");
+  fs_->inodes().Forget(*second, 1);
+  EXPECT_FALSE(StagingExists(rec->object));
+}
+
 // At unmount the kernel sends no FORGET: the daemon drops every inode at
 // exit, freeing deleted files' content and leaving linked files alone.
 TEST_F(LifetimeTest, DropAllAtExitFreesDeletedFilesOnly) {
