@@ -37,6 +37,9 @@ class Env {
   virtual Result<size_t> PWrite(int fd, std::span<const uint8_t> buf, uint64_t off) = 0;
   virtual Status Fsync(int fd) = 0;
   virtual Status Fdatasync(int fd) = 0;
+  // syncfs(2): everything on fd's file system is durable once it returns,
+  // namespace changes in any directory included.
+  virtual Status SyncFs(int fd) = 0;
   virtual Status Ftruncate(int fd, uint64_t size) = 0;
   virtual Result<struct stat> Fstat(int fd) = 0;
   virtual Result<struct stat> FstatAt(int dirfd, const std::string& path, int flags) = 0;

@@ -90,6 +90,11 @@ class PosixEnv final : public Env {
     return Status::Ok();
   }
 
+  Status SyncFs(int fd) override {
+    if (::syncfs(fd) != 0) return ErrFd("syncfs", fd);
+    return Status::Ok();
+  }
+
   Status Ftruncate(int fd, uint64_t size) override {
     if (RetryEintr([&] { return ::ftruncate(fd, static_cast<off_t>(size)); }) != 0) return ErrFd("ftruncate", fd);
     return Status::Ok();

@@ -6,7 +6,7 @@
 //  - CrashAfterMutations(k): lets k more mutating calls through, then every
 //    call of any kind fails with EIO, as if the process had been killed right
 //    after the k-th mutation. Mutations are what change the backing store:
-//    pwrite, fsync, fdatasync, ftruncate, futimens, rename, unlink, mkdir,
+//    pwrite, fsync, fdatasync, syncfs, ftruncate, futimens, rename, unlink, mkdir,
 //    symlink, link, mknod, chmod, chown, utimens, xattr writes and opens with
 //    O_CREAT or O_TRUNC. Loop k over 0..mutations() of a clean run to crash
 //    before and after each step of a commit.
@@ -82,14 +82,15 @@ class FaultEnv : public Env {
     kGetXattr,
     kListXattr,
     kRemoveXattr,
+    kSyncFs,
     kNumOps,
   };
 
   static const char* OpName(Op op) {
     static constexpr const char* kNames[kNumOps] = {
-        "open",    "pread",   "pwrite",   "fsync",    "fdatasync", "ftruncate", "fstat",      "fstatat", "futimens",
-        "rename",  "unlink",  "mkdir",    "symlink",  "readlink",  "link",      "mknod",      "fchmod",  "fchown",
-        "utimens", "listdir", "fstatvfs", "setxattr", "getxattr",  "listxattr", "removexattr"};
+        "open",    "pread",   "pwrite",   "fsync",    "fdatasync", "ftruncate", "fstat",       "fstatat", "futimens",
+        "rename",  "unlink",  "mkdir",    "symlink",  "readlink",  "link",      "mknod",       "fchmod",  "fchown",
+        "utimens", "listdir", "fstatvfs", "setxattr", "getxattr",  "listxattr", "removexattr", "syncfs"};
     return op >= 0 && op < kNumOps ? kNames[op] : "?";
   }
 
@@ -202,6 +203,16 @@ class FaultEnv : public Env {
   }
   Status Fdatasync(int fd) override {
     return Mutate(kFdatasync, [&] { return PlSynced(fd, base_->Fdatasync(fd)); });
+  }
+  // syncfs: whatever the tree holds now is what a power cut keeps.
+  Status SyncFs(int fd) override {
+    return Mutate(kSyncFs, [&] {
+      Status s = base_->SyncFs(fd);
+      if (!pl_ || !s.ok()) return s;
+      const std::string root = pl_->root;
+      pl_.reset();
+      return PlStart(root);
+    });
   }
   Status Ftruncate(int fd, uint64_t size) override {
     return Mutate(kFtruncate, [&] {

@@ -214,6 +214,7 @@ Result<RecoveryReport> Store::Recover() {
     return rep;
   }
   ASSIGN_OR_RETURN(std::vector<DirEntry> stage_files, env_->ListDir(staging_.get()));
+  bool synced = false;
   for (const DirEntry& f : stage_files) {
     std::optional<ObjectId> id = internal::ParseObjectFileName(f.name, internal::kStagingSuffix);
     if (!id) {
@@ -221,6 +222,8 @@ Result<RecoveryReport> Store::Recover() {
       continue;
     }
     if (staging_ref.count(*id)) continue;
+    if (!synced) RETURN_IF_ERROR(SyncBeforeDeleting());
+    synced = true;
     RETURN_IF_ERROR(env_->UnlinkAt(staging_.get(), f.name).WithContext("recovery: removing orphan staging file"));
     ++rep.orphan_staging_removed;
     did("removed orphan staging file staging/" + f.name);
@@ -298,11 +301,14 @@ Status Store::CollectPacks(const std::unordered_map<ObjectId, std::string>& root
   // Sweep what nothing needs, unless something could not be read; index the
   // packs whose meta blocks were read.
   const bool sweep = rep->unreadable.empty();
+  bool synced = false;
   for (const auto& [id, e] : found) {
     if (!sweep || live.count(id)) {
       if (e.meta) index_.Add(id, *e.meta, e.logical_size, e.chunk_size);
       continue;
     }
+    if (!synced) RETURN_IF_ERROR(SyncBeforeDeleting());
+    synced = true;
     Result<UniqueFd> dir = env_->OpenAt(packs_.get(), e.dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
     if (!dir.ok()) return dir.status().WithContext("recovery: removing orphan pack");
     RETURN_IF_ERROR(env_->UnlinkAt(dir->get(), e.file).WithContext("recovery: removing orphan pack"));

@@ -349,9 +349,10 @@ Status Store::DeleteDeadPacks(const std::vector<ObjectId>& dead) {
     // The index says nothing needs them, but it does not know what the
     // objects recovery could not read refer to (ARCHITECTURE.md, Recovery).
     for (ObjectId id : dead) {
-      spdlog::warn("keeping pack packs/{}/{} although no file needs it: recovery found unreadable objects "
-                   "(see `ckptfs fsck`); `ckptfs gc` deletes it once they are repaired",
-                   PackDirName(id), PackFileName(id));
+      spdlog::warn(
+          "keeping pack packs/{}/{} although no file needs it: recovery found unreadable objects "
+          "(see `ckptfs fsck`); `ckptfs gc` deletes it once they are repaired",
+          PackDirName(id), PackFileName(id));
     }
     return Status::Ok();
   }
@@ -369,12 +370,17 @@ Status Store::DeleteDeadPacks(const std::vector<ObjectId>& dead) {
     gc_cv_.notify_one();
     return Status::Ok();
   }
+  RETURN_IF_ERROR(SyncBeforeDeleting());
   Status first = Status::Ok();
   for (ObjectId id : dead) {
     Status s = DeletePack(id);
     if (!s.ok() && first.ok()) first = s;
   }
   return first;
+}
+
+Status Store::SyncBeforeDeleting() {
+  return env_->SyncFs(root_.get()).WithContext("making the namespace durable before deleting unreferenced objects");
 }
 
 void Store::GcLoop() {
@@ -385,6 +391,10 @@ void Store::GcLoop() {
     std::vector<ObjectId> batch;
     batch.swap(gc_queue_);
     lk.unlock();
+    if (Status s = SyncBeforeDeleting(); !s.ok()) {
+      spdlog::warn("gc: keeping {} pack(s) for recovery to delete: {}", batch.size(), s.message());
+      batch.clear();
+    }
     for (ObjectId id : batch) {
       if (Status s = DeletePack(id); !s.ok()) {
         spdlog::warn("gc: cannot delete pack {} (recovery will): {}", ObjectIdHex(id), s.message());
@@ -682,7 +692,9 @@ LossyPolicy Store::PolicyFor(int stub_fd) {
 
 Status Store::ReleaseStubObjects(const StubRecord& rec) {
   if (rec.object == 0) return Status::Ok();
-  return rec.state == StubState::kSealed ? ReleasePack(rec.object) : DeleteStaging(rec.object);
+  if (rec.state == StubState::kSealed) return ReleasePack(rec.object);
+  RETURN_IF_ERROR(SyncBeforeDeleting());
+  return DeleteStaging(rec.object);
 }
 
 }  // namespace ckptfs

@@ -96,8 +96,8 @@ struct FileUsage {
   uint64_t stored = 0;  // the file's own pack: what it added to the store
   bool staged = false;
   ObjectId pack = 0;
-  ObjectId base = 0;  // the pack most of its stored-against chunks name (0: none)
-  uint8_t depth = 0;  // longest delta chain a read of it decodes
+  ObjectId base = 0;               // the pack most of its stored-against chunks name (0: none)
+  uint8_t depth = 0;               // longest delta chain a read of it decodes
   std::optional<LossyInfo> lossy;  // sealed under a lossy policy: what it did
 };
 
@@ -237,6 +237,11 @@ class Store : public BaseSource {
   Result<std::shared_ptr<PackReader>> CachedPack(ObjectId id);
   Status DecodePackInto(ObjectId id, uint64_t keep_bytes, int dst_fd);
   Status DeleteDeadPacks(const std::vector<ObjectId>& dead);
+  // Makes every namespace change so far durable (syncfs). Called before an
+  // object nothing names any more is deleted: the unlink or rename that
+  // dropped the last stub naming it may not be durable yet, and after a power
+  // cut that stub would come back naming a deleted object.
+  Status SyncBeforeDeleting();
   // Drops a pack this process just published and no stub ever named (a
   // seal that lost its race): provably unreferenced, so deleted even while
   // deletion_blocked(); what it kept alive goes through DeleteDeadPacks.

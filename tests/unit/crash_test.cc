@@ -25,6 +25,7 @@
 #include "fuse/file_content.h"
 #include "store/fault_env.h"
 #include "store/store.h"
+#include "store/store_internal.h"
 #include "tests/unit/test_util.h"
 
 namespace ckptfs {
@@ -77,7 +78,9 @@ uint64_t RunCrashing(const std::string& dir, const Prepare& setup, const Op& op,
     auto s = Store::Open(&env, dir, SmallChunks());
     EXPECT_TRUE(s.ok()) << s.status().ToString();
     if (!s.ok()) return 0;
-    if (mounted) EXPECT_TRUE((*s)->Recover().ok());
+    if (mounted) {
+      EXPECT_TRUE((*s)->Recover().ok());
+    }
     env.ResetCounters();
     if (k != UINT64_MAX) env.CrashAfterMutations(k);
     op(s->get(), &env);
@@ -207,7 +210,9 @@ void CheckWriteMatrix(const Prepare& setup, WriteFile wf, const std::optional<st
   }
   ASSERT_NE(wf.changed, UINT64_MAX);
   ASSERT_NE(wf.sealed, UINT64_MAX);
-  if (wf.fsync) ASSERT_NE(wf.synced, UINT64_MAX);
+  if (wf.fsync) {
+    ASSERT_NE(wf.synced, UINT64_MAX);
+  }
   const WriteFile clean = wf;
   auto step = [](uint64_t at) { return at == UINT64_MAX ? std::string("-") : std::to_string(at); };
   for (Cut cut : {Cut::kKill, Cut::kPower}) {
@@ -245,7 +250,9 @@ void CheckWriteMatrix(const Prepare& setup, WriteFile wf, const std::optional<st
       EXPECT_LE(test::CountFiles(dir.Sub("packs"), true), 2u) << what;
       if (::testing::Test::HasFatalFailure()) return;
     }
-    if (cut == Cut::kKill || wf.fsync || !wf.create) EXPECT_GT(promised_runs, 0) << CutName(cut);
+    if (cut == Cut::kKill || wf.fsync || !wf.create) {
+      EXPECT_GT(promised_runs, 0) << CutName(cut);
+    }
   }
 }
 
@@ -317,8 +324,9 @@ TEST_P(WriteCrashTest, WriteEmptyFile) {
 // tmp + rename over last.ckpt, the pattern of Lightning and of careful
 // torch.save callers: the new file is created, written, fsync'd and sealed
 // under a temporary name, renamed over the old one (OpRename), whose
-// objects are then released (Filesystem::ForgetLinkIfGone ->
-// FileContent::MarkUnlinked -> Store::ReleaseStubObjects), and the
+// objects are then released (once the kernel forgets the old inode and no
+// handle is open: InodeTable -> FileContent::MarkForgotten ->
+// Store::ReleaseStubObjects), and the
 // directory is fsync'd, or not (the parameter). The rename is the commit
 // point; after a power cut it holds once the directory was fsync'd.
 class RenameCrashTest : public ::testing::TestWithParam<bool> {};  // param: fsync the directory
@@ -355,7 +363,9 @@ TEST_P(RenameCrashTest, ReplaceByRename) {
     total = RunCrashing(dir.path(), setup, op, UINT64_MAX, Cut::kKill, /*mounted=*/true);
   }
   ASSERT_NE(renamed, UINT64_MAX);
-  if (fsync_dir) ASSERT_NE(dir_synced, UINT64_MAX);
+  if (fsync_dir) {
+    ASSERT_NE(dir_synced, UINT64_MAX);
+  }
   using Version = std::optional<std::vector<uint8_t>>;
   const Version old_v = old_content, new_v = new_content, empty_v = std::vector<uint8_t>{}, absent = std::nullopt;
   auto step = [](uint64_t at) { return at == UINT64_MAX ? std::string("-") : std::to_string(at); };
@@ -381,12 +391,54 @@ TEST_P(RenameCrashTest, ReplaceByRename) {
         EXPECT_TRUE(last == old_v || last == new_v) << what << ": last.ckpt is no version that was written";
         EXPECT_TRUE(tmp == absent || tmp == empty_v || tmp == new_v) << what << ": tmp is no version that was written";
         // Once fsync'd, the new version never vanishes: it is under one name or the other.
-        if (tmp_synced != UINT64_MAX) EXPECT_TRUE(last == new_v || tmp == new_v) << what << ": the new version is lost";
+        if (tmp_synced != UINT64_MAX) {
+          EXPECT_TRUE(last == new_v || tmp == new_v) << what << ": the new version is lost";
+        }
       }
       EXPECT_LE(test::CountFiles(dir.Sub("packs"), true), 2u) << what;
       if (HasFatalFailure()) return;
     }
   }
+}
+
+// A pack is deleted only once the rename that dropped its last name is
+// durable (Store::SyncBeforeDeleting). Without that, a later publish that
+// fsyncs the same packs/XX/ directory makes the deletion durable first, and a
+// power cut brings back the old stub naming a pack that is gone: the file
+// reads EIO and recovery, finding it, deletes nothing ever after.
+TEST(CrashTest, PowerLossNeverBringsBackAStubWhosePackWasDeleted) {
+  const std::vector<uint8_t> old_content = test::MixedContent(4096, 21);
+  const std::vector<uint8_t> new_content = test::MixedContent(4096, 22);
+  Prepare setup = [&](Store* s) { ASSERT_TRUE(test::MakeSealedFile(s, "last", old_content).ok()); };
+  bool released = false;
+  Op op = [&](Store* s, FaultEnv* env) {
+    WriteFile tmp;
+    tmp.name = "tmp";
+    tmp.create = true;
+    tmp.fsync = true;
+    tmp.change = [&](FileContent* f, Env* e) { return WriteAt(f, e, new_content, 0); };
+    tmp.Run(s, env);
+    ASSERT_NE(tmp.sealed, UINT64_MAX);
+    Env* e = s->env();
+    auto victim = e->OpenAt(s->ns_fd(), "last", O_RDONLY);
+    ASSERT_TRUE(victim.ok());
+    auto rec = ReadStub(e, victim->get());
+    ASSERT_TRUE(rec.ok());
+    ASSERT_OK(e->RenameAt(s->ns_fd(), "tmp", s->ns_fd(), "last"));  // the directory is not fsync'd
+    ASSERT_OK(s->ReleaseStubObjects(*rec));
+    released = true;
+    // What a later publish into the same fan-out directory does.
+    auto pack_dir = e->OpenAt(s->ns_fd(), "../packs/" + internal::PackDirName(rec->object), O_RDONLY | O_DIRECTORY);
+    ASSERT_TRUE(pack_dir.ok());
+    ASSERT_OK(e->Fsync(pack_dir->get()));
+  };
+  TempDir dir;
+  RunCrashing(dir.path(), setup, op, UINT64_MAX, Cut::kPower, /*mounted=*/true);
+  ASSERT_TRUE(released);
+  auto store = OpenClean(dir.path());
+  ASSERT_NE(store, nullptr);
+  RecoverAndCheckClean(store.get(), dir.path(), "power cut after the old pack was deleted");
+  EXPECT_EQ(ContentOrAbsent(store.get(), "last", "last"), std::optional(new_content));
 }
 
 // ------------------------------------------------- recovery and init
