@@ -14,6 +14,12 @@ bash scripts/build.sh
 
 status=0
 
+echo "=== layering (scripts/check-layers.sh) ==="
+if ! bash scripts/check-layers.sh; then
+  echo "test: an include points up a layer" >&2
+  status=1
+fi
+
 echo "=== C++ unit tests (ctest) ==="
 if ! ctest --test-dir build --output-on-failure -j2 --timeout 900; then
   echo "test: C++ unit tests FAILED" >&2

@@ -5,7 +5,7 @@
 #include <tuple>
 
 #include "codec/delta_chunk.h"
-#include "store/le.h"
+#include "base/le.h"
 
 namespace ckptfs {
 

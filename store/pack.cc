@@ -13,7 +13,7 @@
 #include "base/hash.h"
 #include "codec/delta_chunk.h"
 #include "codec/lossy/lossy_chunk.h"
-#include "store/le.h"
+#include "base/le.h"
 
 namespace ckptfs {
 namespace {

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "base/hash.h"
-#include "store/le.h"
+#include "base/le.h"
 
 namespace ckptfs {
 namespace {

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "store/le.h"
+#include "base/le.h"
 
 namespace ckptfs::formats {
 

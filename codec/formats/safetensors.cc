@@ -6,7 +6,7 @@
 #include <numeric>
 
 #include "codec/formats/limits.h"
-#include "store/le.h"
+#include "base/le.h"
 
 namespace ckptfs::formats {
 namespace {

@@ -5,7 +5,7 @@
 
 #include "codec/formats/limits.h"
 #include "codec/formats/pickle_scan.h"
-#include "store/le.h"
+#include "base/le.h"
 
 namespace ckptfs::formats {
 namespace {

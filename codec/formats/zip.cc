@@ -5,7 +5,7 @@
 #include <optional>
 
 #include "codec/formats/limits.h"
-#include "store/le.h"
+#include "base/le.h"
 
 namespace ckptfs::formats {
 namespace {

@@ -14,7 +14,7 @@
 #include "codec/lossy/float_bits.h"
 #include "codec/lossy/lossy_chunk.h"
 #include "codec/lossy/quantizer.h"
-#include "store/le.h"
+#include "base/le.h"
 #include "store/lossy_coder.h"
 #include "store/lossy_policy.h"
 #include "store/lossy_xattrs.h"

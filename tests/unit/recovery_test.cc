@@ -12,7 +12,7 @@
 #include <set>
 
 #include "store/fault_env.h"
-#include "store/le.h"
+#include "base/le.h"
 #include "store/pack_format.h"
 #include "store/store.h"
 #include "tests/unit/test_util.h"
