@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <thread>
 #include <vector>
 
@@ -101,6 +102,61 @@ TEST(ChunkCacheTest, ConcurrentUseStaysBounded) {
   for (auto& th : threads) th.join();
   EXPECT_LE(c.bytes(), 50000u);
   EXPECT_EQ(c.hits() + c.misses(), 8000u);
+}
+
+// Concurrent misses on one key share one load. The loader returns only once
+// every thread has arrived at GetOrLoad, so each thread either waits on the
+// pending load or, arriving after it, finds the chunk cached (it is cached
+// before the pending entry goes): never a second load, with no timing.
+TEST(ChunkCacheTest, ConcurrentMissesShareOneLoad) {
+  constexpr int kThreads = 8;
+  ChunkCache c(1 << 20);
+  std::atomic<int> arrived{0}, loads{0};
+  std::vector<ChunkBytes> got(kThreads);
+  auto load = [&]() -> Result<ChunkBytes> {
+    ++loads;
+    while (arrived.load() < kThreads) std::this_thread::yield();
+    return Bytes(4096, 9);
+  };
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&, i] {
+      ++arrived;
+      Result<ChunkBytes> r = c.GetOrLoad({5, 1}, load);
+      if (r.ok()) got[i] = r.value();
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(loads.load(), 1);
+  for (const ChunkBytes& b : got) EXPECT_EQ(b, got[0]);
+  ASSERT_NE(got[0], nullptr);
+  EXPECT_EQ((*got[0])[0], 9);
+  EXPECT_EQ(c.bytes(), 4096u);
+}
+
+// A failed load reaches every waiter and is not cached: the next call loads again.
+TEST(ChunkCacheTest, FailedLoadIsSharedAndNotCached) {
+  constexpr int kThreads = 4;
+  ChunkCache c(1 << 20);
+  std::atomic<int> arrived{0}, failures{0};
+  auto failing = [&]() -> Result<ChunkBytes> {
+    while (arrived.load() < kThreads) std::this_thread::yield();
+    return Status::Error(EIO, "checksum mismatch");
+  };
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&] {
+      ++arrived;
+      Result<ChunkBytes> r = c.GetOrLoad({6, 0}, failing);
+      if (!r.ok() && r.status().code() == EIO) ++failures;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures.load(), kThreads);
+  EXPECT_EQ(c.bytes(), 0u);
+  Result<ChunkBytes> again = c.GetOrLoad({6, 0}, [] { return Result<ChunkBytes>(Bytes(10, 3)); });
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ((*again.value())[0], 3);
 }
 
 }  // namespace
