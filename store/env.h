@@ -1,6 +1,6 @@
 // Env: every system call that touches the backing store goes through here,
 // so tests can inject ENOSPC, EIO, short writes or a "crash" at any call
-// (see store/fault_env.h). Modelled on LevelDB's Env, but fd-based: ckptfs
+// (see tests/unit/fault_env.h). Modelled on LevelDB's Env, but fd-based: ckptfs
 // works with *at() calls relative to directory fds it holds open.
 #pragma once
 

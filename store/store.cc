@@ -103,6 +103,13 @@ Result<std::string> ReadSmallFile(Env* env, int fd, size_t max) {
   return text;
 }
 
+// LOCK holds the pid of the process that holds it, for humans and tests.
+Status WritePid(Env* env, int lock_fd) {
+  const std::string pid = std::to_string(::getpid()) + "\n";
+  RETURN_IF_ERROR(env->Ftruncate(lock_fd, 0));
+  return env->PWriteAll(lock_fd, std::span(reinterpret_cast<const uint8_t*>(pid.data()), pid.size()), 0);
+}
+
 // One daemon per store: flock on LOCK (released by the kernel when the
 // process dies, so a crash never leaves a stale lock), pid inside for humans
 // and for tests that need the daemon's pid.
@@ -123,14 +130,17 @@ Result<UniqueFd> TakeLock(Env* env, int root_fd, const std::string& backing) {
     }
     return Status::Error(EBUSY, "store " + backing + " is already served by another ckptfs daemon (pid " + pid + ")");
   }
-  const std::string pid = std::to_string(::getpid()) + "\n";
-  RETURN_IF_ERROR(env->Ftruncate(fd.get(), 0));
-  RETURN_IF_ERROR(
-      env->PWriteAll(fd.get(), std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(pid.data()), pid.size()), 0));
+  RETURN_IF_ERROR(WritePid(env, fd.get()));
   return fd;
 }
 
 }  // namespace
+
+// After a fork the daemon, not the parent that took the lock, holds it.
+Status Store::RecordOwnerPid() {
+  if (!lock_.valid()) return Status::Ok();
+  return WritePid(env_, lock_.get());
+}
 
 namespace internal {
 

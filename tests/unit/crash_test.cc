@@ -23,7 +23,7 @@
 
 #include "cache/chunk_cache.h"
 #include "fuse/file_content.h"
-#include "store/fault_env.h"
+#include "tests/unit/fault_env.h"
 #include "store/store.h"
 #include "store/store_internal.h"
 #include "tests/unit/test_util.h"

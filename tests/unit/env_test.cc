@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "store/fault_env.h"
+#include "tests/unit/fault_env.h"
 #include "store/object_id.h"
 #include "tests/unit/test_util.h"
 

@@ -5,7 +5,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 
-#include "store/fault_env.h"
+#include "tests/unit/fault_env.h"
 #include "store/store.h"
 #include "tests/unit/test_util.h"
 

@@ -9,7 +9,7 @@
 #include <functional>
 #include <random>
 
-#include "store/fault_env.h"
+#include "tests/unit/fault_env.h"
 #include "store/store.h"
 #include "tests/unit/test_util.h"
 

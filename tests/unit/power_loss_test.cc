@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <string>
 
-#include "store/fault_env.h"
+#include "tests/unit/fault_env.h"
 #include "tests/unit/test_util.h"
 
 namespace ckptfs {

@@ -11,7 +11,7 @@
 #include <random>
 #include <set>
 
-#include "store/fault_env.h"
+#include "tests/unit/fault_env.h"
 #include "base/le.h"
 #include "store/pack_format.h"
 #include "store/store.h"
