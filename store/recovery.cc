@@ -102,6 +102,20 @@ Status Store::WalkStubs(const std::function<Status(const std::string& path, int 
       &seen);
 }
 
+namespace {
+
+// An object whose references cannot be established: with any, nothing is
+// swept, since any unreferenced-looking pack or staging file might be what
+// it names.
+void NoteUnreadable(RecoveryReport* rep, const std::string& where, const std::string& why) {
+  const std::string line = "cannot read " + where + ": " + why;
+  spdlog::error("recovery: {}", line);
+  rep->unreadable.push_back(where + ": " + why);
+  rep->actions.push_back(line);
+}
+
+}  // namespace
+
 Result<RecoveryReport> Store::Recover() {
   RecoveryReport rep;
   auto did = [&](const std::string& line) {
@@ -112,13 +126,7 @@ Result<RecoveryReport> Store::Recover() {
     spdlog::error("recovery: {}", line);
     rep.actions.push_back(line);
   };
-  // An object whose references cannot be established: with any, nothing is
-  // swept, since any unreferenced-looking pack or staging file might be
-  // what it names.
-  auto unreadable = [&](const std::string& where, const std::string& why) {
-    rep.unreadable.push_back(where + ": " + why);
-    problem("cannot read " + where + ": " + why);
-  };
+  auto unreadable = [&](const std::string& where, const std::string& why) { NoteUnreadable(&rep, where, why); };
 
   // 1. Packs that never got published. Always safe to delete: nothing names
   // a pack before it is renamed out of tmp/ (stubs and meta blocks name
@@ -236,11 +244,7 @@ Result<RecoveryReport> Store::Recover() {
 namespace ckptfs {
 
 Status Store::CollectPacks(const std::unordered_map<ObjectId, std::string>& roots, RecoveryReport* rep) {
-  auto unreadable = [&](const std::string& where, const std::string& why) {
-    rep->unreadable.push_back(where + ": " + why);
-    spdlog::error("recovery: cannot read {}: {}", where, why);
-    rep->actions.push_back("cannot read " + where + ": " + why);
-  };
+  auto unreadable = [&](const std::string& where, const std::string& why) { NoteUnreadable(rep, where, why); };
   struct Found {
     std::string dir, file;
     std::optional<PackMeta> meta;  // nullopt: references unknown
