@@ -69,15 +69,6 @@ Status FileContent::FillStat(struct stat* st) {
   return Status::Ok();
 }
 
-Result<ChunkBytes> FileContent::LoadChunk(const std::shared_ptr<PackReader>& pack, ObjectId id, uint64_t index) {
-  return cache_->GetOrLoad(ChunkKey{id, index}, [&]() -> Result<ChunkBytes> {
-    pack->Prefetch(index + 1);  // reads are mostly sequential: overlap disk and decode
-    auto bytes = std::make_shared<std::vector<uint8_t>>();
-    RETURN_IF_ERROR(pack->ReadChunk(index, bytes.get(), store_));
-    return ChunkBytes(std::move(bytes));
-  });
-}
-
 Result<size_t> FileContent::ReadSealed(const std::shared_ptr<PackReader>& pack, ObjectId id, uint64_t size,
                                        uint64_t off, std::span<uint8_t> out) {
   if (off >= size) return size_t{0};
@@ -93,7 +84,7 @@ Result<size_t> FileContent::ReadSealed(const std::shared_ptr<PackReader>& pack, 
     if (e.codec == ChunkCodec::kZero) {
       std::memset(dst, 0, n);  // holes need no decode and no cache space
     } else {
-      auto chunk = LoadChunk(pack, id, index);
+      auto chunk = store_->LoadChunk(*pack, id, index, cache_);
       if (!chunk.ok()) return Fail(chunk.status(), "read", index * cs);
       std::memcpy(dst, chunk.value()->data() + within, n);
     }

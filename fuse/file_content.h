@@ -96,7 +96,6 @@ class FileContent {
   Result<std::shared_ptr<PackReader>> PackLocked();
   Result<size_t> ReadSealed(const std::shared_ptr<PackReader>& pack, ObjectId id, uint64_t size, uint64_t off,
                             std::span<uint8_t> out);
-  Result<ChunkBytes> LoadChunk(const std::shared_ptr<PackReader>& pack, ObjectId id, uint64_t index);
   void MaybeReleaseObjectsLocked();
   bool NeedsSealLocked() const { return open_writers_ == 0 && staging_ && !unlinked_; }
   Status Fail(const Status& st, const char* what, uint64_t off);
@@ -109,7 +108,7 @@ class FileContent {
   // How long a lossy read waits for a writer's pending RELEASE.
   static constexpr std::chrono::seconds kReleaseGrace{2};
 
-  std::mutex seal_mu_;  // one seal at a time (seal queue, lossy reads)
+  std::mutex seal_mu_;                   // one seal at a time (seal queue, lossy reads)
   std::condition_variable released_cv_;  // a handle was released (mu_)
   std::mutex mu_;
   StubRecord rec_;
@@ -126,7 +125,7 @@ class FileContent {
   int inodes_ = 1;  // Inodes holding this content that the kernel has not forgotten
   bool released_ = false;
   bool drop_cache_ = false;  // sealed since the kernel last cached pages
-  ObjectId retired_ = 0;  // the previous version while this one is rewritten (Store::RetirePack)
+  ObjectId retired_ = 0;     // the previous version while this one is rewritten (Store::RetirePack)
 };
 
 }  // namespace ckptfs

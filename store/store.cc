@@ -482,6 +482,16 @@ std::optional<std::pair<ObjectId, uint64_t>> Store::BaseOfChunk(ObjectId pack, u
   return *base;
 }
 
+Result<ChunkBytes> Store::LoadChunk(const PackReader& pack, ObjectId id, uint64_t index, ChunkCache* cache) {
+  auto load = [&]() -> Result<ChunkBytes> {
+    pack.Prefetch(index + 1);
+    auto bytes = std::make_shared<std::vector<uint8_t>>();
+    RETURN_IF_ERROR(pack.ReadChunk(index, bytes.get(), this));
+    return ChunkBytes(std::move(bytes));
+  };
+  return cache != nullptr ? cache->GetOrLoad(ChunkKey{id, index}, load) : load();
+}
+
 Status Store::ReadPackRange(ObjectId pack, uint64_t offset, std::span<uint8_t> out) {
   thread_local int nesting = 0;
   if (nesting >= kMaxBaseNesting) {
@@ -504,15 +514,8 @@ Status Store::ReadPackRange(ObjectId pack, uint64_t offset, std::span<uint8_t> o
   while (pos < offset + out.size()) {
     const uint64_t index = pos / cs, within = pos - index * cs;
     const uint64_t n = std::min<uint64_t>(offset + out.size() - pos, r.chunks()[index].raw_len - within);
-    auto load = [&]() -> Result<ChunkBytes> {
-      r.Prefetch(index + 1);  // bases are read in order too: overlap their disk reads with decoding
-      auto bytes = std::make_shared<std::vector<uint8_t>>();
-      RETURN_IF_ERROR(r.ReadChunk(index, bytes.get(), this));
-      return ChunkBytes(std::move(bytes));
-    };
-    Result<ChunkBytes> chunk = base_cache_ != nullptr ? base_cache_->GetOrLoad(ChunkKey{pack, index}, load) : load();
-    if (!chunk.ok()) return chunk.status();
-    std::memcpy(out.data() + (pos - offset), (*chunk)->data() + within, n);
+    ASSIGN_OR_RETURN(ChunkBytes chunk, LoadChunk(r, pack, index, base_cache_));
+    std::memcpy(out.data() + (pos - offset), chunk->data() + within, n);
     pos += n;
   }
   return Status::Ok();
@@ -589,13 +592,7 @@ Status Store::DecodePackInto(ObjectId id, uint64_t keep_bytes, int dst_fd) {
   const uint64_t cs = pack->header().chunk_size;
   for (uint64_t i = 0; i < pack->chunks().size() && i * cs < keep_bytes; ++i) {
     if (pack->chunks()[i].codec == ChunkCodec::kZero) continue;  // stays a hole
-    auto load = [&]() -> Result<ChunkBytes> {
-      pack->Prefetch(i + 1);
-      auto bytes = std::make_shared<std::vector<uint8_t>>();
-      RETURN_IF_ERROR(pack->ReadChunk(i, bytes.get(), this));
-      return ChunkBytes(std::move(bytes));
-    };
-    ASSIGN_OR_RETURN(ChunkBytes chunk, base_cache_ != nullptr ? base_cache_->GetOrLoad(ChunkKey{id, i}, load) : load());
+    ASSIGN_OR_RETURN(ChunkBytes chunk, LoadChunk(*pack, id, i, base_cache_));
     const uint64_t n = std::min<uint64_t>(chunk->size(), keep_bytes - i * cs);
     RETURN_IF_ERROR(env_->PWriteAll(dst_fd, std::span(chunk->data(), n), i * cs));
   }

@@ -24,6 +24,7 @@
 
 #include "base/status.h"
 #include "base/unique_fd.h"
+#include "cache/chunk_cache.h"
 #include "codec/chunk_codec.h"
 #include "store/env.h"
 #include "store/lossy_coder.h"
@@ -101,8 +102,6 @@ struct FileUsage {
   std::optional<LossyInfo> lossy;  // sealed under a lossy policy: what it did
 };
 
-class ChunkCache;
-
 // A model file and its optimizer file belong to the same save when their
 // last writes are at most this far apart (Store::FindSiblingMoments). A
 // trainer writes them back to back, so the gap is the time to write one of
@@ -171,6 +170,10 @@ class Store : public BaseSource {
   Status ReadPackRange(ObjectId pack, uint64_t offset, std::span<uint8_t> out) override;
   std::optional<std::pair<ObjectId, uint64_t>> BaseOfChunk(ObjectId pack, uint64_t offset, uint64_t len) override;
   void SetBaseCache(ChunkCache* cache) { base_cache_ = cache; }
+  // Chunk `index` of pack `id` decoded, through `cache` when not null (one
+  // decode for concurrent misses). Reads are mostly sequential, so the next
+  // chunk's disk read is started to overlap this decode.
+  Result<ChunkBytes> LoadChunk(const PackReader& pack, ObjectId id, uint64_t index, ChunkCache* cache);
   const PackIndex& index() const { return index_; }
   // Set by a recovery that found objects it could not read: any pack might
   // then be needed by one of them, so until a later recovery (the next mount
