@@ -219,7 +219,8 @@ int RunStats(const std::string& path, bool json) {
     auto it = file_of_pack.find(f.base);
     return it != file_of_pack.end() ? it->second : "(deleted file, pack " + ObjectIdHex(f.base) + ")";
   };
-  // Packs of deleted files kept as bases of others belong to no file: shown
+  // Packs of deleted files kept as bases of others, or for an inode the
+  // kernel has not forgotten yet, belong to no file: shown
   // separately for a whole store, so the total is what the disk holds.
   uint64_t kept = 0;
   if (where->second.empty()) {
@@ -255,7 +256,7 @@ int RunStats(const std::string& path, bool json) {
                 Human(f.stored).c_str(), Ratio(f.logical, f.stored),
                 f.staged ? "staged" : f.lossy ? "lossy" : "sealed", static_cast<unsigned>(f.depth),
                 LossyErrors(f.lossy).c_str(), base_name(f).c_str());
-  if (kept > 0) std::printf("%-50s %12s %12s\n", "(packs of deleted files, kept as bases)", "", Human(kept).c_str());
+  if (kept > 0) std::printf("%-50s %12s %12s\n", "(packs of deleted files: bases, or still open)", "", Human(kept).c_str());
   std::printf("%-50s %12s %12s %7.2fx %zu files\n", "total", Human(logical).c_str(), Human(stored + kept).c_str(),
               Ratio(logical, stored + kept), usage->size());
   return 0;
