@@ -20,6 +20,12 @@ if ! bash scripts/check-layers.sh; then
   status=1
 fi
 
+echo "=== function length (scripts/check-function-length.py) ==="
+if ! python3 scripts/check-function-length.py; then
+  echo "test: a function is over 80 lines" >&2
+  status=1
+fi
+
 echo "=== C++ unit tests (ctest) ==="
 if ! ctest --test-dir build --output-on-failure -j2 --timeout 900; then
   echo "test: C++ unit tests FAILED" >&2
