@@ -1,58 +1,68 @@
-// Mounting: option parsing, pre-flight checks with actionable errors, and
-// the daemon's life cycle (open store, recover, mount, serve, drain seals).
+// The FUSE session: a Filesystem over a ready Store, mounted on a
+// directory and served until it is unmounted. Option parsing, the daemon's
+// fork and the compute device are the CLI's (mount-tools/).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "base/status.h"
-#include "codec/compute_device.h"
-#include "codec/lossy/roles.h"
 #include "fuse/fs.h"
+
+struct fuse_session;
 
 namespace ckptfs {
 
-struct MountOptions {
-  std::string backing;
-  std::string mountpoint;
-  bool foreground = false;
+// The FUSE layer's settings: the file system's and its session's.
+struct FuseOptions {
   FsConfig fs;
-  uint32_t chunk_size = 4u << 20;
-  int zstd_level = 3;
-  bool tensor_codec = true;  // kTensor chunks for files whose format names tensors
-  bool delta = true;            // StoreOptions::delta
-  uint32_t keyframe_every = 8;  // StoreOptions::keyframe_every
-  double lossy = 0;             // StoreOptions::lossy (0: lossless)
-  lossy::LossyScope lossy_scope = lossy::LossyScope::kModels;  // StoreOptions::lossy_scope
-  uint32_t lossy_keyframe_every = 32;  // StoreOptions::lossy_keyframe_every
-  int max_threads = 8;
-  unsigned seal_workers = 0;  // StoreOptions::seal_workers; 0: half the cores, 1 to 4
-  DeviceRequest device = DeviceRequest::kAuto;  // where the encoder's data-parallel steps run
-  uint64_t gpu_mem = 256ull << 20;               // GPU memory (and pinned host memory) they may hold
-  uint64_t read_ahead = 4u << 20;  // kernel readahead window for the mount
-  std::string log_path;            // default: BACKING/ckptfs.log
-  std::string log_level = "info";
-  bool debug_fuse = false;
-  bool nonempty = false;                 // -o nonempty: mount over a directory that has entries
+  int max_threads = 8;                   // FUSE worker threads
+  uint64_t read_ahead = 4u << 20;        // kernel readahead window for the mount
+  bool debug = false;                    // libfuse request tracing
   std::vector<std::string> kernel_opts;  // passed to the kernel mount (allow_other, ro, ...)
 };
 
-// The -o options, one line each, for --help.
-std::string MountOptionsHelp();
-// Parses a comma-separated -o list into `out`. Unknown options are an error.
-Status ParseMountOptions(const std::string& list, MountOptions* out);
-// Parses "64M", "1G", "4096". Suffixes K/M/G/T are powers of 1024.
-Result<uint64_t> ParseSize(const std::string& text);
+// A Filesystem mounted through a FUSE session. Whatever path a caller
+// leaves by, the destructor leaves no mount and no session behind: it
+// unmounts (unless Serve has), removes the signal handlers and destroys
+// the session.
+class FuseMount {
+ public:
+  // Mounts a Filesystem over `store` (recovered already) on `mountpoint`;
+  // /proc/mounts names `backing` as its source.
+  static Result<std::unique_ptr<FuseMount>> Mount(Store* store, const std::string& backing,
+                                                  const std::string& mountpoint, const FuseOptions& opts);
+  ~FuseMount();
+  FuseMount(const FuseMount&) = delete;
+  FuseMount& operator=(const FuseMount&) = delete;
 
-// Checks the mount point: exists, is a directory, is not stale, not busy,
-// and (unless allow_nonempty) empty, since a mount would hide its files.
-Result<std::string> CheckMountpoint(const std::string& path, bool allow_nonempty = false);
-Result<std::string> CheckBacking(const std::string& path);
+  // Starts the sealing threads. Not part of Mount: a daemon forks after it
+  // mounts (so that a failed mount is reported on the terminal), and
+  // threads do not survive a fork.
+  void StartSealing();
+  // Serves requests until the mount is unmounted or a signal ends the loop,
+  // then unmounts and seals what is pending. 0 on a clean exit, else 1.
+  int Serve();
 
-// Runs the daemon; returns the process exit code.
-int RunMount(MountOptions opts);
+ private:
+  FuseMount(Store* store, const FuseOptions& opts, const std::string& mountpoint, UniqueFd ns_root);
+  Status CreateSession(const std::string& backing);
+  void Unmount();
+
+  Store* store_;
+  FuseOptions opts_;
+  std::string mountpoint_;
+  Filesystem fs_;
+  // libfuse's command line, alive as long as the session that parsed it.
+  std::vector<std::string> session_args_;
+  std::vector<char*> session_argv_;
+  fuse_session* session_ = nullptr;
+  bool signal_handlers_ = false;
+  bool mounted_ = false;
+};
 
 // Where /proc/self/mountinfo says `mountpoint` is mounted from, if it is a
 // ckptfs mount ("" otherwise). The source is the backing directory.

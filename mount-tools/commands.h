@@ -3,7 +3,13 @@
 
 #include <string>
 
+#include "mount-tools/mount_options.h"
+
 namespace ckptfs {
+
+// Mounts opts.backing on opts.mountpoint and serves it: in the background
+// (returning once the daemon serves) unless opts.foreground.
+int RunMount(const MountOptions& opts);
 
 // Unmounts MOUNTPOINT (also a stale one whose daemon died) and waits until
 // the daemon has sealed pending files and released the store.

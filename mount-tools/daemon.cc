@@ -1,0 +1,83 @@
+#include "mount-tools/daemon.h"
+
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <string>
+
+#include "base/log.h"
+#include "gpu/device_select.h"
+
+namespace ckptfs {
+
+Result<UniqueFd> Daemonize() {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return Status::FromErrno("pipe");
+  const pid_t pid = ::fork();
+  if (pid < 0) return Status::FromErrno("fork");
+  if (pid > 0) {
+    ::close(fds[1]);
+    char ok = 1;
+    const ssize_t n = ::read(fds[0], &ok, 1);
+    ::_exit(n == 1 && ok == 0 ? 0 : 1);
+  }
+  ::close(fds[0]);
+  ::setsid();
+  if (::chdir("/") != 0) return Status::FromErrno("chdir /");
+  const int null = ::open("/dev/null", O_RDWR);
+  if (null >= 0) {
+    ::dup2(null, 0);
+    ::dup2(null, 1);
+    ::dup2(null, 2);
+    if (null > 2) ::close(null);
+  }
+  return UniqueFd(fds[1]);
+}
+
+void ReportStarted(UniqueFd* pipe) {
+  if (!pipe->valid()) return;
+  const char ok = 0;
+  (void)!::write(pipe->get(), &ok, 1);
+  pipe->reset();
+}
+
+Status ProbeDevice(DeviceRequest request, const gpu::CudaOptions& cuda) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return Status::FromErrno("pipe");
+  UniqueFd rd(fds[0]), wr(fds[1]);
+  const pid_t pid = ::fork();
+  if (pid < 0) return Status::FromErrno("fork");
+  if (pid == 0) {
+    Result<gpu::DeviceChoice> c = gpu::ChooseDevice(request, cuda);
+    const std::string msg = c.ok() ? "+" : "-" + c.status().message();
+    (void)!::write(wr.get(), msg.data(), msg.size());
+    ::_exit(0);
+  }
+  wr.reset();
+  std::string msg;
+  char buf[512];
+  for (ssize_t n; (n = ::read(rd.get(), buf, sizeof buf)) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;
+    msg.append(buf, static_cast<size_t>(n));
+  }
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (msg.empty()) return Status::Error(EIO, "the device probe exited without an answer");
+  if (msg[0] == '-') return Status::Error(ENODEV, msg.substr(1));
+  return Status::Ok();
+}
+
+void UseDevice(Store* store, DeviceRequest request, const gpu::CudaOptions& cuda) {
+  Result<gpu::DeviceChoice> c = gpu::ChooseDevice(request, cuda);
+  if (!c.ok()) {
+    spdlog::error("{}; sealing runs on the CPU", c.status().message());
+    c = gpu::ChooseDevice(DeviceRequest::kCpu, cuda);
+  }
+  spdlog::info("{}", c->why);
+  store->SetComputeDevice(c->device);
+}
+
+}  // namespace ckptfs

@@ -1,0 +1,29 @@
+// The daemon behind `ckptfs mount`: going to the background, and the
+// compute device it seals with.
+#pragma once
+
+#include "base/status.h"
+#include "base/unique_fd.h"
+#include "gpu/cuda_device.h"
+#include "store/store.h"
+
+namespace ckptfs {
+
+// Forks into the background. The parent waits until the child reports on
+// the returned pipe (ReportStarted), so `ckptfs mount` returns only once
+// the daemon serves and LOCK names it; if the child dies first, it fails.
+Result<UniqueFd> Daemonize();
+// Tells the waiting parent (if any) that the daemon serves, and closes the pipe.
+void ReportStarted(UniqueFd* pipe);
+
+// Chooses the compute device in a short-lived child; an error says why
+// device=gpu cannot be had. The daemon forks later, and a CUDA context does
+// not survive a fork: so the parent never initialises CUDA, yet an
+// impossible device=gpu still fails here, on the user's terminal.
+Status ProbeDevice(DeviceRequest request, const gpu::CudaOptions& cuda);
+// Opens the device for this process (after any fork) and hands it to the
+// store. A device=gpu that the probe found but that fails now falls back to
+// the CPU with an error in the log: the mount is already up.
+void UseDevice(Store* store, DeviceRequest request, const gpu::CudaOptions& cuda);
+
+}  // namespace ckptfs

@@ -1,0 +1,204 @@
+// `ckptfs mount`: checks what it was given, opens and recovers the store,
+// mounts it and serves, in the background unless -f.
+#include <dirent.h>
+#include <malloc.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <iostream>
+
+#include "base/log.h"
+#include "fuse/mount.h"
+#include "mount-tools/commands.h"
+#include "mount-tools/daemon.h"
+#include "store/private_store.h"
+
+namespace ckptfs {
+namespace {
+
+void RaiseFdLimit() {
+  struct rlimit rl {};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &rl);
+  }
+}
+
+void LogRecovery(const RecoveryReport& r, bool to_stderr) {
+  spdlog::info(
+      "recovery: scanned {} files, resealed {}, removed {} temporary, {} orphan packs, {} orphan staging; {} broken",
+      r.stubs_scanned, r.staged_resealed, r.tmp_files_removed, r.orphan_packs_removed, r.orphan_staging_removed,
+      r.broken_stubs);
+  if (to_stderr)
+    for (const auto& a : r.actions) std::cerr << "ckptfs: recovery: " << a << "\n";
+  // Mounting goes on (every readable file is served), but the user must hear
+  // of it: the mount's own terminal, even when the daemon goes to the
+  // background.
+  if (!r.swept()) {
+    if (!to_stderr)
+      for (const auto& u : r.unreadable) std::cerr << "ckptfs: recovery: cannot read " << u << "\n";
+    std::cerr << "ckptfs: warning: " << r.unreadable.size()
+              << " object(s) in the store could not be read; nothing was deleted, and no pack will be until "
+                 "they are repaired (run `ckptfs fsck`)\n";
+  }
+}
+
+int Fail(const std::string& msg) {
+  std::cerr << "ckptfs mount: " << msg << "\n";
+  return 1;
+}
+
+// The first entry of a directory other than . and .., if any.
+Result<std::optional<std::string>> FirstEntry(const std::string& dir) {
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return Status::FromErrno("cannot list mount point " + dir);
+  std::optional<std::string> first;
+  errno = 0;
+  while (const dirent* e = ::readdir(d)) {
+    if (std::strcmp(e->d_name, ".") == 0 || std::strcmp(e->d_name, "..") == 0) continue;
+    first = e->d_name;
+    break;
+  }
+  const int err = errno;
+  ::closedir(d);
+  if (!first && err != 0) return Status::FromErrno(err, "cannot list mount point " + dir);
+  return first;
+}
+
+// Checks the mount point: exists, is a directory, is not stale, not busy,
+// and (unless allow_nonempty) empty, since a mount would hide its files.
+Result<std::string> CheckMountpoint(const std::string& path, bool allow_nonempty) {
+  char* real = ::realpath(path.c_str(), nullptr);
+  if (real == nullptr) {
+    int err = errno;
+    if (err == ENOTCONN)
+      return Status::Error(
+          ENOTCONN,
+          "mount point " + path + " is a stale FUSE mount (its daemon died); run `ckptfs umount " + path + "` first");
+    if (err == ENOENT) return Status::Error(ENOENT, "mount point " + path + " does not exist; create it with mkdir");
+    return Status::FromErrno(err, "mount point " + path);
+  }
+  std::string abs(real);
+  std::free(real);
+  struct stat st {};
+  if (::stat(abs.c_str(), &st) != 0) {
+    if (errno == ENOTCONN)
+      return Status::Error(ENOTCONN,
+                           "mount point " + abs + " is a stale FUSE mount; run `ckptfs umount " + abs + "` first");
+    return Status::FromErrno("mount point " + abs);
+  }
+  if (!S_ISDIR(st.st_mode)) return Status::Error(ENOTDIR, "mount point " + abs + " is not a directory");
+  if (auto m = FuseMountAt(abs))
+    return Status::Error(EBUSY, "mount point " + abs + " is busy: " + m->fstype + " from " + m->source +
+                                    " is already mounted there; run `ckptfs umount " + abs + "` first");
+  if (!allow_nonempty) {
+    ASSIGN_OR_RETURN(std::optional<std::string> entry, FirstEntry(abs));
+    if (entry)
+      return Status::Error(ENOTEMPTY, "mount point " + abs + " is not empty (it holds '" + *entry +
+                                          "', for one); mounting would hide its files until the unmount. Use an "
+                                          "empty directory, or pass -o nonempty to mount over them anyway");
+  }
+  return abs;
+}
+
+// Checks the backing directory: exists, is a directory this user may write.
+Result<std::string> CheckBacking(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT)
+      return Status::Error(ENOENT, "backing directory " + path + " does not exist; create it (mkdir -p " + path + ")");
+    return Status::FromErrno("backing directory " + path);
+  }
+  if (!S_ISDIR(st.st_mode)) return Status::Error(ENOTDIR, "backing path " + path + " is not a directory");
+  if (::access(path.c_str(), W_OK | X_OK) != 0)
+    return Status::FromErrno("backing directory " + path + " is not writable by this user");
+  char* real = ::realpath(path.c_str(), nullptr);
+  std::string abs(real ? real : path.c_str());
+  std::free(real);
+  return abs;
+}
+
+struct MountPaths {  // absolute
+  std::string backing;
+  std::string mountpoint;
+};
+
+// Both checked, and neither inside the other.
+Result<MountPaths> CheckPaths(const MountOptions& opts) {
+  ASSIGN_OR_RETURN(std::string mountpoint, CheckMountpoint(opts.mountpoint, opts.nonempty));
+  ASSIGN_OR_RETURN(std::string backing, CheckBacking(opts.backing));
+  if ((mountpoint + "/").rfind(backing + "/", 0) == 0 || (backing + "/").rfind(mountpoint + "/", 0) == 0)
+    return Status::InvalidArgument("backing directory " + backing + " and mount point " + mountpoint +
+                                   " must not contain each other");
+  return MountPaths{backing, mountpoint};
+}
+
+void SetUpProcess() {
+  // Before anything is created, the log included: what the daemon creates
+  // for itself is private. Entries of the logical tree get the modes the
+  // kernel sends (FUSE request threads run with umask 0, see fuse/ops.cc).
+  ::umask(077);
+  // Chunk buffers are megabytes: a fixed mmap threshold hands them back to
+  // the kernel when freed, instead of glibc raising the threshold and
+  // keeping freed chunks in per-thread arenas (RSS would grow past the
+  // cache limit with the number of FUSE threads).
+  ::mallopt(M_MMAP_THRESHOLD, 256 * 1024);
+}
+
+// From here on the log goes to its file (and to stderr with -f).
+void StartDaemonLog(const MountOptions& opts, const MountPaths& paths, const Store& store) {
+  const std::string log_path = opts.log_path.empty() ? paths.backing + "/ckptfs.log" : opts.log_path;
+  spdlog::drop_all();
+  InitLogging(log_path, opts.log_level, opts.foreground);
+  spdlog::info("ckptfs {} mounting {} on {}", CKPTFS_VERSION, paths.backing, paths.mountpoint);
+  for (const std::string& line : store.made_private()) spdlog::warn("store permissions: {}", line);
+  for (const std::string& line : LooseParentsOf(Env::Default(), paths.backing))
+    spdlog::warn("store permissions: {}", line);
+}
+
+// Goes to the background (unless -f), then seals and serves until unmounted.
+int ServeMount(FuseMount& mount, Store* store, const MountOptions& opts, const MountPaths& paths) {
+  UniqueFd started;
+  if (!opts.foreground) {
+    auto pipe = Daemonize();
+    if (!pipe.ok()) return Fail(pipe.status().message());
+    started = std::move(pipe).value();
+  }
+  Status pid = store->RecordOwnerPid();
+  if (!pid.ok()) spdlog::warn("{}", pid.message());
+  UseDevice(store, opts.device, opts.cuda);
+  mount.StartSealing();
+  spdlog::info("mounted {} on {}", paths.backing, paths.mountpoint);
+  ReportStarted(&started);
+  return mount.Serve();
+}
+
+}  // namespace
+
+int RunMount(const MountOptions& opts) {
+  SetUpProcess();
+  InitLogging("", opts.log_level);
+  auto paths = CheckPaths(opts);
+  if (!paths.ok()) return Fail(paths.status().message());
+  if (opts.device == DeviceRequest::kGpu) {
+    if (Status probe = ProbeDevice(opts.device, opts.cuda); !probe.ok()) return Fail(probe.message());
+  }
+  auto store = Store::Open(Env::Default(), paths->backing, opts.store);
+  if (!store.ok()) return Fail(store.status().message());
+  StartDaemonLog(opts, *paths, **store);
+
+  auto report = store.value()->Recover();
+  if (!report.ok()) return Fail("recovery of " + paths->backing + " failed: " + report.status().message());
+  LogRecovery(report.value(), opts.foreground);
+  RaiseFdLimit();
+  // Destroyed on every return below: no path leaves a mount or a session behind.
+  auto mount = FuseMount::Mount(store->get(), paths->backing, paths->mountpoint, opts.fuse);
+  if (!mount.ok()) return Fail(mount.status().message());
+  const int rc = ServeMount(**mount, store->get(), opts, *paths);
+  spdlog::shutdown();
+  return rc;
+}
+
+}  // namespace ckptfs
