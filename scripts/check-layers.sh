@@ -12,7 +12,7 @@ FORBIDDEN=(
   "gpu:store cache fuse mount-tools"
   "store:fuse gpu mount-tools"
   "cache:fuse gpu mount-tools"
-  "fuse:mount-tools"
+  "fuse:gpu mount-tools"
 )
 
 bad=0
