@@ -57,6 +57,13 @@ class Env {
   virtual Status UtimensAt(int dirfd, const std::string& path, const struct timespec times[2], int flags) = 0;
   virtual Result<std::vector<DirEntry>> ListDir(int dirfd) = 0;
   virtual Result<struct statvfs> Fstatvfs(int fd) = 0;
+  // flock(2) on an open file; with LOCK_NB a lock held elsewhere is EWOULDBLOCK.
+  virtual Status Flock(int fd, int operation) = 0;
+  // posix_fadvise(2). Advice only: callers may ignore a failure.
+  virtual Status Fadvise(int fd, uint64_t off, uint64_t len, int advice) = 0;
+  // Wall-clock time (CLOCK_REALTIME) in nanoseconds since the epoch, for
+  // timestamps that are stored.
+  virtual uint64_t WallTimeNs() = 0;
   // Extended attributes by path (use "/proc/self/fd/N" for fd-held inodes).
   virtual Status SetXattr(const std::string& path, const std::string& name, std::span<const uint8_t> value,
                           int flags) = 0;

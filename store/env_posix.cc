@@ -3,9 +3,11 @@
 // path only), so a log line says what failed where without a debugger.
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/xattr.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -190,6 +192,24 @@ class PosixEnv final : public Env {
     struct statvfs sv {};
     if (RetryEintr([&] { return ::fstatvfs(fd, &sv); }) != 0) return ErrFd("statvfs", fd);
     return sv;
+  }
+
+  Status Flock(int fd, int operation) override {
+    if (RetryEintr([&] { return ::flock(fd, operation); }) != 0) return ErrFd("flock", fd);
+    return Status::Ok();
+  }
+
+  Status Fadvise(int fd, uint64_t off, uint64_t len, int advice) override {
+    // Returns the error number instead of setting errno.
+    const int err = ::posix_fadvise(fd, static_cast<off_t>(off), static_cast<off_t>(len), advice);
+    if (err != 0) return Status::FromErrno(err, "fadvise " + FdName(fd));
+    return Status::Ok();
+  }
+
+  uint64_t WallTimeNs() override {
+    timespec now{};
+    ::clock_gettime(CLOCK_REALTIME, &now);
+    return static_cast<uint64_t>(now.tv_sec) * 1000000000ull + static_cast<uint64_t>(now.tv_nsec);
   }
 
   Status SetXattr(const std::string& path, const std::string& name, std::span<const uint8_t> value,

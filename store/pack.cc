@@ -289,9 +289,7 @@ Result<PackStats> WritePack(Env* env, int src_fd, uint64_t size, int dst_fd, uin
   uint64_t pos = appender.pos();
   ChunkPlanner* const planner = workers.planners.empty() ? nullptr : workers.planners[0];
 
-  timespec now{};
-  ::clock_gettime(CLOCK_REALTIME, &now);
-  meta.sealed_ns = static_cast<uint64_t>(now.tv_sec) * 1000000000ull + static_cast<uint64_t>(now.tv_nsec);
+  meta.sealed_ns = env->WallTimeNs();
   if (planner != nullptr) planner->FinishMeta(&meta);
   const std::vector<uint8_t> meta_bytes = EncodePackMeta(meta);
   header.meta_offset = pos;
@@ -454,7 +452,7 @@ Result<std::shared_ptr<PackReader>> PackReader::Open(Env* env, UniqueFd fd, std:
   // A small pack (a delta or a file of references) is read whole up front:
   // otherwise every chunk's few stored bytes cost a disk round trip of their own.
   if (payload_end <= kReadWholeBelow) {
-    (void)::posix_fadvise(fd.get(), 0, static_cast<off_t>(payload_end), POSIX_FADV_WILLNEED);
+    (void)env->Fadvise(fd.get(), 0, payload_end, POSIX_FADV_WILLNEED);
   }
   std::shared_ptr<PackReader> r(new PackReader(env, std::move(fd), std::move(name)));
   r->header_ = h;
@@ -529,8 +527,7 @@ Result<std::pair<ObjectId, uint64_t>> PackReader::ChunkBase(uint64_t index) cons
 
 void PackReader::Prefetch(uint64_t index) const {
   if (index >= chunks_.size() || chunks_[index].stored_len == 0) return;
-  (void)::posix_fadvise(fd_.get(), static_cast<off_t>(chunks_[index].offset),
-                        static_cast<off_t>(chunks_[index].stored_len), POSIX_FADV_WILLNEED);
+  (void)env_->Fadvise(fd_.get(), chunks_[index].offset, chunks_[index].stored_len, POSIX_FADV_WILLNEED);
 }
 
 Status PackReader::VerifyAll(BaseSource* bases) const {

@@ -115,13 +115,8 @@ Status WritePid(Env* env, int lock_fd) {
 // and for tests that need the daemon's pid.
 Result<UniqueFd> TakeLock(Env* env, int root_fd, const std::string& backing) {
   ASSIGN_OR_RETURN(UniqueFd fd, env->OpenAt(root_fd, internal::kLockName, O_RDWR | O_CREAT, kPrivateFileMode));
-  int r;
-  do {
-    r = ::flock(fd.get(), LOCK_EX | LOCK_NB);
-  } while (r != 0 && errno == EINTR);
-  if (r != 0) {
-    const int err = errno;
-    if (err != EWOULDBLOCK) return Status::FromErrno(err, "flock " + backing + "/LOCK");
+  if (Status locked = env->Flock(fd.get(), LOCK_EX | LOCK_NB); !locked.ok()) {
+    if (locked.code() != EWOULDBLOCK) return locked.WithContext("cannot lock store " + backing);
     std::string pid = "unknown";
     if (Result<std::string> text = ReadSmallFile(env, fd.get(), 32); text.ok()) {
       std::string t = *text;

@@ -28,6 +28,8 @@
 //    times and extended attributes (taken as they are, or left default for
 //    inodes the cut brings back). While enabled, mutating calls are
 //    serialised: the model is for single-threaded crash tests.
+//  - SetWallTime(ns): WallTimeNs() returns ns from then on (0: the real
+//    clock again), for tests that compare what is stamped into packs.
 // Counters (calls(op), mutations()) let a test size its loops from a clean
 // run. Thread-safe.
 #pragma once
@@ -83,6 +85,8 @@ class FaultEnv : public Env {
     kListXattr,
     kRemoveXattr,
     kSyncFs,
+    kFlock,
+    kFadvise,
     kNumOps,
   };
 
@@ -90,7 +94,8 @@ class FaultEnv : public Env {
     static constexpr const char* kNames[kNumOps] = {
         "open",    "pread",   "pwrite",   "fsync",    "fdatasync", "ftruncate", "fstat",       "fstatat", "futimens",
         "rename",  "unlink",  "mkdir",    "symlink",  "readlink",  "link",      "mknod",       "fchmod",  "fchown",
-        "utimens", "listdir", "fstatvfs", "setxattr", "getxattr",  "listxattr", "removexattr", "syncfs"};
+        "utimens", "listdir", "fstatvfs", "setxattr", "getxattr",  "listxattr", "removexattr", "syncfs",
+        "flock",   "fadvise"};
     return op >= 0 && op < kNumOps ? kNames[op] : "?";
   }
 
@@ -111,6 +116,7 @@ class FaultEnv : public Env {
     crash_at_ = mutations_ + k;
     if (k == 0) crashed_ = true;
   }
+  void SetWallTime(uint64_t ns) { wall_time_ns_ = ns; }
   // Back to a healthy Env (counters are kept).
   void ClearFaults() {
     std::lock_guard<std::mutex> l(mu_);
@@ -285,6 +291,18 @@ class FaultEnv : public Env {
   Result<struct statvfs> Fstatvfs(int fd) override {
     RETURN_IF_ERROR(Enter(kFstatvfs, false));
     return base_->Fstatvfs(fd);
+  }
+  Status Flock(int fd, int operation) override {
+    RETURN_IF_ERROR(Enter(kFlock, false));
+    return base_->Flock(fd, operation);
+  }
+  Status Fadvise(int fd, uint64_t off, uint64_t len, int advice) override {
+    RETURN_IF_ERROR(Enter(kFadvise, false));
+    return base_->Fadvise(fd, off, len, advice);
+  }
+  uint64_t WallTimeNs() override {
+    const uint64_t pinned = wall_time_ns_.load();
+    return pinned != 0 ? pinned : base_->WallTimeNs();
   }
   Status SetXattr(const std::string& path, const std::string& name, std::span<const uint8_t> value,
                   int flags) override {
@@ -667,6 +685,7 @@ class FaultEnv : public Env {
   bool crash_armed_ = false;
   bool crashed_ = false;
   uint64_t crash_at_ = 0;
+  std::atomic<uint64_t> wall_time_ns_{0};
   // Power loss: enable it before the Env is shared between threads.
   std::atomic<bool> pl_on_{false};
   std::mutex pl_mu_;  // held by mutating calls while pl_on_; guards pl_
