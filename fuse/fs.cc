@@ -6,8 +6,20 @@
 
 namespace ckptfs {
 
-Filesystem::Filesystem(Store* store, const FsConfig& cfg, UniqueFd ns_root)
-    : store_(store), cfg_(cfg), cache_(cfg.cache_bytes), inodes_(std::move(ns_root)), seals_(cfg.seal_threads) {
+Result<std::unique_ptr<Filesystem>> Filesystem::Open(Store* store, const FsConfig& cfg) {
+  Env* env = store->env();
+  ASSIGN_OR_RETURN(UniqueFd root, env->OpenAt(store->ns_fd(), ".", O_PATH | O_DIRECTORY));
+  Result<struct stat> st = env->Fstat(root.get());
+  if (!st.ok()) return st.status().WithContext("cannot stat the root of the mount");
+  return std::unique_ptr<Filesystem>(new Filesystem(store, cfg, std::move(root), *st));
+}
+
+Filesystem::Filesystem(Store* store, const FsConfig& cfg, UniqueFd ns_root, const struct stat& ns_root_st)
+    : store_(store),
+      cfg_(cfg),
+      cache_(cfg.cache_bytes),
+      inodes_(store->env(), std::move(ns_root), ns_root_st),
+      seals_(cfg.seal_threads) {
   // Bases of deltas and references are decoded chunks like any other: one
   // cache bounds them all.
   store_->SetBaseCache(&cache_);

@@ -30,7 +30,8 @@ struct FsConfig {
 
 class Filesystem {
  public:
-  Filesystem(Store* store, const FsConfig& cfg, UniqueFd ns_root);
+  // Opens the store's ns/ as the root of the mount.
+  static Result<std::unique_ptr<Filesystem>> Open(Store* store, const FsConfig& cfg);
 
   static const fuse_lowlevel_ops& Ops();
 
@@ -57,6 +58,8 @@ class Filesystem {
   }
 
  private:
+  Filesystem(Store* store, const FsConfig& cfg, UniqueFd ns_root, const struct stat& ns_root_st);
+
   Store* store_;
   FsConfig cfg_;
   ChunkCache cache_;

@@ -7,21 +7,18 @@
 
 namespace ckptfs {
 
-InodeTable::InodeTable(UniqueFd root_fd) : root_(std::make_unique<Inode>()) {
-  struct stat st {};
-  ::fstat(root_fd.get(), &st);
+InodeTable::InodeTable(Env* env, UniqueFd root_fd, const struct stat& root_st)
+    : env_(env), root_(std::make_unique<Inode>()) {
   root_->fd = std::move(root_fd);
-  root_->dev = st.st_dev;
-  root_->ino = st.st_ino;
+  root_->dev = root_st.st_dev;
+  root_->ino = root_st.st_ino;
   root_->type = S_IFDIR;
   root_->nlookup = 2;  // never forgotten
 }
 
 Result<Inode*> InodeTable::Lookup(Inode& parent, const std::string& name, struct stat* st) {
-  int fd = ::openat(parent.fd.get(), name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return Status::FromErrno("lookup " + name);
-  UniqueFd owned(fd);
-  if (::fstat(fd, st) != 0) return Status::FromErrno("stat " + name);
+  ASSIGN_OR_RETURN(UniqueFd owned, env_->OpenAt(parent.fd.get(), name, O_PATH | O_NOFOLLOW));
+  ASSIGN_OR_RETURN(*st, env_->Fstat(owned.get()));
   std::lock_guard lk(mu_);
   auto key = std::make_pair(st->st_dev, st->st_ino);
   auto it = inodes_.find(key);

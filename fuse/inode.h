@@ -21,6 +21,7 @@
 #include "base/status.h"
 #include "base/unique_fd.h"
 #include "fuse/file_content.h"
+#include "store/env.h"
 
 namespace ckptfs {
 
@@ -38,7 +39,8 @@ struct Inode {
 
 class InodeTable {
  public:
-  explicit InodeTable(UniqueFd root_fd);
+  // root_st: the stat of root_fd, taken by the caller, which can report a failure.
+  InodeTable(Env* env, UniqueFd root_fd, const struct stat& root_st);
 
   Inode& root() { return *root_; }
   Inode& Get(fuse_ino_t ino) {
@@ -73,6 +75,7 @@ class InodeTable {
   // under the content's and the store's locks.
   static void Drop(std::unique_ptr<Inode> inode);
 
+  Env* const env_;
   std::mutex mu_;  // may be held while taking a FileContent's mutex, never the reverse
   std::unique_ptr<Inode> root_;
   std::map<std::pair<dev_t, ino_t>, std::unique_ptr<Inode>> inodes_;

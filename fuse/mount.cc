@@ -64,15 +64,16 @@ void SetReadAhead(const std::string& mountpoint, uint64_t bytes) {
 
 }  // namespace
 
-FuseMount::FuseMount(Store* store, const FuseOptions& opts, const std::string& mountpoint, UniqueFd ns_root)
-    : store_(store), opts_(opts), mountpoint_(mountpoint), fs_(store, opts.fs, std::move(ns_root)) {
-  fs_.SetAfterInit([this] { SetReadAhead(mountpoint_, opts_.read_ahead); });
+FuseMount::FuseMount(Store* store, const FuseOptions& opts, const std::string& mountpoint,
+                     std::unique_ptr<Filesystem> fs)
+    : store_(store), opts_(opts), mountpoint_(mountpoint), fs_(std::move(fs)) {
+  fs_->SetAfterInit([this] { SetReadAhead(mountpoint_, opts_.read_ahead); });
 }
 
 Result<std::unique_ptr<FuseMount>> FuseMount::Mount(Store* store, const std::string& backing,
                                                     const std::string& mountpoint, const FuseOptions& opts) {
-  ASSIGN_OR_RETURN(UniqueFd ns_root, store->env()->OpenAt(store->ns_fd(), ".", O_PATH | O_DIRECTORY | O_CLOEXEC));
-  std::unique_ptr<FuseMount> m(new FuseMount(store, opts, mountpoint, std::move(ns_root)));
+  ASSIGN_OR_RETURN(std::unique_ptr<Filesystem> fs, Filesystem::Open(store, opts.fs));
+  std::unique_ptr<FuseMount> m(new FuseMount(store, opts, mountpoint, std::move(fs)));
   RETURN_IF_ERROR(m->CreateSession(backing));
   if (fuse_session_mount(m->session_, mountpoint.c_str()) != 0)
     return Status::Error(EIO, "could not mount on " + mountpoint + " (is /dev/fuse available and are you root?)");
@@ -84,7 +85,7 @@ Status FuseMount::CreateSession(const std::string& backing) {
   session_args_ = SessionArgs(backing, opts_);
   for (std::string& s : session_args_) session_argv_.push_back(s.data());
   fuse_args args = FUSE_ARGS_INIT(static_cast<int>(session_argv_.size()), session_argv_.data());
-  session_ = fuse_session_new(&args, &Filesystem::Ops(), sizeof(fuse_lowlevel_ops), &fs_);
+  session_ = fuse_session_new(&args, &Filesystem::Ops(), sizeof(fuse_lowlevel_ops), fs_.get());
   if (session_ == nullptr) return Status::Error(EIO, "could not create the FUSE session (see messages above)");
   if (fuse_set_signal_handlers(session_) != 0) return Status::Error(EIO, "could not install signal handlers");
   signal_handlers_ = true;
@@ -105,7 +106,7 @@ void FuseMount::Unmount() {
 void FuseMount::StartSealing() {
   spdlog::info("sealing: {} file(s) at a time, {} worker(s) per file", opts_.fs.seal_threads,
                store_->options().seal_workers);
-  fs_.seals().Start();
+  fs_->seals().Start();
 }
 
 int FuseMount::Serve() {
@@ -115,7 +116,7 @@ int FuseMount::Serve() {
   const int rc = fuse_session_loop_mt(session_, loop);
   fuse_loop_cfg_destroy(loop);
   Unmount();
-  fs_.seals().Drain();
+  fs_->seals().Drain();
   spdlog::info("unmounted {} (loop exit {})", mountpoint_, rc);
   return rc == 0 ? 0 : 1;
 }

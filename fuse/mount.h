@@ -48,14 +48,14 @@ class FuseMount {
   int Serve();
 
  private:
-  FuseMount(Store* store, const FuseOptions& opts, const std::string& mountpoint, UniqueFd ns_root);
+  FuseMount(Store* store, const FuseOptions& opts, const std::string& mountpoint, std::unique_ptr<Filesystem> fs);
   Status CreateSession(const std::string& backing);
   void Unmount();
 
   Store* store_;
   FuseOptions opts_;
   std::string mountpoint_;
-  Filesystem fs_;
+  std::unique_ptr<Filesystem> fs_;
   // libfuse's command line, alive as long as the session that parsed it.
   std::vector<std::string> session_args_;
   std::vector<char*> session_argv_;

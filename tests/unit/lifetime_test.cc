@@ -29,9 +29,9 @@ class LifetimeTest : public ::testing::Test {
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     store_ = std::move(s).value();
     ASSERT_TRUE(store_->Recover().ok());  // loads the pack index, as a mount does
-    int root = ::openat(store_->ns_fd(), ".", O_PATH | O_DIRECTORY | O_CLOEXEC);
-    ASSERT_GE(root, 0);
-    fs_ = std::make_unique<Filesystem>(store_.get(), FsConfig{}, UniqueFd(root));
+    auto fs = Filesystem::Open(store_.get(), FsConfig{});
+    ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+    fs_ = std::move(fs).value();
   }
 
   // LOOKUP as ops.cc does it: counts a lookup and loads the content (stat).
