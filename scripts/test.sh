@@ -20,6 +20,12 @@ if ! bash scripts/check-layers.sh; then
   status=1
 fi
 
+echo "=== system calls through Env (scripts/check-syscalls.sh) ==="
+if ! bash scripts/check-syscalls.sh; then
+  echo "test: store/ or fuse/ make a system call around Env" >&2
+  status=1
+fi
+
 echo "=== function length (scripts/check-function-length.py) ==="
 if ! python3 scripts/check-function-length.py; then
   echo "test: a function is over 80 lines" >&2
