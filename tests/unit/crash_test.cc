@@ -11,9 +11,11 @@
 // nothing else is promised, but recovery must find every stub readable,
 // leave no garbage, and every file must read back as one complete version
 // that was written (never a mix, never a stub naming a missing object).
-// The operations are the daemon's own code: Store::StageStub and SealStub
-// through FileContent (fuse/file_content.cc), as FUSE calls them; only the
-// kernel's part (the create syscall, the payload copy) is done here.
+// The operations are the daemon's own code: the inode table, FileContent
+// (Store::StageStub and SealStub) and the release of a replaced file's
+// objects, through the Filesystem as the FUSE callbacks (fuse/ops.cc) call
+// them; only the kernel's part (the create and rename syscalls, the payload
+// copy) is done here.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 
@@ -21,11 +23,11 @@
 #include <functional>
 #include <optional>
 
-#include "cache/chunk_cache.h"
 #include "fuse/file_content.h"
-#include "tests/unit/fault_env.h"
+#include "fuse/fs.h"
 #include "store/store.h"
 #include "store/store_internal.h"
+#include "tests/unit/fault_env.h"
 #include "tests/unit/test_util.h"
 
 namespace ckptfs {
@@ -140,10 +142,12 @@ TEST(CrashTest, SealStubAtEveryStep) {
 
 // ------------------------------------- writing a file, as the daemon does
 
-// One file's life through FUSE: [create,] open for writing, change the
-// content, [fsync,] close, seal. FileContent does the work; the test plays
-// the kernel (create syscall, copying the payload into the staging fd).
-// Each step stops at the first error, as a dead daemon would.
+void WithFilesystem(Store* s, const std::function<void(Filesystem*)>& fn);
+
+// One file's life through FUSE: [create,] lookup, open for writing, change
+// the content, [fsync,] close, seal. The Filesystem and FileContent do the
+// work; the test plays the kernel (create syscall, copying the payload into
+// the staging fd). Each step stops at the first error, as a dead daemon would.
 struct WriteFile {
   std::string name = "f";
   bool create = false;
@@ -159,31 +163,61 @@ struct WriteFile {
   uint64_t sealed = UINT64_MAX;   // the seal returned
 
   void Run(Store* s, FaultEnv* env) {
-    ChunkCache cache(1 << 20);
-    s->SetBaseCache(&cache);
-    Run(s, env, &cache);
-    s->SetBaseCache(nullptr);
+    WithFilesystem(s, [&](Filesystem* fs) { Run(fs, env); });
   }
-  void Run(Store* s, FaultEnv* env, ChunkCache* cache) {
-    Env* e = s->env();
+  void Run(Filesystem* fs, FaultEnv* env) {
+    Env* e = fs->store()->env();
+    InodeTable& inodes = fs->inodes();
     if (create) {  // OpCreate
-      auto made = e->OpenAt(s->ns_fd(), name, O_CREAT | O_EXCL | O_WRONLY, 0644);
+      auto made = e->OpenAt(fs->store()->ns_fd(), name, O_CREAT | O_EXCL | O_WRONLY, 0644);
       if (!made.ok()) return;
     }
-    auto stub = e->OpenAt(s->ns_fd(), name, O_RDWR);  // Filesystem::ContentOf
-    if (!stub.ok()) return;
-    auto fc = FileContent::Load(s, cache, std::move(stub).value(), name);
+    struct stat st {};
+    auto inode = inodes.Lookup(inodes.root(), name, &st);  // LOOKUP
+    if (!inode.ok()) return;
+    auto fc = fs->ContentOf(**inode);  // OpenHandle
     if (!fc.ok()) return;
     FileContent& f = **fc;
     if (create) f.MarkCreated();
+    inodes.Opened(**inode);
     f.OnOpen(true);
     const bool ok = change(&f, e);
     if (ok) changed = env->mutations();
     if (ok && fsync && f.Sync().ok()) synced = env->mutations();
-    if (!f.OnRelease(true) || !ok) return;
-    if (f.SealIfIdle().ok() && !f.NeedsSeal()) sealed = env->mutations();
+    const bool seal = f.OnRelease(true);  // OpRelease
+    inodes.Released(**inode);
+    if (!seal || !ok) return;
+    if (f.SealIfIdle().ok() && !f.NeedsSeal()) sealed = env->mutations();  // the seal queue
   }
 };
+
+// Runs `fn` on a Filesystem over `s`, as a mount would serve it (no kernel
+// attached: the test makes the requests).
+void WithFilesystem(Store* s, const std::function<void(Filesystem*)>& fn) {
+  {
+    auto fs = Filesystem::Open(s, FsConfig{});
+    if (!fs.ok()) return;
+    fn(fs->get());
+  }
+  s->SetBaseCache(nullptr);  // the Filesystem's cache is gone
+}
+
+// OpRename of `from` over `to`, which the kernel looked up first, then the
+// kernel's FORGET of the replaced inode: the daemon's own code frees its
+// objects (Filesystem::ForgetLinkIfGone, InodeTable::Forget ->
+// FileContent::MarkForgotten -> Store::ReleaseStubObjects). Returns whether
+// the rename returned success.
+bool RenameOver(Filesystem* fs, const std::string& from, const std::string& to) {
+  InodeTable& inodes = fs->inodes();
+  struct stat st {};
+  auto victim = inodes.Lookup(inodes.root(), to, &st);
+  if (!victim.ok()) return false;
+  const int ns = fs->store()->ns_fd();
+  if (!fs->store()->env()->RenameAt(ns, from, ns, to).ok()) return false;
+  fs->ForgetLinkIfGone(*victim);
+  inodes.Forget(**victim, 1);
+  return true;
+}
 
 // A write of `bytes` at `off`, as OpWriteBuf does it (the payload copy is
 // libfuse's; one pwrite here).
@@ -193,6 +227,17 @@ bool WriteAt(FileContent* f, Env* e, std::span<const uint8_t> bytes, uint64_t of
   const bool ok = e->PWriteAll(*fd, bytes, off).ok();
   f->EndWrite();
   return ok;
+}
+
+// A new file created, written whole and fsync'd: the temporary of a
+// replace-by-rename. `content` must outlive the WriteFile.
+WriteFile NewSyncedFile(const std::string& name, const std::vector<uint8_t>& content) {
+  WriteFile wf;
+  wf.name = name;
+  wf.create = true;
+  wf.fsync = true;
+  wf.change = [&content](FileContent* f, Env* e) { return WriteAt(f, e, content, 0); };
+  return wf;
 }
 
 // Runs `wf` at every crash point, in both ways of crashing, and checks the
@@ -340,22 +385,14 @@ TEST_P(RenameCrashTest, ReplaceByRename) {
   Prepare setup = [&](Store* s) { ASSERT_TRUE(test::MakeSealedFile(s, "last", old_content).ok()); };
   uint64_t tmp_synced = UINT64_MAX, renamed = UINT64_MAX, dir_synced = UINT64_MAX;
   Op op = [&](Store* s, FaultEnv* env) {
-    WriteFile tmp;
-    tmp.name = "tmp";
-    tmp.create = true;
-    tmp.fsync = true;
-    tmp.change = [&](FileContent* f, Env* e) { return WriteAt(f, e, new_content, 0); };
-    tmp.Run(s, env);
-    tmp_synced = tmp.synced;
-    if (tmp.sealed == UINT64_MAX) return;
-    Env* e = s->env();
-    auto victim = e->OpenAt(s->ns_fd(), "last", O_RDONLY);
-    if (!victim.ok()) return;
-    auto rec = ReadStub(e, victim->get());
-    if (!rec.ok() || !e->RenameAt(s->ns_fd(), "tmp", s->ns_fd(), "last").ok()) return;
-    renamed = env->mutations();
-    if (!s->ReleaseStubObjects(*rec).ok()) return;
-    if (fsync_dir && e->Fsync(s->ns_fd()).ok()) dir_synced = env->mutations();
+    WithFilesystem(s, [&](Filesystem* fs) {
+      WriteFile tmp = NewSyncedFile("tmp", new_content);
+      tmp.Run(fs, env);
+      tmp_synced = tmp.synced;
+      if (tmp.sealed == UINT64_MAX || !RenameOver(fs, "tmp", "last")) return;
+      renamed = env->mutations();
+      if (fsync_dir && s->env()->Fsync(s->ns_fd()).ok()) dir_synced = env->mutations();
+    });
   };
   uint64_t total;
   {
@@ -412,21 +449,19 @@ TEST(CrashTest, PowerLossNeverBringsBackAStubWhosePackWasDeleted) {
   Prepare setup = [&](Store* s) { ASSERT_TRUE(test::MakeSealedFile(s, "last", old_content).ok()); };
   bool released = false;
   Op op = [&](Store* s, FaultEnv* env) {
-    WriteFile tmp;
-    tmp.name = "tmp";
-    tmp.create = true;
-    tmp.fsync = true;
-    tmp.change = [&](FileContent* f, Env* e) { return WriteAt(f, e, new_content, 0); };
-    tmp.Run(s, env);
-    ASSERT_NE(tmp.sealed, UINT64_MAX);
     Env* e = s->env();
-    auto victim = e->OpenAt(s->ns_fd(), "last", O_RDONLY);
-    ASSERT_TRUE(victim.ok());
-    auto rec = ReadStub(e, victim->get());
+    auto old_stub = e->OpenAt(s->ns_fd(), "last", O_RDONLY);
+    ASSERT_TRUE(old_stub.ok());
+    auto rec = ReadStub(e, old_stub->get());
     ASSERT_TRUE(rec.ok());
-    ASSERT_OK(e->RenameAt(s->ns_fd(), "tmp", s->ns_fd(), "last"));  // the directory is not fsync'd
-    ASSERT_OK(s->ReleaseStubObjects(*rec));
-    released = true;
+    old_stub->reset();
+    WithFilesystem(s, [&](Filesystem* fs) {
+      WriteFile tmp = NewSyncedFile("tmp", new_content);
+      tmp.Run(fs, env);
+      ASSERT_NE(tmp.sealed, UINT64_MAX);
+      ASSERT_TRUE(RenameOver(fs, "tmp", "last"));  // the directory is not fsync'd
+    });
+    released = s->PackFileSize(rec->object).status().code() == ENOENT;
     // What a later publish into the same fan-out directory does.
     auto pack_dir = e->OpenAt(s->ns_fd(), "../packs/" + internal::PackDirName(rec->object), O_RDONLY | O_DIRECTORY);
     ASSERT_TRUE(pack_dir.ok());
