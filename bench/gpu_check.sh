@@ -52,6 +52,6 @@ echo "== GPU"
 nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.max,pcie.link.width.max --format=csv,noheader ||
   echo "nvidia-smi: not available"
 echo "== device unit tests"
-timeout 240 "$BIN/unit_tests" --gtest_filter='Device*:Pinned*:ZeroScan*'
+timeout 240 "$BIN/unit_tests" --gtest_filter='Device*:Pinned*'
 echo "== gpu_bench"
 timeout 240 "$BIN/gpu_bench" --mib "${GPU_BENCH_MIB:-2048}" --rounds 2
