@@ -22,27 +22,16 @@ namespace {
 
 using Bytes = std::vector<uint8_t>;
 using test::CompressibleBytes;
+using test::F32ToF16Bits;
+using test::PutLE;
 using test::RandomBytes;
 
 // ---- test data -----------------------------------------------------------------
-
-void PutLE(Bytes* b, uint64_t v, unsigned width) {
-  for (unsigned i = 0; i < width; ++i) b->push_back(static_cast<uint8_t>(v >> (8 * i)));
-}
 
 uint64_t GetLE(const uint8_t* p, unsigned width) {
   uint64_t v = 0;
   for (unsigned i = 0; i < width; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
   return v;
-}
-
-uint16_t F32ToF16Bits(float f) {  // truncating, flush-to-zero: only the byte statistics matter here
-  uint32_t x = std::bit_cast<uint32_t>(f);
-  uint32_t sign = (x >> 16) & 0x8000;
-  int exp = static_cast<int>((x >> 23) & 0xff) - 127 + 15;
-  if (exp <= 0) return static_cast<uint16_t>(sign);
-  if (exp >= 31) return static_cast<uint16_t>(sign | 0x7bff);
-  return static_cast<uint16_t>(sign | (exp << 10) | ((x >> 13) & 0x3ff));
 }
 
 uint16_t F32ToBF16Bits(float f) {  // round to nearest even, as torch does

@@ -24,25 +24,11 @@ namespace ckptfs {
 namespace {
 
 using Bytes = std::vector<uint8_t>;
+using test::BuildSafetensors;
+using test::ByteWriter;
+using test::SafetensorsTensor;
 
 // ---------------------------------------------------------------- builders
-
-struct Writer {
-  Bytes b;
-  void U8(uint8_t v) { b.push_back(v); }
-  void U16(uint16_t v) {
-    for (int i = 0; i < 2; ++i) b.push_back(uint8_t(v >> (8 * i)));
-  }
-  void U32(uint32_t v) {
-    for (int i = 0; i < 4; ++i) b.push_back(uint8_t(v >> (8 * i)));
-  }
-  void U64(uint64_t v) {
-    for (int i = 0; i < 8; ++i) b.push_back(uint8_t(v >> (8 * i)));
-  }
-  void Str(std::string_view s) { b.insert(b.end(), s.begin(), s.end()); }
-  void Raw(const Bytes& d) { b.insert(b.end(), d.begin(), d.end()); }
-  size_t size() const { return b.size(); }
-};
 
 Bytes Pattern(size_t n, uint8_t seed) {
   Bytes d(n);
@@ -62,11 +48,11 @@ struct ZipStyle {
 };
 
 Bytes BuildZip(const std::vector<ZipMember>& members, ZipStyle st) {
-  Writer w;
+  ByteWriter w;
   std::vector<uint64_t> local_offs;
   for (const auto& m : members) {
     local_offs.push_back(w.size());
-    Writer extra;
+    ByteWriter extra;
     if (st.zip64_extra) {
       extra.U16(1), extra.U16(16), extra.U64(m.data.size()), extra.U64(m.data.size());
     }
@@ -128,7 +114,7 @@ struct PklTensor {
 // data.pkl in the shape torch 1.13 writes (see notes/formats.md), with the
 // 'storage' string memoized and reused through BINGET.
 Bytes BuildDataPkl(const std::vector<PklTensor>& ts) {
-  Writer w;
+  ByteWriter w;
   auto X = [&](std::string_view s) { w.U8('X'), w.U32(uint32_t(s.size())), w.Str(s); };
   auto G = [&](std::string_view mod, std::string_view name) {
     w.U8('c'), w.Str(mod), w.U8('\n'), w.Str(name), w.U8('\n');
@@ -184,32 +170,12 @@ Bytes BuildTorchZip(const std::vector<PklTensor>& ts, const std::vector<TorchSto
   return BuildZip(m, st);
 }
 
-struct StTensor {
-  std::string name, dtype;
-  std::vector<uint64_t> shape;
-  Bytes data;
-};
-Bytes BuildSafetensors(const std::vector<StTensor>& ts) {
-  nlohmann::json h = nlohmann::json::object();
-  h["__metadata__"] = {{"format", "pt"}};
-  Bytes buf;
-  for (const auto& t : ts) {
-    h[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {buf.size(), buf.size() + t.data.size()}}};
-    buf.insert(buf.end(), t.data.begin(), t.data.end());
-  }
-  std::string text = h.dump();
-  while (text.size() % 8) text += ' ';
-  Writer w;
-  w.U64(text.size()), w.Str(text), w.Raw(buf);
-  return w.b;
-}
-
 Bytes BuildNpy(const std::string& dict, const Bytes& data, int major = 1) {
   std::string hdr = dict;
   size_t pre = major == 1 ? 10 : 12;
   while ((pre + hdr.size() + 1) % 64) hdr += ' ';
   hdr += '\n';
-  Writer w;
+  ByteWriter w;
   w.Str("\x93NUMPY"), w.U8(uint8_t(major)), w.U8(0);
   if (major == 1)
     w.U16(uint16_t(hdr.size()));
@@ -226,7 +192,7 @@ struct GgTensor {
   Bytes data;
 };
 Bytes BuildGguf(const std::vector<GgTensor>& ts, uint32_t alignment = 0) {
-  Writer w;
+  ByteWriter w;
   auto S = [&](std::string_view s) { w.U64(s.size()), w.Str(s); };
   w.Str("GGUF"), w.U32(3), w.U64(ts.size()), w.U64(alignment ? 4 : 3);
   S("general.name"), w.U32(8), S("tiny");
@@ -409,7 +375,7 @@ TEST(FormatsTest, PlainZipIsUnknown) {
 }
 
 TEST(FormatsTest, DcpEmbeddedArchives) {
-  Writer w;
+  ByteWriter w;
   w.Raw(Pattern(77, 9));  // a BYTE_IO item
   uint64_t a1 = w.size();
   w.Raw(BuildTorchZip(SampleTensors(), SampleStorages(), {.base = a1}));
@@ -449,7 +415,7 @@ TEST(FormatsTest, ZipAbsurdDirectory) {
 // ------------------------------------------------------------ legacy torch
 
 TEST(FormatsTest, LegacyTorchSynthetic) {
-  Writer w;
+  ByteWriter w;
   auto X = [&](std::string_view s) { w.U8('X'), w.U32(uint32_t(s.size())), w.Str(s); };
   using namespace std::string_view_literals;  // the pickles contain NULs
   w.Str("\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19."sv);
@@ -478,7 +444,7 @@ TEST(FormatsTest, LegacyTorchSynthetic) {
 
 // ------------------------------------------------------------ safetensors
 
-std::vector<StTensor> SampleSt() {
+std::vector<SafetensorsTensor> SampleSt() {
   return {{"a", "F32", {2, 3}, Pattern(24, 1)},
           {"b", "BF16", {5}, Pattern(10, 2)},
           {"c", "I64", {1}, Pattern(8, 3)},
@@ -527,7 +493,7 @@ TEST(FormatsTest, SafetensorsLongTokens) {
     h["w"] = {{"dtype", "F32"}, {"shape", {2}}, {"data_offsets", {0, 8}}};
     std::string text = h.dump();
     while (text.size() % 8) text += ' ';
-    Writer w;
+    ByteWriter w;
     w.U64(text.size()), w.Str(text), w.Raw(Pattern(8, 1));
     return w.b;
   };
@@ -567,7 +533,7 @@ TEST(FormatsTest, SafetensorsHugeHeaderHasBoundedMemoryAndRoundTrips) {
     text += "}";
     while (text.size() % 8) text += ' ';
     ASSERT_GT(text.size(), 40u << 20);
-    Writer w;
+    ByteWriter w;
     w.U64(text.size()), w.Str(text);
     std::string().swap(text);
     w.Raw(Pattern(4 * kTensors, 9));
@@ -708,7 +674,7 @@ TEST(FormatsTest, GgufAbsurdCounts) {
     }
   }
   // An array claiming 2^62 strings must fail fast on the file size.
-  Writer w;
+  ByteWriter w;
   w.Str("GGUF"), w.U32(3), w.U64(0), w.U64(1), w.U64(1), w.Str("k"), w.U32(9), w.U32(8), w.U64(1ull << 62);
   w.U64(0);
   EXPECT_EQ(Detect(w.b).format, "unknown");
@@ -719,7 +685,7 @@ TEST(FormatsTest, GgufAbsurdCounts) {
 // A footer magic alone no longer makes a bundle index: the SSTable behind
 // it must read (tests/unit/tf_bundle_test.cc covers real and hostile ones).
 TEST(FormatsTest, TfIndexFooterAloneIsUnknown) {
-  Writer w;
+  ByteWriter w;
   w.Raw(Pattern(100, 1));
   w.b.resize(w.size() + 40, 0);
   w.U64(0xdb4775248b80fb57ull);

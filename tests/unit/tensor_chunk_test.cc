@@ -27,7 +27,10 @@ namespace ckptfs {
 namespace {
 
 using Bytes = std::vector<uint8_t>;
+using test::BuildSafetensors;
 using test::CompressibleBytes;
+using test::F32ToF16Bits;
+using test::PutLE;
 using test::RandomBytes;
 
 // Mirrors kMinTensorPiece in codec/tensor_chunk.cc: shorter tensor pieces
@@ -35,19 +38,6 @@ using test::RandomBytes;
 constexpr uint64_t kMinPiece = 4096;
 
 // ---- test data ---------------------------------------------------------------
-
-void PutLE(Bytes* b, uint64_t v, unsigned width) {
-  for (unsigned i = 0; i < width; ++i) b->push_back(static_cast<uint8_t>(v >> (8 * i)));
-}
-
-uint16_t F32ToF16Bits(float f) {  // truncating, flush-to-zero: only the byte statistics matter here
-  uint32_t x = std::bit_cast<uint32_t>(f);
-  uint32_t sign = (x >> 16) & 0x8000;
-  int exp = static_cast<int>((x >> 23) & 0xff) - 127 + 15;
-  if (exp <= 0) return static_cast<uint16_t>(sign);
-  if (exp >= 31) return static_cast<uint16_t>(sign | 0x7bff);
-  return static_cast<uint16_t>(sign | (exp << 10) | ((x >> 13) & 0x3ff));
-}
 
 // `n` elements of `t` that look like checkpoint contents: weights drawn from
 // a normal distribution for floats, small counts and ids for integers.
@@ -831,33 +821,6 @@ TEST(TensorChunkMalformedTest, BadSegments) {
 
 // ---- end to end: safetensors -> layout -> pack -> read back ------------------------
 
-struct StEntry {
-  std::string name;
-  std::string dtype;
-  std::vector<uint64_t> shape;
-  Bytes data;
-};
-
-// 8-byte header length, JSON header padded with spaces to 8 bytes (as the
-// reference writer does), then the tensors back to back in entry order.
-Bytes BuildSafetensors(const std::vector<StEntry>& entries) {
-  std::string json = "{\"__metadata__\":{\"format\":\"pt\"}";
-  uint64_t pos = 0;
-  for (const StEntry& e : entries) {
-    json += ",\"" + e.name + "\":{\"dtype\":\"" + e.dtype + "\",\"shape\":[";
-    for (size_t i = 0; i < e.shape.size(); ++i) json += (i ? "," : "") + std::to_string(e.shape[i]);
-    json += "],\"data_offsets\":[" + std::to_string(pos) + "," + std::to_string(pos + e.data.size()) + "]}";
-    pos += e.data.size();
-  }
-  json += "}";
-  while (json.size() % 8 != 0) json += ' ';
-  Bytes f;
-  PutLE(&f, json.size(), 8);
-  f.insert(f.end(), json.begin(), json.end());
-  for (const StEntry& e : entries) f.insert(f.end(), e.data.begin(), e.data.end());
-  return f;
-}
-
 class TensorPackTest : public ::testing::Test {
  protected:
   Result<PackStats> WritePackOf(const Bytes& content, uint32_t chunk_size, std::span<const TensorRange> tensors,
@@ -888,7 +851,7 @@ TEST_F(TensorPackTest, SafetensorsFileSealsWithTensorChunks) {
   // A small model: embeddings in bf16 (an odd count, so the next tensor
   // starts off its element alignment), f32 weights, a tiny bias (stays
   // metadata), an f16 tensor, and an i64 step counter.
-  std::vector<StEntry> entries = {
+  std::vector<test::SafetensorsTensor> entries = {
       {"model.embed_tokens.weight", "BF16", {301, 63}, TensorBytes(DType::kBF16, 301 * 63, 1)},
       {"model.layers.0.mlp.up_proj.weight", "F32", {96, 128}, TensorBytes(DType::kF32, 96 * 128, 2)},
       {"model.layers.0.mlp.up_proj.bias", "F32", {96}, TensorBytes(DType::kF32, 96, 3)},

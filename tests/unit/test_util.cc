@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <bit>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -153,6 +154,37 @@ Result<StubRecord> MakeSealedFile(Store* store, const std::string& name, const s
   ASSIGN_OR_RETURN(UniqueFd stub, store->env()->OpenAt(store->ns_fd(), name, O_RDWR));
   ASSIGN_OR_RETURN(UniqueFd staging, store->OpenStaging(staged.object));
   return store->SealStub(stub.get(), staged, staging.get());
+}
+
+void PutLE(std::vector<uint8_t>* b, uint64_t v, unsigned width) {
+  for (unsigned i = 0; i < width; ++i) b->push_back(static_cast<uint8_t>(v >> (8 * i)));
+}
+
+uint16_t F32ToF16Bits(float f) {
+  const uint32_t x = std::bit_cast<uint32_t>(f);
+  const uint32_t sign = (x >> 16) & 0x8000;
+  const int exp = static_cast<int>((x >> 23) & 0xff) - 127 + 15;
+  if (exp <= 0) return static_cast<uint16_t>(sign);
+  if (exp >= 31) return static_cast<uint16_t>(sign | 0x7bff);
+  return static_cast<uint16_t>(sign | (exp << 10) | ((x >> 13) & 0x3ff));
+}
+
+std::vector<uint8_t> BuildSafetensors(const std::vector<SafetensorsTensor>& tensors) {
+  std::string json = "{\"__metadata__\":{\"format\":\"pt\"}";
+  uint64_t pos = 0;
+  for (const SafetensorsTensor& t : tensors) {
+    json += ",\"" + t.name + "\":{\"dtype\":\"" + t.dtype + "\",\"shape\":[";
+    for (size_t i = 0; i < t.shape.size(); ++i) json += (i ? "," : "") + std::to_string(t.shape[i]);
+    json += "],\"data_offsets\":[" + std::to_string(pos) + "," + std::to_string(pos + t.data.size()) + "]}";
+    pos += t.data.size();
+  }
+  json += "}";
+  while (json.size() % 8 != 0) json += ' ';
+  ByteWriter w;
+  w.U64(json.size());
+  w.Str(json);
+  for (const SafetensorsTensor& t : tensors) w.Raw(t.data);
+  return w.b;
 }
 
 std::vector<uint8_t> NpyF32(std::span<const uint8_t> f32) {

@@ -10,6 +10,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
@@ -63,6 +64,38 @@ Result<std::vector<uint8_t>> ReadContent(Store* store, int stub_fd);
 Result<std::vector<uint8_t>> ReadContentAt(Store* store, const std::string& ns_path);
 
 StoreOptions SmallChunks(uint32_t chunk_size = 4096);
+
+// ---- building files the format parsers read
+
+// Appends `v` as `width` little-endian bytes.
+void PutLE(std::vector<uint8_t>* b, uint64_t v, unsigned width);
+
+// Little-endian fields appended to a byte buffer, for headers and records.
+struct ByteWriter {
+  std::vector<uint8_t> b;
+  void U8(uint8_t v) { b.push_back(v); }
+  void U16(uint16_t v) { PutLE(&b, v, 2); }
+  void U32(uint32_t v) { PutLE(&b, v, 4); }
+  void U64(uint64_t v) { PutLE(&b, v, 8); }
+  void Str(std::string_view s) { b.insert(b.end(), s.begin(), s.end()); }
+  void Raw(std::span<const uint8_t> d) { b.insert(b.end(), d.begin(), d.end()); }
+  size_t size() const { return b.size(); }
+};
+
+// f32 -> IEEE half bits, truncating, flush-to-zero: for test data, where
+// only the byte statistics matter.
+uint16_t F32ToF16Bits(float f);
+
+struct SafetensorsTensor {
+  std::string name;
+  std::string dtype;  // "F32", "BF16", ...
+  std::vector<uint64_t> shape;
+  std::vector<uint8_t> data;
+};
+// A safetensors file: the 8-byte header length, the JSON header
+// (__metadata__ first, then the tensors in order) padded with spaces to 8
+// bytes as the reference writer does, then the tensors back to back.
+std::vector<uint8_t> BuildSafetensors(const std::vector<SafetensorsTensor>& tensors);
 
 // A 1-D .npy file of little-endian f32 elements (`f32`: their bytes), which
 // the format parsers recognise, so its tensor is coded by element type.

@@ -14,27 +14,13 @@
 #include <vector>
 
 #include "codec/formats/layout.h"
+#include "tests/unit/test_util.h"
 
 namespace ckptfs::formats {
 namespace {
 
 using Bytes = std::vector<uint8_t>;
-
-struct Writer {
-  Bytes b;
-  void U16(uint16_t v) {
-    for (int i = 0; i < 2; ++i) b.push_back(uint8_t(v >> (8 * i)));
-  }
-  void U32(uint32_t v) {
-    for (int i = 0; i < 4; ++i) b.push_back(uint8_t(v >> (8 * i)));
-  }
-  void U64(uint64_t v) {
-    for (int i = 0; i < 8; ++i) b.push_back(uint8_t(v >> (8 * i)));
-  }
-  void Raw(std::span<const uint8_t> d) { b.insert(b.end(), d.begin(), d.end()); }
-  void Str(std::string_view s) { b.insert(b.end(), s.begin(), s.end()); }
-  uint64_t size() const { return b.size(); }
-};
+using test::ByteWriter;
 
 uint32_t ZlibCrc(std::span<const uint8_t> d) { return uint32_t(crc32_z(0, d.data(), d.size())); }
 uint32_t Get32(const Bytes& b, uint64_t off) {
@@ -53,7 +39,7 @@ struct Member {
 // A zip with true CRCs. Its offsets are relative to its first byte, so it
 // can be appended to other bytes as DCP does.
 Bytes BuildZip(const std::vector<Member>& members) {
-  Writer w;
+  ByteWriter w;
   std::vector<uint64_t> local_offs;
   for (const Member& m : members) {
     local_offs.push_back(w.size());
@@ -118,7 +104,7 @@ Bytes Npy(const Bytes& payload) {
   std::string h = "{'descr': '|u1', 'fortran_order': False, 'shape': (" + std::to_string(payload.size()) + ",), }";
   while ((10 + h.size() + 1) % 64) h += ' ';
   h += '\n';
-  Writer w;
+  ByteWriter w;
   w.Str("\x93NUMPY"), w.b.push_back(1), w.b.push_back(0), w.U16(uint16_t(h.size())), w.Str(h), w.Raw(payload);
   return w.b;
 }
