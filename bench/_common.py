@@ -1,5 +1,4 @@
 """Small helpers shared by the bench scripts (mount lifecycle, stats, RSS)."""
-import hashlib
 import json
 import os
 import subprocess
@@ -7,6 +6,9 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# One sha256_file for tests and benches: the integration tests' helpers.
+sys.path.append(os.path.join(ROOT, "tests", "integration"))
+from helpers import sha256_file  # noqa: E402,F401  (C.sha256_file in the bench scripts)
 CKPTFS = os.environ.get("CKPTFS_BIN", os.path.join(ROOT, "build", "ckptfs"))
 OUT_DIR = os.path.join(ROOT, "bench", "out")
 
@@ -156,14 +158,3 @@ def zstd_size(path, level=3):
     if p.wait() != 0:
         sys.exit(f"zstd failed on {path}")
     return n, time.perf_counter() - t0
-
-
-def sha256_file(path):
-    """SHA-256 of a file, read in 8 MiB blocks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while True:
-            b = f.read(8 << 20)
-            if not b:
-                return h.hexdigest()
-            h.update(b)

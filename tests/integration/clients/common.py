@@ -23,11 +23,16 @@ fails with EBUSY.
 from __future__ import annotations
 
 import gc
-import hashlib
 import json
 import os
 import sys
 from pathlib import Path
+
+# The helpers of the integration tests, one folder up (these scripts run with
+# their own folder first on sys.path). Appended, so that no module of theirs
+# can shadow one a client library imports.
+sys.path.append(str(Path(__file__).resolve().parent.parent))
+from helpers import sha256_file  # noqa: E402
 
 MISMATCH_EXIT = 3
 
@@ -41,16 +46,6 @@ def fail(msg: str) -> None:
 def check(cond, msg) -> None:
     if not cond:
         fail(msg() if callable(msg) else msg)
-
-
-def sha256_file(path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while True:
-            b = f.read(1 << 20)
-            if not b:
-                return h.hexdigest()
-            h.update(b)
 
 
 # -- bit-exact comparison ----------------------------------------------------
