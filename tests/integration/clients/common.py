@@ -159,6 +159,15 @@ class Client:
         gc.collect()
         print(json.dumps({"phase": "verified", "checks": self.checks}), flush=True)
 
+    def run(self, load) -> None:
+        """Both phases around load(when), which reads every file back from
+        the mount and compares: right after writing, then after the test
+        sealed and remounted."""
+        load("written")
+        self.written()
+        load("sealed")
+        self.verified()
+
 
 # torch dtype -> the name `ckptfs inspect` prints (codec/dtype.cc DTypeName)
 INSPECT_DTYPE = {

@@ -99,10 +99,7 @@ def main():
                       f"{when}:{name}: dequantised values are not the quantised ones")
         del r, by_name, t, got
 
-    load("written")
-    c.written()
-    load("sealed")
-    c.verified()
+    c.run(load)
 
 
 if __name__ == "__main__":

@@ -77,10 +77,7 @@ def main():
         c.compare(embeddings, e2, f"{when}:encode")
         del m2
 
-    load("written")
-    c.written()
-    load("sealed")
-    c.verified()
+    c.run(load)
 
 
 if __name__ == "__main__":

@@ -75,10 +75,7 @@ def main():
                         b = b.view(ml_dtypes.bfloat16)
                     c.compare(a, b, f"{when}:{name}[{k}]")
 
-    load("written")
-    c.written()
-    load("sealed")
-    c.verified()
+    c.run(load)
 
 
 if __name__ == "__main__":

@@ -103,10 +103,7 @@ def main():
             check(f.get_tensor("w.bf16").dtype == torch.bfloat16, "numpy bf16 not read back as bf16")
             check(tensor_bytes(f.get_tensor("w.bf16")) == na["w.bf16"].tobytes(), f"{when}: numpy bf16 as pt")
 
-    load("written")
-    c.written()
-    load("sealed")
-    c.verified()
+    c.run(load)
 
 
 if __name__ == "__main__":

@@ -103,10 +103,7 @@ def main():
                 c.compare(expect["w_f32"], reader.get_tensor(key), f"{when}:reader[{key}]")
         del reader, ck2
 
-    restore("written")
-    c.written()
-    restore("sealed")
-    c.verified()
+    c.run(restore)
 
 
 if __name__ == "__main__":

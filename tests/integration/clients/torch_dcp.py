@@ -88,10 +88,7 @@ def main():
         fresh(torch.randn(2, 128)).pow(2).backward()
         fresh_opt.step()
 
-    load("written")
-    c.written()
-    load("sealed")
-    c.verified()
+    c.run(load)
 
 
 if __name__ == "__main__":

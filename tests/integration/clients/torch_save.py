@@ -83,10 +83,7 @@ def main():
             c.compare(ckpt[f"optim_{name}"]["state"], opt.state_dict()["state"], f"{when}:resumed optim_{name}")
         del got
 
-    load_all("written")
-    c.written()
-    load_all("sealed")
-    c.verified()
+    c.run(load_all)
 
 
 if __name__ == "__main__":
