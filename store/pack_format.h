@@ -1,7 +1,8 @@
 // On-disk layout of a pack: one sealed version of one file.
 // Documented byte by byte in docs/FORMAT.md ("Pack"); all integers are
 // little-endian. Every byte of a pack is covered by a checksum:
-//   header (64 B, self-checksummed) | chunk payloads | chunk table | footer (32 B)
+//   header (64 B, self-checksummed) | chunk payloads | meta block (version 3 on) |
+//   chunk table (40 B per chunk) | footer (32 B)
 #pragma once
 
 #include <cstdint>
