@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "base/log.h"
+#include "codec/lossy/policy.h"
 #include "fuse/fs.h"
-#include "store/lossy_policy.h"
 #include "store/lossy_xattrs.h"
 
 namespace ckptfs {

@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "base/log.h"
-#include "store/lossy_policy.h"
+#include "codec/lossy/policy.h"
 
 namespace ckptfs {
 namespace {

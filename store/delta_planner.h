@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "codec/chunk_codec.h"
+#include "codec/lossy/file_coder.h"
 #include "store/pack.h"
-#include "store/lossy_coder.h"
 #include "store/pack_index.h"
 
 namespace ckptfs {

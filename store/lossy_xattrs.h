@@ -1,6 +1,8 @@
-// The read-only extended attributes a lossy file shows through the mount
-// (docs/SEMANTICS.md "Lossy mode"): its policy and the errors measured when
-// it was sealed, from its pack's meta block. In the user namespace, so that
+// The extended attributes of lossy mode (docs/SEMANTICS.md "Lossy mode"):
+// the policy a directory sets for its subtree (its text form is
+// codec/lossy/policy.h's), and the read-only ones a lossy file shows
+// through the mount: its policy and the errors measured when it was sealed,
+// from its pack's meta block. In the user namespace, so that
 // `cp --preserve=xattr` and `rsync -X` carry them to other file systems.
 #pragma once
 
@@ -10,10 +12,13 @@
 #include <utility>
 #include <vector>
 
-#include "store/pack_meta.h"
+#include "codec/lossy/lossy_info.h"
 
 namespace ckptfs {
 
+// On a directory: the lossy policy of the files below it, unless a nearer
+// directory has one (Store::PolicyFor).
+inline constexpr const char* kPolicyXattr = "user.ckptfs.policy";
 inline constexpr std::string_view kLossyXattrPrefix = "user.ckptfs.lossy.";
 
 // Whether `name` is one of ours: setting or removing such a name through

@@ -62,20 +62,6 @@ std::optional<LossyInfo> DecodeLossy(std::span<const uint8_t> b) {
 
 }  // namespace
 
-const char* SensitivityRuleName(SensitivityRule r) {
-  switch (r) {
-    case SensitivityRule::kNone:
-      return "none";
-    case SensitivityRule::kMagnitude:
-      return "magnitude";
-    case SensitivityRule::kOwnMoments:
-      return "second-moments";
-    case SensitivityRule::kSibling:
-      return "sibling-second-moments";
-  }
-  return "none";
-}
-
 uint8_t PackMeta::max_depth() const {
   return chunk_depth.empty() ? 0 : *std::max_element(chunk_depth.begin(), chunk_depth.end());
 }

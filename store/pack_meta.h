@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "base/status.h"
-#include "codec/lossy/roles.h"
+#include "codec/lossy/lossy_info.h"
 #include "codec/tensor_chunk.h"
 #include "store/object_id.h"
 
@@ -38,28 +38,6 @@ inline constexpr uint64_t kSeedMeta = 0x4D455441ull;  // "META"
 // Caps keep a corrupt count from turning into a huge allocation.
 inline constexpr uint32_t kMaxMetaBases = 1u << 20;
 inline constexpr uint32_t kMaxMetaTensors = 1u << 22;
-
-// What lossy mode did to a file, for `ckptfs stats`.
-struct LossyRoleInfo {
-  float target = 0;     // the error bound the role was coded to
-  float max_error = 0;  // the largest error measured on any piece
-  uint64_t elements = 0;
-  uint64_t stored = 0;  // bytes of their lossy pieces
-};
-// What weighed the weights' errors: nothing (no weights were coded),
-// their magnitude alone, Adam's second moments in the same file, or those
-// of a sibling file of the same save (Store::FindSiblingMoments).
-enum class SensitivityRule : uint8_t { kNone = 0, kMagnitude = 1, kOwnMoments = 2, kSibling = 3 };
-const char* SensitivityRuleName(SensitivityRule r);
-
-struct LossyInfo {
-  float fidelity = 0;
-  uint64_t exact_elements = 0;      // float elements of lossy tensors that stayed exact
-  LossyRoleInfo roles[3];           // weights, first moments, second moments
-  // Unknown (kModels, kNone) in packs written before version 2 of the section.
-  lossy::LossyScope scope = lossy::LossyScope::kModels;
-  SensitivityRule sensitivity = SensitivityRule::kNone;
-};
 
 struct PackMeta {
   uint64_t sealed_ns = 0;

@@ -12,9 +12,11 @@
 #include "base/log.h"
 #include "cache/chunk_cache.h"
 #include "codec/formats/layout.h"
+#include "codec/lossy/file_coder.h"
 #include "codec/tensor_chunk.h"
 #include "store/delta_planner.h"
-#include "store/lossy_policy.h"
+#include "store/env_source.h"
+#include "store/lossy_xattrs.h"
 #include "store/private_store.h"
 #include "store/store_internal.h"
 
@@ -248,7 +250,7 @@ Result<UniqueFd> Store::PackDir(ObjectId id, bool create) {
 }
 
 Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic<bool>* cancel,
-                                    const LossyPolicy& policy, const SiblingFinder& find_sibling) {
+                                    const LossyPolicy& policy, SiblingSource* siblings) {
   const ObjectId id = NewObjectId();
   const std::string ctx = "publishing pack " + ObjectIdHex(id);
   const auto started = std::chrono::steady_clock::now();
@@ -266,6 +268,7 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
   // Parsed now, not while the file streamed in: writers seek back, pre-extend
   // or write their index last. Unknown formats get no ranges (generic path).
   std::vector<TensorRange> tensors;
+  const EnvSource file(env_, src_fd, size);  // outlives `lossy`, which reads second moments from it
   std::optional<LossyCoder> lossy;
   if (opts_.encoder.tensor_codec) {
     FileLayout layout = DetectLayout(FdSource(src_fd));
@@ -273,8 +276,8 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
     spdlog::debug("{}: format {}, {} tensor ranges{}{}", ctx, layout.format, tensors.size(),
                   layout.note.empty() ? "" : ": ", layout.note);
     if (policy.lossy()) {
-      lossy.emplace(env_, src_fd, layout, tensors, policy,
-                    TensorChunkOptions{opts_.encoder.zstd_level, opts_.encoder.planes}, find_sibling);
+      lossy.emplace(file, layout, tensors, policy, TensorChunkOptions{opts_.encoder.zstd_level, opts_.encoder.planes},
+                    siblings);
       if (!lossy->active()) {
         spdlog::info("{}: {} under {}: nothing in the lossy scope, sealed losslessly", ctx, layout.format,
                      FormatLossyPolicy(policy));
@@ -631,8 +634,8 @@ Result<StubRecord> Store::SealStub(int stub_fd, const StubRecord& staged, int st
   // An empty file needs no pack: object 0 already means "no bytes".
   ObjectId pack = 0;
   if (size > 0) {
-    ASSIGN_OR_RETURN(pack, PublishPack(staging_fd, size, nullptr, PolicyFor(stub_fd),
-                                       [&] { return FindSiblingMoments(stub_fd, sst.st_mtim); }));
+    const std::unique_ptr<SiblingSource> siblings = SiblingsOf(stub_fd, sst.st_mtim);
+    ASSIGN_OR_RETURN(pack, PublishPack(staging_fd, size, nullptr, PolicyFor(stub_fd), siblings.get()));
   }
 
   if (still_current && !still_current()) {
@@ -669,6 +672,19 @@ Result<StubRecord> Store::SealStub(int stub_fd, const StubRecord& staged, int st
 }
 
 double Store::FidelityFor(int stub_fd) { return PolicyFor(stub_fd).fidelity; }
+
+Result<std::string> Store::NamespacePathOf(int stub_fd) {
+  ASSIGN_OR_RETURN(const std::string root, env_->ReadlinkAt(AT_FDCWD, ProcFdPath(ns_.get())));
+  ASSIGN_OR_RETURN(const std::string where, env_->ReadlinkAt(AT_FDCWD, ProcFdPath(stub_fd)));
+  if (!where.starts_with(root + "/")) return Status::Error(ENOENT, where + " is not under " + root);
+  const std::string path = where.substr(root.size() + 1);
+  ASSIGN_OR_RETURN(struct stat self, env_->Fstat(stub_fd));
+  Result<struct stat> there = env_->FstatAt(ns_.get(), path, AT_SYMLINK_NOFOLLOW);
+  if (!there.ok() || there->st_dev != self.st_dev || there->st_ino != self.st_ino) {
+    return Status::Error(ENOENT, where + " was unlinked or moved while it was looked up");
+  }
+  return path;
+}
 
 LossyPolicy Store::PolicyFor(int stub_fd) {
   const std::string root = FdPathForLog(ns_.get());

@@ -26,8 +26,10 @@
 #include "base/unique_fd.h"
 #include "cache/chunk_cache.h"
 #include "codec/chunk_codec.h"
+#include "codec/lossy/lossy_info.h"
+#include "codec/lossy/policy.h"
+#include "codec/lossy/siblings.h"
 #include "store/env.h"
-#include "store/lossy_coder.h"
 #include "store/object_id.h"
 #include "store/pack.h"
 #include "store/pack_index.h"
@@ -55,7 +57,7 @@ struct StoreOptions {
   // Delete unneeded packs on a background thread (the daemon), so that an
   // unlink never waits for a cascade of pack deletions; otherwise inline.
   bool background_gc = false;
-  // Lossy mode (store/lossy_policy.h): the fidelity files get unless a
+  // Lossy mode (codec/lossy/policy.h): the fidelity files get unless a
   // directory's user.ckptfs.policy says otherwise; 0 is lossless.
   double lossy = 0;
   // What it may quantize (codec/lossy/roles.h).
@@ -103,7 +105,7 @@ struct FileUsage {
 };
 
 // A model file and its optimizer file belong to the same save when their
-// last writes are at most this far apart (Store::FindSiblingMoments). A
+// last writes are at most this far apart (Store::SiblingsOf). A
 // trainer writes them back to back, so the gap is the time to write one of
 // them (about 140 s for 140 GB at 1 GB/s); successive saves into one
 // directory are usually further apart, and an optimizer file left from an
@@ -134,15 +136,21 @@ class Store : public BaseSource {
 
   // --- packs ---
   // Encodes [0,size) of src_fd and publishes it as a new pack; under a
-  // lossy policy, lossily (store/lossy_policy.h).
+  // lossy policy, lossily (codec/lossy/file_coder.h), asking `siblings`
+  // for the optimizer file of a file of weights alone.
   Result<ObjectId> PublishPack(int src_fd, uint64_t size, const std::atomic<bool>* cancel = nullptr,
-                               const LossyPolicy& policy = {}, const SiblingFinder& find_sibling = {});
-  // Files that may hold the Adam second moments of the model file whose
-  // stub is `stub_fd`, last written at `written`, read as they are now:
-  // other files of the same directory with the same owner whose last write
-  // is within kSaveWindowSeconds of it, nearest in time first, that hold
-  // second moments. The coder still checks their names and shapes.
-  std::vector<SiblingMoments> FindSiblingMoments(int stub_fd, const struct timespec& written);
+                               const LossyPolicy& policy = {}, SiblingSource* siblings = nullptr);
+  // The files that may hold the Adam second moments of the model file
+  // whose stub is `stub_fd`, last written at `written`, read as they are
+  // when the coder asks: other files of the same directory with the same
+  // owner whose last write is within kSaveWindowSeconds of it, nearest in
+  // time first. The coder still checks their names and shapes.
+  std::unique_ptr<SiblingSource> SiblingsOf(int stub_fd, const struct timespec& written);
+  // Where the stub `stub_fd` is now, relative to ns/ ("a/b/model.pt"):
+  // found through /proc/self/fd, as a file can be renamed while open, and
+  // checked to name that very inode under ns/. An error for a stub that is
+  // unlinked, outside ns/, or moved meanwhile.
+  Result<std::string> NamespacePathOf(int stub_fd);
   // The lossy policy for the file whose stub is `stub_fd`: the nearest
   // directory's user.ckptfs.policy, else the mount's. A policy that cannot
   // be read or parsed counts as lossless, and is logged.

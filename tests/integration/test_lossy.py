@@ -63,7 +63,7 @@ def targets(f: float) -> dict:
     return {"weights": f, "first_moments": min(0.9, 20 * f), "second_moments": 10 * f}
 
 
-# -- error metrics (what store/lossy_coder.cc and codec/lossy/quantizer.cc measure) --
+# -- error metrics (what codec/lossy/file_coder.cc and codec/lossy/quantizer.cc measure) --
 
 def tensor_bytes(t: torch.Tensor) -> bytes:
     t = t.detach().contiguous().cpu()

@@ -1,24 +1,30 @@
 // Lossy piece and chunk codecs: error targets honoured, reconstruction
 // deterministic and equal to what decoding gives, exact where it must be,
 // and malformed payloads rejected without crashing. Also the lossy policy's
-// forms, the sibling-moments match, the pack meta's lossy section and the
-// user.ckptfs.lossy.* attributes made from it.
+// forms, the sibling-moments match and the coder's use of a SiblingSource,
+// the pack meta's lossy section and the user.ckptfs.lossy.* attributes
+// made from it.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "base/hash.h"
+#include "base/le.h"
+#include "codec/lossy/file_coder.h"
 #include "codec/lossy/float_bits.h"
 #include "codec/lossy/lossy_chunk.h"
+#include "codec/lossy/policy.h"
 #include "codec/lossy/quantizer.h"
-#include "base/le.h"
-#include "store/lossy_coder.h"
-#include "store/lossy_policy.h"
+#include "codec/lossy/siblings.h"
 #include "store/lossy_xattrs.h"
 #include "store/pack_meta.h"
+#include "tests/unit/test_util.h"
 
 namespace ckptfs::lossy {
 namespace {
@@ -444,6 +450,145 @@ TEST(SiblingMatch, NamedMomentsMustNameTheParameter) {
   auto r = MatchSiblingMoments(model, wrong, lossy::LossyScope::kModels);
   EXPECT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("names 2.weight"), std::string::npos) << r.status().message();
+}
+
+// ------------------------------------------ the coder and its SiblingSource
+
+// A file's bytes that count the reads of them.
+class CountingSource : public ByteSource {
+ public:
+  CountingSource(const std::vector<uint8_t>& bytes, int* reads) : src_(bytes), reads_(reads) {}
+  uint64_t size() const override { return src_.size(); }
+  Status ReadAt(uint64_t off, std::span<uint8_t> out) const override {
+    ++*reads_;
+    return src_.ReadAt(off, out);
+  }
+
+ private:
+  SpanSource src_;
+  int* reads_;
+};
+
+// Files in memory standing in for the store's namespace (Store::SiblingsOf),
+// offered in the given order.
+class FakeSiblings : public SiblingSource {
+ public:
+  explicit FakeSiblings(std::vector<std::pair<std::string, std::vector<uint8_t>>> files) : files_(std::move(files)) {}
+  std::vector<std::string> Candidates() override {
+    ++asked;
+    std::vector<std::string> names;
+    for (const auto& f : files_) names.push_back(f.first);
+    return names;
+  }
+  Result<std::shared_ptr<const ByteSource>> Open(const std::string& name) override {
+    for (const auto& [n, bytes] : files_) {
+      if (n != name) continue;
+      opened.push_back(name);
+      return std::shared_ptr<const ByteSource>(std::make_shared<CountingSource>(bytes, &reads[name]));
+    }
+    return Status::Error(ENOENT, name + " is not here");
+  }
+
+  int asked = 0;
+  std::vector<std::string> opened;
+  std::map<std::string, int> reads;
+
+ private:
+  std::vector<std::pair<std::string, std::vector<uint8_t>>> files_;
+};
+
+std::vector<uint8_t> Squares(size_t n, uint32_t seed) {
+  std::vector<float> v = lossy::Normal(n, 1e-3f, seed);
+  for (float& x : v) x *= x;
+  return lossy::Floats(v);
+}
+
+// 1-D f32 tensors (name, then the elements' bytes), stored in the given order.
+std::vector<uint8_t> SafetensorsOf(const std::vector<std::pair<std::string, std::vector<uint8_t>>>& tensors) {
+  std::vector<test::SafetensorsTensor> ts;
+  for (const auto& [name, bytes] : tensors) ts.push_back({name, "F32", {bytes.size() / 4}, bytes});
+  return test::BuildSafetensors(ts);
+}
+
+// model.safetensors of one layer, and optimizer files (safetensors, moments
+// named after their parameters) for `weights` and `biases` elements.
+std::vector<uint8_t> OneLayer() {
+  return SafetensorsOf({{"0.weight", lossy::Floats(lossy::Normal(4096, 0.05f, 1))},
+                        {"0.bias", lossy::Floats(lossy::Normal(64, 0.05f, 2))}});
+}
+std::vector<uint8_t> OneLayerMoments(size_t weights, size_t biases) {
+  return SafetensorsOf(
+      {{"state.0.weight.exp_avg_sq", Squares(weights, 3)}, {"state.0.bias.exp_avg_sq", Squares(biases, 4)}});
+}
+std::vector<uint8_t> NoMoments() { return SafetensorsOf({{"x.weight", lossy::Floats(lossy::Normal(128, 1.0f, 5))}}); }
+
+struct CoderOf {
+  explicit CoderOf(const std::vector<uint8_t>& bytes, SiblingSource* siblings, double fidelity = 0.01)
+      : file(bytes),
+        layout(DetectLayout(file)),
+        ranges(TensorRangesOf(layout)),
+        coder(file, layout, ranges, LossyPolicy{fidelity, lossy::LossyScope::kModels}, TensorChunkOptions{}, siblings) {
+  }
+  SpanSource file;
+  FileLayout layout;
+  std::vector<TensorRange> ranges;
+  LossyCoder coder;
+};
+
+TEST(SiblingSource, FirstMatchingCandidateWeighsTheWeights) {
+  FakeSiblings siblings({{"plain.safetensors", NoMoments()},
+                         {"other_model.safetensors", OneLayerMoments(2048, 64)},
+                         {"optimizer.safetensors", OneLayerMoments(4096, 64)},
+                         {"older_optimizer.safetensors", OneLayerMoments(4096, 64)}});
+  const std::vector<uint8_t> model = OneLayer();
+  CoderOf c(model, &siblings);
+  ASSERT_EQ(c.layout.format, "safetensors");
+  EXPECT_EQ(siblings.asked, 1);
+  // A file without second moments is passed over; the first match ends the search.
+  EXPECT_EQ(siblings.opened,
+            (std::vector<std::string>{"plain.safetensors", "other_model.safetensors", "optimizer.safetensors"}));
+  EXPECT_EQ(c.coder.sibling_pairs(), 2u);
+  EXPECT_EQ(c.coder.info().sensitivity, SensitivityRule::kSibling);
+  EXPECT_EQ(c.coder.sibling_note(), "second moments of optimizer.safetensors");
+  // The moments' bytes are read when the weights are coded.
+  const int at_start = siblings.reads["optimizer.safetensors"];
+  std::vector<uint8_t> raw = model;
+  Result<std::optional<LossyChunk>> chunk = c.coder.Encode(0, raw, {});
+  ASSERT_TRUE(chunk.ok()) << chunk.status().ToString();
+  EXPECT_TRUE(chunk->has_value());
+  EXPECT_GT(siblings.reads["optimizer.safetensors"], at_start);
+}
+
+TEST(SiblingSource, NoMatchMeansMagnitudeAndSaysWhy) {
+  FakeSiblings siblings({{"other_model.safetensors", OneLayerMoments(2048, 64)}});
+  CoderOf c(OneLayer(), &siblings);
+  EXPECT_EQ(c.coder.sibling_pairs(), 0u);
+  EXPECT_EQ(c.coder.info().sensitivity, SensitivityRule::kMagnitude);
+  EXPECT_NE(c.coder.sibling_note().find("other_model.safetensors not used: parameter 0 (0.weight)"), std::string::npos)
+      << c.coder.sibling_note();
+}
+
+TEST(SiblingSource, OnlyTheNearestCandidatesAreRead) {
+  std::vector<std::pair<std::string, std::vector<uint8_t>>> files;
+  for (size_t i = 0; i < kMaxSiblings; ++i) files.emplace_back("plain" + std::to_string(i), NoMoments());
+  files.emplace_back("optimizer.safetensors", OneLayerMoments(4096, 64));
+  FakeSiblings siblings(files);
+  CoderOf c(OneLayer(), &siblings);
+  EXPECT_EQ(siblings.opened.size(), kMaxSiblings);
+  EXPECT_EQ(c.coder.info().sensitivity, SensitivityRule::kMagnitude);
+}
+
+TEST(SiblingSource, AskedOnlyForWeightsWithoutMoments) {
+  FakeSiblings siblings({{"optimizer.safetensors", OneLayerMoments(4096, 64)}});
+  // The file's own second moments weigh it.
+  CoderOf own(SafetensorsOf({{"0.weight", lossy::Floats(lossy::Normal(4096, 0.05f, 1))},
+                             {"0.weight.exp_avg_sq", Squares(4096, 3)}}),
+              &siblings);
+  EXPECT_EQ(own.coder.info().sensitivity, SensitivityRule::kOwnMoments);
+  // Lossless: nothing is coded, nothing weighed.
+  CoderOf lossless(OneLayer(), &siblings, 0);
+  EXPECT_FALSE(lossless.coder.active());
+  EXPECT_EQ(siblings.asked, 0);
 }
 
 PackMeta MetaWithLossy() {

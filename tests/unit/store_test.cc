@@ -458,6 +458,77 @@ TEST_F(StoreTest, FsckChecksSizeAndSuperblock) {
   EXPECT_NE(fsck->errors[1].find("ns/f: stub says 4999 bytes"), std::string::npos) << fsck->errors[1];
 }
 
+// ------------------------------------------------------ lossy mode's lookups
+
+TEST_F(StoreTest, NamespacePathFollowsTheStub) {
+  ASSERT_OK(store_->env()->MkdirAt(store_->ns_fd(), "a", 0755));
+  ASSERT_OK(store_->env()->MkdirAt(store_->ns_fd(), "a/b", 0755));
+  ASSERT_TRUE(MakeStagedFile(store_.get(), "a/b/f", {1, 2, 3}).ok());
+  UniqueFd stub = OpenNs("a/b/f");
+  auto path = store_->NamespacePathOf(stub.get());
+  ASSERT_TRUE(path.ok()) << path.status().ToString();
+  EXPECT_EQ(*path, "a/b/f");
+  // Renamed while open: where it is now.
+  ASSERT_OK(store_->env()->RenameAt(store_->ns_fd(), "a", store_->ns_fd(), "c"));
+  path = store_->NamespacePathOf(stub.get());
+  ASSERT_TRUE(path.ok()) << path.status().ToString();
+  EXPECT_EQ(*path, "c/b/f");
+  // Unlinked: nowhere.
+  ASSERT_OK(store_->env()->UnlinkAt(store_->ns_fd(), "c/b/f"));
+  EXPECT_EQ(store_->NamespacePathOf(stub.get()).status().code(), ENOENT);
+  // Not a stub of this store.
+  EXPECT_FALSE(store_->NamespacePathOf(store_->ns_fd()).ok());
+}
+
+// Sets the last write time of `path`: a sealed file's stub, or a staged
+// file's staging file.
+void SetMtime(const std::string& path, const timespec& t) {
+  const timespec times[2] = {{0, UTIME_OMIT}, t};
+  ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), times, AT_SYMLINK_NOFOLLOW), 0) << path;
+}
+
+TEST_F(StoreTest, SiblingsAreTheSameSavesFilesBesideTheStub) {
+  Env* env = store_->env();
+  ASSERT_OK(env->MkdirAt(store_->ns_fd(), "d", 0755));
+  ASSERT_OK(env->MkdirAt(store_->ns_fd(), "e", 0755));
+  const std::vector<uint8_t> opt = test::RandomBytes(5000, 1);
+  ASSERT_TRUE(MakeStagedFile(store_.get(), "d/model", test::RandomBytes(100, 2)).ok());
+  ASSERT_TRUE(MakeSealedFile(store_.get(), "d/optimizer", opt).ok());
+  auto staged = MakeStagedFile(store_.get(), "d/staged", {4, 5, 6});
+  ASSERT_TRUE(staged.ok());
+  ASSERT_TRUE(MakeSealedFile(store_.get(), "d/old", {7}).ok());
+  ASSERT_TRUE(MakeSealedFile(store_.get(), "d/theirs", {8}).ok());
+  ASSERT_EQ(::lchown(dir_.Sub("ns/d/theirs").c_str(), 4242, 4242), 0);
+  ASSERT_TRUE(MakeSealedFile(store_.get(), "e/elsewhere", {9}).ok());
+  ASSERT_TRUE(MakeSealedFile(store_.get(), "d/empty", {}).ok());
+
+  const timespec written = {1700000000, 0};
+  SetMtime(dir_.Sub("ns/d/optimizer"), {written.tv_sec - 5, 0});
+  SetMtime(dir_.Sub("staging/" + ObjectIdHex(staged->object) + ".stage"), {written.tv_sec + 20, 0});
+  SetMtime(dir_.Sub("ns/d/old"), {written.tv_sec - kSaveWindowSeconds - 1, 0});
+  for (const char* other : {"ns/d/theirs", "ns/e/elsewhere", "ns/d/empty"}) SetMtime(dir_.Sub(other), written);
+
+  UniqueFd model = OpenNs("d/model");
+  std::unique_ptr<SiblingSource> siblings = store_->SiblingsOf(model.get(), written);
+  // Not itself, another user's, an older save's, an empty one, nor another directory's.
+  EXPECT_EQ(siblings->Candidates(), (std::vector<std::string>{"optimizer", "staged"}));
+  auto sealed_src = siblings->Open("optimizer");
+  ASSERT_TRUE(sealed_src.ok()) << sealed_src.status().ToString();
+  std::vector<uint8_t> got((*sealed_src)->size());
+  ASSERT_OK((*sealed_src)->ReadAt(0, got));
+  EXPECT_EQ(got, opt);
+  auto staged_src = siblings->Open("staged");
+  ASSERT_TRUE(staged_src.ok()) << staged_src.status().ToString();
+  got.resize((*staged_src)->size());
+  ASSERT_OK((*staged_src)->ReadAt(0, got));
+  EXPECT_EQ(got, (std::vector<uint8_t>{4, 5, 6}));
+  EXPECT_FALSE(siblings->Open("old").ok());
+
+  // A stub no longer in the namespace has no siblings.
+  ASSERT_OK(env->UnlinkAt(store_->ns_fd(), "d/model"));
+  EXPECT_TRUE(store_->SiblingsOf(model.get(), written)->Candidates().empty());
+}
+
 // --------------------------------------------------------------- usage
 
 TEST_F(StoreTest, Usage) {

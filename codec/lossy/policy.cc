@@ -1,4 +1,4 @@
-#include "store/lossy_policy.h"
+#include "codec/lossy/policy.h"
 
 #include <algorithm>
 #include <charconv>

@@ -1,9 +1,10 @@
-// Which files lossy mode may touch, and how hard. A policy is the mount's
-// (-o lossy[=FIDELITY][,lossy_scope=SCOPE]) unless a directory on the file's
-// path carries the extended attribute user.ckptfs.policy ("lossless",
-// "lossy", "lossy=FIDELITY", each lossy form optionally followed by
-// ",scope=models" or ",scope=all"); the nearest such directory wins, so
-// subtrees inherit. It is resolved when the file is sealed.
+// Which files lossy mode may touch, and how hard: a policy, its text form
+// ("lossless", "lossy", "lossy=FIDELITY", each lossy form optionally
+// followed by ",scope=models" or ",scope=all") and the per-role error
+// targets one fidelity gives. A file's policy is the mount's
+// (-o lossy[=FIDELITY][,lossy_scope=SCOPE]) unless a directory on its path
+// carries the extended attribute kPolicyXattr (store/lossy_xattrs.h); the
+// store resolves it when the file is sealed (Store::PolicyFor).
 #pragma once
 
 #include <optional>
@@ -15,7 +16,6 @@
 
 namespace ckptfs {
 
-inline constexpr const char* kPolicyXattr = "user.ckptfs.policy";
 // The fidelity "lossy" alone means: weights within 1% relative error.
 inline constexpr double kDefaultFidelity = 0.01;
 inline constexpr double kMaxFidelity = 0.5;

@@ -1,11 +1,9 @@
-#include "store/lossy_coder.h"
+#include "codec/lossy/file_coder.h"
 
 #include <algorithm>
 #include <cmath>
-#include <unordered_map>
 
 #include "codec/lossy/float_bits.h"
-#include "store/lossy_policy.h"
 
 namespace ckptfs {
 
@@ -36,98 +34,11 @@ double TargetFor(TensorRole r, const RoleTargets& t) {
 
 bool Overlaps(uint64_t a, uint64_t alen, uint64_t b, uint64_t blen) { return a < b + blen && b < a + alen; }
 
-// Indices of the tensors with `role`, in the file's logical order.
-std::vector<size_t> InOrder(const FileLayout& layout, const std::vector<lossy::RoleAssignment>& roles,
-                            TensorRole role) {
-  std::vector<size_t> out;
-  for (size_t i = 0; i < roles.size() && i < layout.tensors.size(); ++i) {
-    if (roles[i].role != role) continue;
-    if (role == TensorRole::kAdamV && layout.tensors[i].label.ends_with("max_exp_avg_sq")) continue;
-    out.push_back(i);
-  }
-  std::stable_sort(out.begin(), out.end(),
-                   [&](size_t a, size_t b) { return layout.tensors[a].order < layout.tensors[b].order; });
-  return out;
-}
-
-// A parser that cannot tell a tensor's shape gives its element count alone.
-bool ShapesAgree(const TensorRegion& a, const TensorRegion& b) {
-  if (a.dtype != b.dtype || a.length != b.length) return false;
-  return a.shape.size() <= 1 || b.shape.size() <= 1 || a.shape == b.shape;
-}
-
-// The parameter a second moment's label names, if any: "fc.weight" of
-// "fc.weight.exp_avg_sq" or "state.fc.weight.exp_avg_sq"; empty for a bare
-// "exp_avg_sq" (torch's optimizer state is keyed by parameter index).
-std::string_view NamedParameter(std::string_view label) {
-  constexpr std::string_view kV = "exp_avg_sq";
-  if (!label.ends_with(kV) || label.size() <= kV.size() + 1) return {};
-  label.remove_suffix(kV.size() + 1);
-  if (label.starts_with("state.")) label.remove_prefix(6);
-  return label;
-}
-
-std::string DescribeShape(const TensorRegion& t) {
-  std::string out = "[";
-  for (size_t k = 0; k < t.shape.size(); ++k) out += (k ? "," : "") + std::to_string(t.shape[k]);
-  return out + "] " + std::string(DTypeName(t.dtype));
-}
-
 }  // namespace
 
-Result<std::vector<std::pair<size_t, size_t>>> MatchSiblingMoments(const FileLayout& model, const FileLayout& sibling,
-                                                                   lossy::LossyScope scope) {
-  const std::vector<size_t> params = InOrder(model, lossy::AssignRoles(model, scope), TensorRole::kWeight);
-  const std::vector<size_t> vs = InOrder(sibling, lossy::AssignRoles(sibling), TensorRole::kAdamV);
-  auto mismatch = [](const std::string& why) { return Status::InvalidArgument(why); };
-  if (vs.size() != params.size()) {
-    return mismatch(std::to_string(vs.size()) + " second moments for " + std::to_string(params.size()) +
-                    " parameters");
-  }
-  std::vector<std::pair<size_t, size_t>> pairs;
-  if (!sibling.param_names.empty()) {
-    // The optimizer names its parameters (torch >= 2.6): pair by name,
-    // whatever order the model file stores its tensors in.
-    if (sibling.param_names.size() != vs.size()) {
-      return mismatch(std::to_string(sibling.param_names.size()) + " named parameters for " +
-                      std::to_string(vs.size()) + " second moments");
-    }
-    std::unordered_map<std::string_view, size_t> by_name;  // label -> index into model.tensors
-    for (size_t p : params) by_name.emplace(model.tensors[p].label, p);
-    for (size_t k = 0; k < vs.size(); ++k) {
-      auto it = by_name.find(sibling.param_names[k]);
-      if (it == by_name.end()) return mismatch("the optimizer's parameter " + sibling.param_names[k] + " is not in the model file");
-      const TensorRegion& w = model.tensors[it->second];
-      const TensorRegion& v = sibling.tensors[vs[k]];
-      if (!ShapesAgree(w, v)) {
-        return mismatch("parameter " + w.label + " is " + DescribeShape(w) + ", its second moment " + DescribeShape(v));
-      }
-      pairs.emplace_back(it->second, vs[k]);
-      by_name.erase(it);
-    }
-    return pairs;
-  }
-  for (size_t k = 0; k < params.size(); ++k) {
-    const TensorRegion& w = model.tensors[params[k]];
-    const TensorRegion& v = sibling.tensors[vs[k]];
-    if (!ShapesAgree(w, v)) {
-      return mismatch("parameter " + std::to_string(k) + " (" + w.label + ") is " + DescribeShape(w) +
-                      ", its second moment " + DescribeShape(v));
-    }
-    const std::string_view named = NamedParameter(v.label);
-    if (!named.empty() && !w.label.empty() && named != w.label && !named.ends_with("." + w.label) &&
-        !std::string_view(w.label).ends_with("." + std::string(named))) {
-      return mismatch("parameter " + std::to_string(k) + " is " + w.label + ", the second moment names " +
-                      std::string(named));
-    }
-    pairs.emplace_back(params[k], vs[k]);
-  }
-  return pairs;
-}
-
-LossyCoder::LossyCoder(Env* env, int src_fd, const FileLayout& layout, std::span<const TensorRange> ranges,
-                       const LossyPolicy& policy, const TensorChunkOptions& topts, const SiblingFinder& find_sibling)
-    : env_(env), src_fd_(src_fd), fidelity_(policy.fidelity), topts_(topts), ranges_(ranges) {
+LossyCoder::LossyCoder(const ByteSource& file, const FileLayout& layout, std::span<const TensorRange> ranges,
+                       const LossyPolicy& policy, const TensorChunkOptions& topts, SiblingSource* siblings)
+    : file_(file), fidelity_(policy.fidelity), topts_(topts), ranges_(ranges) {
   const double fidelity = policy.fidelity;
   const RoleTargets targets = TargetsFor(fidelity);
   info_.fidelity = static_cast<float>(fidelity);
@@ -162,7 +73,7 @@ LossyCoder::LossyCoder(Env* env, int src_fd, const FileLayout& layout, std::span
     return r.role == TensorRole::kAdamV || r.role == TensorRole::kAdamM;
   });
   // A file of weights alone: its optimizer state may be a sibling file.
-  if (lacks_v && !has_moments && find_sibling) PairWithSibling(layout, policy.scope, find_sibling);
+  if (lacks_v && !has_moments && siblings != nullptr) PairWithSibling(layout, policy.scope, *siblings);
   const bool any_weight = std::any_of(tensors_.begin(), tensors_.end(),
                                       [](const Tensor& t) { return t.role == TensorRole::kWeight; });
   const bool own_v = std::any_of(tensors_.begin(), tensors_.end(), [](const Tensor& t) {
@@ -184,24 +95,26 @@ LossyCoder::LossyCoder(Env* env, int src_fd, const FileLayout& layout, std::span
 // The first candidate whose second moments match this file's parameters
 // one for one gives each of them its sensitivity; anything less and the
 // weights are weighed by magnitude, as a mismatched file would mislead.
-void LossyCoder::PairWithSibling(const FileLayout& layout, lossy::LossyScope scope,
-                                 const SiblingFinder& find_sibling) {
-  for (SiblingMoments& candidate : find_sibling()) {
-    Result<std::vector<std::pair<size_t, size_t>>> pairs = MatchSiblingMoments(layout, candidate.layout, scope);
+void LossyCoder::PairWithSibling(const FileLayout& layout, lossy::LossyScope scope, SiblingSource& siblings) {
+  const std::vector<std::string> names = siblings.Candidates();
+  for (size_t i = 0; i < names.size() && i < kMaxSiblings; ++i) {
+    std::optional<SiblingMoments> candidate = ReadSiblingMoments(siblings, names[i]);
+    if (!candidate) continue;
+    Result<std::vector<std::pair<size_t, size_t>>> pairs = MatchSiblingMoments(layout, candidate->layout, scope);
     if (!pairs.ok()) {
-      sibling_note_ += (sibling_note_.empty() ? "" : "; ") + candidate.name + " not used: " + pairs.status().message();
+      sibling_note_ += (sibling_note_.empty() ? "" : "; ") + candidate->name + " not used: " + pairs.status().message();
       continue;
     }
     for (const auto& [w, v] : *pairs) {
       const TensorRegion& wr = layout.tensors[w];
       auto t = std::find_if(tensors_.begin(), tensors_.end(), [&](const Tensor& x) { return x.offset == wr.offset; });
       if (t == tensors_.end() || t->v_offset) continue;  // stays exact, or paired already
-      t->v_offset = candidate.layout.tensors[v].offset;
+      t->v_offset = candidate->layout.tensors[v].offset;
       t->v_in_sibling = true;
       ++sibling_pairs_;
     }
     if (sibling_pairs_ == 0) continue;
-    sibling_note_ = "second moments of " + candidate.name;
+    sibling_note_ = "second moments of " + candidate->name;
     sibling_ = std::move(candidate);
     return;
   }
@@ -225,7 +138,7 @@ Result<std::vector<float>> LossyCoder::Sensitivity(const Tensor& t, uint64_t beg
   if (t.v_in_sibling) {
     RETURN_IF_ERROR(sibling_->source->ReadAt(at, bytes).WithContext("reading the sibling file's second moments"));
   } else {
-    RETURN_IF_ERROR(env_->PReadExact(src_fd_, bytes, at));
+    RETURN_IF_ERROR(file_.ReadAt(at, bytes));
   }
   std::vector<double> v(n);
   double sum = 0;

@@ -1,0 +1,160 @@
+// Store::SiblingsOf: the store's side of sibling pairing
+// (codec/lossy/siblings.h). Where a checkpoint is split into files of one
+// save (model.safetensors and optimizer.pt, as Hugging Face's Trainer
+// writes), only a file that can be the model's optimizer file is offered:
+// same directory, same owner, last written within the save window
+// (kSaveWindowSeconds); the coder then requires its moments to match the
+// model's parameters by order, shape and name.
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <map>
+
+#include "codec/lossy/siblings.h"
+#include "store/store.h"
+#include "store/store_internal.h"
+
+namespace ckptfs {
+namespace {
+
+// A sealed file's logical bytes, read through the store.
+class PackSource : public ByteSource {
+ public:
+  PackSource(Store* store, ObjectId pack, uint64_t size) : store_(store), pack_(pack), size_(size) {}
+  uint64_t size() const override { return size_; }
+  Status ReadAt(uint64_t off, std::span<uint8_t> out) const override {
+    if (off > size_ || size_ - off < out.size()) return Status::Error(EIO, "read past the end of a sibling file");
+    return store_->ReadPackRange(pack_, off, out);
+  }
+
+ private:
+  Store* store_;
+  ObjectId pack_;
+  uint64_t size_;
+};
+
+// A staged file's bytes; owns the staging fd.
+class StagingSource : public ByteSource {
+ public:
+  explicit StagingSource(UniqueFd fd) : fd_(std::move(fd)), src_(fd_.get()) {}
+  uint64_t size() const override { return src_.size(); }
+  Status ReadAt(uint64_t off, std::span<uint8_t> out) const override { return src_.ReadAt(off, out); }
+
+ private:
+  UniqueFd fd_;
+  FdSource src_;
+};
+
+int64_t SecondsApart(const timespec& a, const timespec& b) {
+  const int64_t d = static_cast<int64_t>(a.tv_sec) - static_cast<int64_t>(b.tv_sec);
+  return d < 0 ? -d : d;
+}
+
+// The other files of the directory of the stub `stub_fd`, found when the
+// coder first asks.
+class SameSaveFiles : public SiblingSource {
+ public:
+  SameSaveFiles(Store* store, int staging_dir, int stub_fd, const timespec& written)
+      : store_(store), env_(store->env()), staging_dir_(staging_dir), stub_fd_(stub_fd), written_(written) {}
+
+  std::vector<std::string> Candidates() override;
+  Result<std::shared_ptr<const ByteSource>> Open(const std::string& name) override;
+
+ private:
+  struct Candidate {
+    int64_t apart = 0;  // seconds between its last write and the model file's
+    std::string name;
+    StubRecord rec;
+  };
+  // The directory that holds the stub, checked to hold it still.
+  Result<UniqueFd> OpenStubDir(const struct stat& self);
+  // `name` in `dir` when it can be the same save's optimizer file.
+  std::optional<Candidate> Consider(int dir, const std::string& name, const struct stat& self);
+
+  Store* store_;
+  Env* env_;
+  int staging_dir_;
+  int stub_fd_;
+  timespec written_;
+  std::map<std::string, StubRecord> found_;  // what Candidates named
+};
+
+Result<UniqueFd> SameSaveFiles::OpenStubDir(const struct stat& self) {
+  ASSIGN_OR_RETURN(std::string path, store_->NamespacePathOf(stub_fd_));
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
+  ASSIGN_OR_RETURN(UniqueFd fd, env_->OpenAt(store_->ns_fd(), dir, O_RDONLY | O_DIRECTORY));
+  // The file may have moved since NamespacePathOf looked.
+  ASSIGN_OR_RETURN(struct stat there, env_->FstatAt(fd.get(), path.substr(slash + 1), AT_SYMLINK_NOFOLLOW));
+  if (there.st_dev != self.st_dev || there.st_ino != self.st_ino) {
+    return Status::Error(ENOENT, path + " moved while its directory was looked up");
+  }
+  return fd;
+}
+
+std::optional<SameSaveFiles::Candidate> SameSaveFiles::Consider(int dir, const std::string& name,
+                                                                const struct stat& self) {
+  Result<struct stat> st = env_->FstatAt(dir, name, AT_SYMLINK_NOFOLLOW);
+  // Another user's file says nothing about this one's sensitivity.
+  if (!st.ok() || !S_ISREG(st->st_mode) || st->st_ino == self.st_ino || st->st_uid != self.st_uid) return {};
+  Result<UniqueFd> fd = env_->OpenAt(dir, name, O_RDONLY | O_NOFOLLOW);
+  if (!fd.ok()) return {};
+  Result<StubRecord> rec = ReadStub(env_, fd->get());
+  if (!rec.ok() || rec->object == 0) return {};
+  // A sealed file's stub carries its last write time; a staged one's is
+  // the staging file's.
+  timespec last = st->st_mtim;
+  if (rec->state != StubState::kSealed) {
+    Result<struct stat> sst = env_->FstatAt(staging_dir_, internal::StagingFileName(rec->object), 0);
+    if (!sst.ok()) return {};
+    last = sst->st_mtim;
+  }
+  const int64_t apart = SecondsApart(last, written_);
+  if (apart > kSaveWindowSeconds) return {};
+  return Candidate{apart, name, *rec};
+}
+
+std::vector<std::string> SameSaveFiles::Candidates() {
+  std::vector<std::string> out;
+  Result<struct stat> self = env_->Fstat(stub_fd_);
+  if (!self.ok()) return out;
+  Result<UniqueFd> dir = OpenStubDir(*self);
+  if (!dir.ok()) return out;
+  Result<std::vector<DirEntry>> entries = env_->ListDir(dir->get());
+  if (!entries.ok()) return out;
+  std::vector<Candidate> candidates;
+  for (const DirEntry& e : *entries) {
+    if (std::optional<Candidate> c = Consider(dir->get(), e.name, *self)) candidates.push_back(std::move(*c));
+  }
+  std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
+    return a.apart != b.apart ? a.apart < b.apart : a.name < b.name;
+  });
+  for (Candidate& c : candidates) {
+    out.push_back(c.name);
+    found_.emplace(std::move(c.name), c.rec);
+  }
+  return out;
+}
+
+Result<std::shared_ptr<const ByteSource>> SameSaveFiles::Open(const std::string& name) {
+  auto it = found_.find(name);
+  if (it == found_.end()) return Status::Error(ENOENT, name + " is not a candidate sibling");
+  const StubRecord& rec = it->second;
+  std::shared_ptr<const ByteSource> src;
+  if (rec.state == StubState::kSealed) {
+    src = std::make_shared<PackSource>(store_, rec.object, rec.size);
+  } else {
+    ASSIGN_OR_RETURN(UniqueFd fd, store_->OpenStaging(rec.object));
+    src = std::make_shared<StagingSource>(std::move(fd));
+  }
+  return src;
+}
+
+}  // namespace
+
+std::unique_ptr<SiblingSource> Store::SiblingsOf(int stub_fd, const timespec& written) {
+  return std::make_unique<SameSaveFiles>(this, staging_.get(), stub_fd, written);
+}
+
+}  // namespace ckptfs
