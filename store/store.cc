@@ -687,20 +687,28 @@ Result<std::string> Store::NamespacePathOf(int stub_fd) {
 }
 
 LossyPolicy Store::PolicyFor(int stub_fd) {
-  const std::string root = FdPathForLog(ns_.get());
-  std::string dir = FdPathForLog(stub_fd);
+  Result<std::string> path = NamespacePathOf(stub_fd);
+  if (!path.ok()) {
+    spdlog::debug("no lossy policy for {}: {}", FdPathForLog(stub_fd), path.status().message());
+    return {};
+  }
+  // From the file's directory up to ns/ itself, through ns_.
+  std::string dir = *path;
   std::vector<uint8_t> buf(64);
-  while (dir.size() > root.size() && dir.starts_with(root)) {
-    dir.resize(dir.rfind('/'));
-    Result<size_t> n = env_->GetXattr(dir, kPolicyXattr, buf);
+  while (!dir.empty()) {
+    const size_t slash = dir.rfind('/');
+    dir.resize(slash == std::string::npos ? 0 : slash);
+    const std::string at = dir.empty() ? "" : "/" + dir;
+    const std::string shown = path_ + "/ns" + at;
+    Result<size_t> n = env_->GetXattr(ProcFdPath(ns_.get()) + at, kPolicyXattr, buf);
     if (!n.ok()) {
       if (n.status().code() == ENODATA || n.status().code() == ENOTSUP) continue;
-      spdlog::warn("cannot read {} of {}: {}; sealing losslessly", kPolicyXattr, dir, n.status().message());
+      spdlog::warn("cannot read {} of {}: {}; sealing losslessly", kPolicyXattr, shown, n.status().message());
       return {};
     }
     Result<LossyPolicy> p = ParseLossyPolicy(std::string_view(reinterpret_cast<const char*>(buf.data()), *n));
     if (!p.ok()) {
-      spdlog::warn("{} of {}: {}; sealing losslessly", kPolicyXattr, dir, p.status().message());
+      spdlog::warn("{} of {}: {}; sealing losslessly", kPolicyXattr, shown, p.status().message());
       return {};
     }
     return *p;

@@ -153,7 +153,9 @@ class Store : public BaseSource {
   Result<std::string> NamespacePathOf(int stub_fd);
   // The lossy policy for the file whose stub is `stub_fd`: the nearest
   // directory's user.ckptfs.policy, else the mount's. A policy that cannot
-  // be read or parsed counts as lossless, and is logged.
+  // be read or parsed counts as lossless, and is logged; so does that of a
+  // file no longer in the namespace (NamespacePathOf fails), whose
+  // directories are unknown.
   LossyPolicy PolicyFor(int stub_fd);
   double FidelityFor(int stub_fd);  // PolicyFor(stub_fd).fidelity
   // What lossy mode did to the file whose stub is at `stub_path` (through

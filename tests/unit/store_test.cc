@@ -9,6 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "store/lossy_xattrs.h"
 #include "tests/unit/test_util.h"
 
 namespace ckptfs {
@@ -527,6 +528,40 @@ TEST_F(StoreTest, SiblingsAreTheSameSavesFilesBesideTheStub) {
   // A stub no longer in the namespace has no siblings.
   ASSERT_OK(env->UnlinkAt(store_->ns_fd(), "d/model"));
   EXPECT_TRUE(store_->SiblingsOf(model.get(), written)->Candidates().empty());
+}
+
+// The nearest directory's user.ckptfs.policy, up to ns/ itself; the
+// mount's without one.
+TEST(StorePolicyTest, NearestDirectoryPolicyWins) {
+  TempDir dir;
+  StoreOptions opts = SmallChunks();
+  opts.lossy = 0.05;
+  auto store = MustOpen(dir.path(), opts);
+  ASSERT_NE(store, nullptr);
+  Env* env = store->env();
+  ASSERT_OK(env->MkdirAt(store->ns_fd(), "p", 0755));
+  ASSERT_OK(env->MkdirAt(store->ns_fd(), "p/q", 0755));
+  ASSERT_OK(env->MkdirAt(store->ns_fd(), "p/q/r", 0755));
+  auto set = [&](const std::string& sub, const std::string& text) {
+    return env->SetXattr(dir.Sub(sub), kPolicyXattr, std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size()), 0);
+  };
+  if (Status s = set("ns/p", "lossy=0.02,scope=all"); !s.ok()) {
+    GTEST_SKIP() << "no user extended attributes here: " << s.ToString();
+  }
+  ASSERT_TRUE(MakeStagedFile(store.get(), "p/q/r/f", {1}).ok());
+  ASSERT_TRUE(MakeStagedFile(store.get(), "top", {1}).ok());
+  auto stub = env->OpenAt(store->ns_fd(), "p/q/r/f", O_RDWR);
+  auto top = env->OpenAt(store->ns_fd(), "top", O_RDWR);
+  ASSERT_TRUE(stub.ok() && top.ok());
+  EXPECT_EQ(store->PolicyFor(stub->get()), (LossyPolicy{0.02, lossy::LossyScope::kAll}));
+  EXPECT_EQ(store->PolicyFor(top->get()), (LossyPolicy{0.05, lossy::LossyScope::kModels}));
+  ASSERT_OK(set("ns/p/q", "lossless"));
+  EXPECT_EQ(store->PolicyFor(stub->get()), LossyPolicy{});
+  ASSERT_OK(set("ns", "lossy=0.1"));
+  EXPECT_EQ(store->PolicyFor(top->get()), (LossyPolicy{0.1, lossy::LossyScope::kModels}));
+  // Unlinked, it has no directories: no policy can be read for it.
+  ASSERT_OK(env->UnlinkAt(store->ns_fd(), "top"));
+  EXPECT_EQ(store->PolicyFor(top->get()), LossyPolicy{});
 }
 
 // --------------------------------------------------------------- usage
