@@ -187,14 +187,7 @@ Status FileContent::SyncNewDirEntry() {
     if (dir_entry_synced_) return Status::Ok();
   }
   // The directory it is in now (it may have been renamed since creation).
-  const std::string path = FdPathForLog(stub_fd_.get());
-  const size_t slash = path.rfind('/');
-  if (path.empty() || path[0] != '/' || slash == std::string::npos) {
-    return Status::Error(EIO, "cannot find the directory of " + path + " to fsync it");
-  }
-  Env* env = store_->env();
-  ASSIGN_OR_RETURN(UniqueFd dir, env->OpenAt(AT_FDCWD, path.substr(0, slash + 1), O_RDONLY | O_DIRECTORY));
-  RETURN_IF_ERROR(env->Fsync(dir.get()));
+  RETURN_IF_ERROR(store_->SyncDirectoryOf(stub_fd_.get()));
   std::lock_guard lk(mu_);
   dir_entry_synced_ = true;
   return Status::Ok();

@@ -686,6 +686,25 @@ Result<std::string> Store::NamespacePathOf(int stub_fd) {
   return path;
 }
 
+Status Store::SyncDirectoryOf(int stub_fd) {
+  // A rename racing with the lookup makes NamespacePathOf fail once: look
+  // again, the stub is then in its new directory.
+  Status last;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    Result<std::string> path = NamespacePathOf(stub_fd);
+    if (path.ok()) {
+      const size_t slash = path->rfind('/');
+      const std::string dir = slash == std::string::npos ? "." : path->substr(0, slash);
+      ASSIGN_OR_RETURN(UniqueFd fd, env_->OpenAt(ns_.get(), dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW));
+      return env_->Fsync(fd.get());
+    }
+    ASSIGN_OR_RETURN(struct stat st, env_->Fstat(stub_fd));
+    if (st.st_nlink == 0) return Status::Ok();
+    last = path.status();
+  }
+  return Status::Error(EIO, "cannot find the directory to fsync: " + last.message());
+}
+
 LossyPolicy Store::PolicyFor(int stub_fd) {
   Result<std::string> path = NamespacePathOf(stub_fd);
   if (!path.ok()) {

@@ -151,6 +151,9 @@ class Store : public BaseSource {
   // checked to name that very inode under ns/. An error for a stub that is
   // unlinked, outside ns/, or moved meanwhile.
   Result<std::string> NamespacePathOf(int stub_fd);
+  // fsyncs the ns/ directory the stub `stub_fd` is in now, so that its name
+  // is durable. Nothing to do for a stub with no link left.
+  Status SyncDirectoryOf(int stub_fd);
   // The lossy policy for the file whose stub is `stub_fd`: the nearest
   // directory's user.ckptfs.policy, else the mount's. A policy that cannot
   // be read or parsed counts as lossless, and is logged; so does that of a
