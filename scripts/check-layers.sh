@@ -54,11 +54,21 @@ for rule in "${FORBIDDEN[@]}" "mount-tools:"; do
     done
   done
 done
-# Inside codec/: the decoders link no encoder and no parser (zstd's lib/ split).
-if tr '\n' ' ' <codec/CMakeLists.txt | grep -oE 'target_link_libraries\(ckptfs_codec_decode [^)]*\)' |
-  grep -E 'ckptfs_codec_(encode|formats)|ckptfs_codec[ )]' >&2; then
-  echo "check-layers: ckptfs_codec_decode links an encoder or the parsers" >&2
-  bad=1
-fi
+# Readers link no encoder (zstd's lib/ split): each line, a library, then
+# the libraries it must not link.
+READ_ONLY=(
+  "codec/ckptfs_codec_decode:ckptfs_codec_encode ckptfs_codec_formats ckptfs_codec"
+  "store/ckptfs_store_read:ckptfs_codec_encode ckptfs_codec_formats ckptfs_codec ckptfs_store"
+)
+for rule in "${READ_ONLY[@]}"; do
+  lib=${rule%%:*}
+  links=$(tr '\n' ' ' <"${lib%%/*}/CMakeLists.txt" | grep -oE "target_link_libraries\\(${lib#*/} [^)]*\\)" || true)
+  for forbidden in ${rule#*:}; do
+    if grep -qE "[ (]$forbidden[ )]" <<<"$links"; then
+      echo "check-layers: ${lib#*/} links $forbidden: a reader must not link the encoders" >&2
+      bad=1
+    fi
+  done
+done
 if ((bad)); then exit 1; fi
 echo "check-layers: ok (no include points up a layer; each folder's library links only the layers below)"
