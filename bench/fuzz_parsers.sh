@@ -25,7 +25,8 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=$ROOT/build-fuzz
 SEEDS=$BUILD/seeds
 TARGETS=(fuzz_layout fuzz_pickle fuzz_torch_zip fuzz_torch_legacy fuzz_dcp fuzz_safetensors fuzz_npy fuzz_npz
-  fuzz_gguf fuzz_tf_index fuzz_lossless_decode fuzz_tensor_chunk fuzz_delta_chunk fuzz_lossy_chunk fuzz_pack)
+  fuzz_gguf fuzz_tf_index fuzz_lossless_decode fuzz_tensor_chunk fuzz_delta_chunk fuzz_delta_roundtrip fuzz_lossy_chunk
+  fuzz_lossy_roundtrip fuzz_pack)
 command -v clang++ >/dev/null || { echo "clang++ not found (apt-get install -y clang)" >&2; exit 1; }
 
 cmake -S "$ROOT" -B "$BUILD" -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \

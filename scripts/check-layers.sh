@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# Fails when a source file includes a header of a layer above its own.
+# Fails when a source file includes a header of a layer above its own, or
+# when the CMake graph does not mirror the folders: each folder's
+# CMakeLists.txt builds that folder's sources only, and links no library of
+# a folder it must not include.
 # The layers (docs/ARCHITECTURE.md): mount-tools -> fuse -> store -> codec -> base,
 # with cache/ beside store/ and gpu/ implementing codec's device interface.
 # Each line: a folder, then the folders it must not include from.
@@ -26,5 +29,46 @@ for rule in "${FORBIDDEN[@]}"; do
                --include='*.h' --include='*.cc' --include='*.cu' --include='*.cuh' || true)
   done
 done
+
+# The library `$1` is defined by its folder's CMakeLists.txt.
+folder_of() { grep -lE "^[[:space:]]*add_(library|executable)\($1[ )]" -- */CMakeLists.txt | head -1 | xargs -r dirname || true; }
+for rule in "${FORBIDDEN[@]}" "mount-tools:"; do
+  from=${rule%%:*}
+  cmake=$from/CMakeLists.txt
+  if [[ ! -f $cmake ]]; then
+    echo "check-layers: $cmake missing (one library per folder)" >&2
+    bad=1
+    continue
+  fi
+  if grep -nE '\.\./|CMAKE_SOURCE_DIR\}/' "$cmake" >&2; then
+    echo "check-layers: $cmake builds sources of another folder" >&2
+    bad=1
+  fi
+  for lib in $(tr '\n' ' ' <"$cmake" | grep -oE 'target_link_libraries\([^)]*\)' | grep -oE 'ckptfs[a-z_]*' | sort -u); do
+    to=$(folder_of "$lib")
+    for forbidden in ${rule#*:}; do
+      if [[ $to == "$forbidden" ]]; then
+        echo "check-layers: $cmake links $lib: $from/ must not link $to/ (dependencies point one way)" >&2
+        bad=1
+      fi
+    done
+  done
+done
+# Readers link no encoder (zstd's lib/ split): each line, a library, then
+# the libraries it must not link.
+READ_ONLY=(
+  "codec/ckptfs_codec_decode:ckptfs_codec_encode ckptfs_codec_formats ckptfs_codec"
+  "store/ckptfs_store_read:ckptfs_codec_encode ckptfs_codec_formats ckptfs_codec ckptfs_store"
+)
+for rule in "${READ_ONLY[@]}"; do
+  lib=${rule%%:*}
+  links=$(tr '\n' ' ' <"${lib%%/*}/CMakeLists.txt" | grep -oE "target_link_libraries\\(${lib#*/} [^)]*\\)" || true)
+  for forbidden in ${rule#*:}; do
+    if grep -qE "[ (]$forbidden[ )]" <<<"$links"; then
+      echo "check-layers: ${lib#*/} links $forbidden: a reader must not link the encoders" >&2
+      bad=1
+    fi
+  done
+done
 if ((bad)); then exit 1; fi
-echo "check-layers: ok (no include points up a layer)"
+echo "check-layers: ok (no include points up a layer; each folder's library links only the layers below)"

@@ -5,6 +5,7 @@
 //   chunk table (40 B per chunk) | footer (32 B)
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "codec/chunk_codec.h"
@@ -45,5 +46,29 @@ struct ChunkEntry {
   uint64_t stored_checksum = 0;  // Checksum64(payload, kSeedChunkStored ^ index)
   uint64_t raw_checksum = 0;     // Checksum64(decoded, kSeedChunkRaw ^ index)
 };
+
+// Where the fields sit in the header, a table entry and the footer: for the
+// pack reader (pack.cc) and the pack writer (pack_writer.cc).
+namespace pack_layout {
+
+// Header (64 B): 0 magic[8] | 8 u32 version | 12 u32 header_size |
+//   16 u32 chunk_size | 20 u32 flags | 24 u64 logical_size |
+//   32 u64 chunk_count | 40 u64 meta_offset | 48 u32 meta_len | 52..55 reserved (0) |
+//   56 u64 Checksum64(0..55, kSeedHeader). Versions 1 and 2 have 0 at 40..55.
+inline constexpr size_t kHdrVersion = 8, kHdrHeaderSize = 12, kHdrChunkSize = 16, kHdrFlags = 20, kHdrLogical = 24,
+                        kHdrCount = 32, kHdrMetaOffset = 40, kHdrMetaLen = 48, kHdrChecksum = 56;
+// Table entry (40 B): 0 u64 offset | 8 u32 stored_len | 12 u32 raw_len |
+//   16 u8 codec | 17..23 pad (0) | 24 u64 stored_checksum | 32 u64 raw_checksum
+inline constexpr size_t kEntOffset = 0, kEntStoredLen = 8, kEntRawLen = 12, kEntCodec = 16, kEntStoredSum = 24,
+                        kEntRawSum = 32;
+// Footer (32 B): 0 u64 table_offset | 8 u64 chunk_count |
+//   16 u64 Checksum64(table, kSeedTable) | 24 magic[8]
+inline constexpr size_t kFtTableOffset = 0, kFtCount = 8, kFtTableSum = 16, kFtMagic = 24;
+
+inline uint64_t ChunkCount(uint64_t logical, uint32_t chunk_size) {
+  return logical / chunk_size + (logical % chunk_size != 0 ? 1 : 0);
+}
+
+}  // namespace pack_layout
 
 }  // namespace ckptfs

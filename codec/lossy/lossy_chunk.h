@@ -23,6 +23,8 @@
 namespace ckptfs::lossy {
 
 inline constexpr uint8_t kLossyChunkVersion = 1;
+// A segment's kind byte.
+enum class SegmentCoding : uint8_t { kLossless = 0, kLossy = 1 };
 
 // A chunk-relative byte range and how to code it.
 struct ChunkSegment {

@@ -32,7 +32,7 @@ class PackTest : public ::testing::Test {
     return WritePack(env_, src.get(), size, dst.get(), chunk_size, {}, cancel, tensors);
   }
   // Rewrites the header's version field (offset 8) and its checksum (offset
-  // 56: XXH3-64 of bytes 0..55, seed kSeedHeader), as store/pack.cc writes them.
+  // 56: XXH3-64 of bytes 0..55, seed kSeedHeader), as store/pack_writer.cc writes them.
   static uint64_t Get64(const std::vector<uint8_t>& b, size_t off) {
     uint64_t v = 0;
     for (int i = 7; i >= 0; --i) v = (v << 8) | b[off + i];

@@ -33,7 +33,7 @@ using test::F32ToF16Bits;
 using test::PutLE;
 using test::RandomBytes;
 
-// Mirrors kMinTensorPiece in codec/tensor_chunk.cc: shorter tensor pieces
+// Mirrors kMinTensorPiece in codec/tensor_chunk_encode.cc: shorter tensor pieces
 // are left with the metadata.
 constexpr uint64_t kMinPiece = 4096;
 

@@ -2,12 +2,17 @@
 
 #include <algorithm>
 #include <cmath>
-#include <string>
 
 #include "codec/lossless/entropy.h"
+#include "codec/lossless/grid_format.h"
 
 namespace ckptfs::lossless {
 namespace {
+
+using grid::Fold;
+using grid::kBias;
+using grid::kTermShift;
+using grid::Scaled;
 
 // Each row term comes from this many lanes: enough to pin a mean to a small
 // share of the residual's spread (the entropy cost is about 0.7/n bit for n
@@ -17,20 +22,10 @@ constexpr uint64_t kSamplesPerRow = 256;
 // sampled rows.
 constexpr uint64_t kEstimateStride = 16;
 constexpr uint64_t kEstimateStrideInRows = 4;
-// Terms are stored in units of 8 (1/32 octave of F's 1/256-octave scale).
-constexpr int kTermShift = 3;
-constexpr uint16_t kBias = 0x8000;
 
 inline uint16_t FieldAt(const uint8_t* hi, const uint8_t* lo, size_t i) {
   return static_cast<uint16_t>((hi[i] << 8) | lo[i]);
 }
-
-inline uint16_t Scaled(uint32_t term) { return static_cast<uint16_t>(term << kTermShift); }
-
-inline uint16_t Fold(uint16_t d) {
-  return static_cast<uint16_t>((d << 1) ^ static_cast<uint16_t>(static_cast<int16_t>(d) >> 15));
-}
-inline uint16_t Unfold(uint16_t z) { return static_cast<uint16_t>((z >> 1) ^ (0u - (z & 1u))); }
 
 // Lanes of row r: [begin, end) and the column of `begin`.
 struct RowSpan {
@@ -48,19 +43,6 @@ uint32_t Term(double mean) {
 void PutZigzag(std::vector<uint8_t>* out, uint32_t prev, uint32_t v) {
   const int64_t d = static_cast<int32_t>(v - prev);
   PutVarint(out, (static_cast<uint64_t>(d) << 1) ^ static_cast<uint64_t>(d >> 63));
-}
-
-Status ReadTerms(ByteReader* r, std::vector<uint32_t>* terms, const char* what) {
-  uint32_t prev = 0;
-  for (uint32_t& t : *terms) {
-    uint64_t z = 0;
-    RETURN_IF_ERROR(r->Varint(&z, what));
-    if (z >> 33) return Status::Corruption(std::string(what) + " delta out of range");
-    const int64_t d = static_cast<int64_t>(z >> 1) ^ -static_cast<int64_t>(z & 1);
-    prev += static_cast<uint32_t>(d);
-    t = prev;
-  }
-  return Status::Ok();
 }
 
 // Mean over the non-zero fields of a row, read `step` lanes apart, of the
@@ -90,10 +72,6 @@ double RowMean(const uint8_t* hi, const uint8_t* lo, const uint16_t* col, const 
 }
 
 }  // namespace
-
-uint64_t GridRows(uint64_t row_length, uint64_t first_col, uint64_t lanes) {
-  return lanes == 0 ? 0 : (first_col + lanes + row_length - 1) / row_length;
-}
 
 uint64_t GridSampleStep(uint64_t rows, uint64_t sampled_rows) {
   return std::max<uint64_t>(1, rows / std::max<uint64_t>(1, sampled_rows));
@@ -152,43 +130,6 @@ GridModel FitGrid(std::span<const uint8_t> hi, std::span<const uint8_t> lo, Grid
   return m;
 }
 
-void ApplyGrid(const GridModel& m, std::span<uint8_t> hi, std::span<uint8_t> lo, bool forward) {
-  std::vector<uint16_t> col(m.col.size());
-  for (size_t j = 0; j < col.size(); ++j) col[j] = Scaled(m.col[j]);
-  const uint64_t n = hi.size();
-  uint64_t i = 0, j = m.first_col;
-  for (uint64_t r = 0; i < n; ++r, j = 0) {
-    const uint64_t count = std::min(m.row_length - j, n - i);
-    const uint16_t base = Scaled(m.row[r]);
-    const uint16_t* c = col.data() + j;
-    uint8_t* h = hi.data() + i;
-    uint8_t* l = lo.data() + i;
-    // Four loops, so that each is a straight line the compiler vectorises.
-    if (forward && m.fold) {
-      for (uint64_t k = 0; k < count; ++k) {
-        const uint16_t v = Fold(static_cast<uint16_t>(((h[k] << 8) | l[k]) - static_cast<uint16_t>(base + c[k])));
-        h[k] = static_cast<uint8_t>(v >> 8), l[k] = static_cast<uint8_t>(v);
-      }
-    } else if (forward) {
-      for (uint64_t k = 0; k < count; ++k) {
-        const uint16_t v = static_cast<uint16_t>(((h[k] << 8) | l[k]) - static_cast<uint16_t>(base + c[k]) + kBias);
-        h[k] = static_cast<uint8_t>(v >> 8), l[k] = static_cast<uint8_t>(v);
-      }
-    } else if (m.fold) {
-      for (uint64_t k = 0; k < count; ++k) {
-        const uint16_t v = static_cast<uint16_t>(Unfold(static_cast<uint16_t>((h[k] << 8) | l[k])) + base + c[k]);
-        h[k] = static_cast<uint8_t>(v >> 8), l[k] = static_cast<uint8_t>(v);
-      }
-    } else {
-      for (uint64_t k = 0; k < count; ++k) {
-        const uint16_t v = static_cast<uint16_t>(((h[k] << 8) | l[k]) + static_cast<uint16_t>(base + c[k]) - kBias);
-        h[k] = static_cast<uint8_t>(v >> 8), l[k] = static_cast<uint8_t>(v);
-      }
-    }
-    i += count;
-  }
-}
-
 GridEstimate EstimateGrid(const GridModel& m, std::span<const uint8_t> hi_s, std::span<const uint8_t> lo_s,
                           uint64_t row_step) {
   Histogram plain_hi{}, plain_lo{}, bias_hi{}, bias_lo{}, fold_hi{}, fold_lo{};
@@ -230,29 +171,6 @@ void PutGrid(const GridModel& m, std::vector<uint8_t>* out) {
   for (uint32_t t : m.row) PutZigzag(out, prev, t), prev = t;
   prev = 0;
   for (uint32_t t : m.col) PutZigzag(out, prev, t), prev = t;
-}
-
-Status ReadGrid(ByteReader* r, uint64_t lanes, GridModel* m) {
-  RETURN_IF_ERROR(r->Varint(&m->row_length, "grid row length"));
-  RETURN_IF_ERROR(r->Varint(&m->first_col, "grid first column"));
-  uint8_t fold = 0;
-  RETURN_IF_ERROR(r->Byte(&fold, "grid fold"));
-  if (fold > 1) return Status::Corruption("grid fold " + std::to_string(fold) + " is not 0 or 1");
-  m->fold = fold == 1;
-  // Every term takes at least one byte, which bounds what a corrupt header
-  // can make us allocate by the blob's own size.
-  if (m->row_length == 0 || m->row_length > r->remaining() || m->first_col >= m->row_length) {
-    return Status::Corruption("grid of row length " + std::to_string(m->row_length) + ", first column " +
-                              std::to_string(m->first_col) + " is invalid");
-  }
-  const uint64_t rows = GridRows(m->row_length, m->first_col, lanes);
-  if (rows > r->remaining() - m->row_length) {
-    return Status::Corruption("grid needs " + std::to_string(rows) + " row terms; blob is too short");
-  }
-  m->row.assign(rows, 0);
-  m->col.assign(m->row_length, 0);
-  RETURN_IF_ERROR(ReadTerms(r, &m->row, "grid row term"));
-  return ReadTerms(r, &m->col, "grid column term");
 }
 
 }  // namespace ckptfs::lossless

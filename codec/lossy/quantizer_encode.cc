@@ -14,16 +14,20 @@
 #include "codec/lossless/rans.h"
 #include "codec/lossy/float_bits.h"
 #include "codec/lossy/levels.h"
+#include "codec/lossy/piece_format.h"
 
 namespace ckptfs::lossy {
 namespace {
 
-using lossless::ByteReader;
 using lossless::PutByte;
 using lossless::PutU32;
 using lossless::PutVarint;
+using piece::ClampBits;
+using piece::kFlagAgainstBase;
+using piece::Reconstruct;
+using piece::StoredLevels;
+using piece::ZigZag;
 
-constexpr uint8_t kFlagAgainstBase = 1;
 constexpr double kInf = std::numeric_limits<double>::infinity();
 // Level counts the search tries, smallest first.
 constexpr unsigned kLevelCounts[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, kMaxLevels};
@@ -33,13 +37,6 @@ constexpr double kPruneShares[] = {0.05, 0.2, 0.4, 0.6, 0.8, 0.95};
 constexpr double kEscapeShares[] = {0.0, 0.002, 0.02};
 // Fits are estimates from a histogram; leave room for the exact check.
 constexpr double kFitSlack = 0.95;
-
-uint64_t ZigZag(int64_t v) { return (static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63); }
-int64_t UnZigZag(uint64_t v) { return static_cast<int64_t>(v >> 1) ^ -static_cast<int64_t>(v & 1); }
-
-uint32_t ClampBits(DType t, int64_t bits) {
-  return static_cast<uint32_t>(std::clamp<int64_t>(bits, 0, MaxFiniteBits(t)));
-}
 
 // The residuals the search works on, with everything it needs per element.
 struct Analysis {
@@ -254,12 +251,6 @@ class Search {
   std::optional<ResidualHistogram> hist_;
 };
 
-// Levels as the decoder will see them: f32 values, or whole bit-pattern steps.
-struct StoredLevels {
-  std::vector<float> value;
-  std::vector<int64_t> steps;
-};
-
 StoredLevels StoreLevels(const PieceSpec& spec, std::span<const double> levels) {
   StoredLevels s;
   const double per_unit = std::ldexp(1.0, static_cast<int>(MantissaBits(spec.dtype)));
@@ -271,14 +262,6 @@ StoredLevels StoreLevels(const PieceSpec& spec, std::span<const double> levels) 
     }
   }
   return s;
-}
-
-// The element a symbol decodes to: shared by the encoder (reconstruction)
-// and the decoder, so both give the same bits.
-uint32_t Reconstruct(DType t, Domain d, uint32_t pred_bits, unsigned sym, const StoredLevels& lv) {
-  if (sym == 0) return pred_bits;
-  if (d == Domain::kValue) return FloatToBits(t, BitsToFloat(t, pred_bits) + lv.value[sym - 1]);
-  return ClampBits(t, static_cast<int64_t>(pred_bits) + lv.steps[sym - 1]);
 }
 
 struct Coded {
@@ -355,8 +338,6 @@ void WriteBlob(const PieceSpec& spec, const Analysis& a, const StoredLevels& lv,
   for (size_t i = 0; i < c.escapes.size(); ++i) StoreBits(spec.dtype, out->data() + at, i, c.escapes[i]);
 }
 
-Status Malformed(const std::string& what) { return Status::Corruption("lossy piece: " + what); }
-
 }  // namespace
 
 double MeasureError(const PieceSpec& spec, std::span<const uint8_t> x, std::span<const uint8_t> recon,
@@ -425,64 +406,6 @@ Result<PieceOutcome> EncodePiece(const PieceSpec& spec, const PieceInput& in, st
     plan.reset();
   }
   return Status::Error(EFBIG, "lossy piece: no configuration meets the error target");
-}
-
-Status DecodePiece(std::span<const uint8_t> blob, std::span<const uint8_t> base, std::span<uint8_t> out) {
-  ByteReader r(blob);
-  uint8_t version = 0, dt = 0, dom = 0, flags = 0, k = 0;
-  RETURN_IF_ERROR(r.Byte(&version, "version"));
-  if (version != kPieceVersion) return Malformed("unknown version " + std::to_string(version));
-  RETURN_IF_ERROR(r.Byte(&dt, "dtype"));
-  RETURN_IF_ERROR(r.Byte(&dom, "domain"));
-  RETURN_IF_ERROR(r.Byte(&flags, "flags"));
-  const DType t = static_cast<DType>(dt);
-  if (!LossyDTypeSupported(t) || dom > 1 || (flags & ~kFlagAgainstBase) != 0) return Malformed("bad header");
-  const Domain d = static_cast<Domain>(dom);
-  const size_t es = DTypeSize(t);
-  uint64_t n = 0;
-  RETURN_IF_ERROR(r.Varint(&n, "element count"));
-  if (out.size() % es != 0 || n != out.size() / es) return Malformed("element count does not match the chunk");
-  const bool against_base = (flags & kFlagAgainstBase) != 0;
-  if (against_base && base.size() != out.size()) return Malformed("coded against a base that is missing");
-  RETURN_IF_ERROR(r.Byte(&k, "level count"));
-  if (k > kMaxLevels) return Malformed("too many levels");
-  StoredLevels lv;
-  for (unsigned i = 0; i < k; ++i) {
-    if (d == Domain::kValue) {
-      uint32_t bits = 0;
-      RETURN_IF_ERROR(r.U32(&bits, "level"));
-      lv.value.push_back(std::bit_cast<float>(bits));
-    } else {
-      uint64_t z = 0;
-      RETURN_IF_ERROR(r.Varint(&z, "level"));
-      lv.steps.push_back(UnZigZag(z));
-    }
-  }
-  uint64_t n_esc = 0, rans_len = 0;
-  RETURN_IF_ERROR(r.Varint(&n_esc, "escape count"));
-  RETURN_IF_ERROR(r.Varint(&rans_len, "symbol stream length"));
-  std::span<const uint8_t> rans, esc;
-  RETURN_IF_ERROR(r.Bytes(rans_len, &rans, "symbol stream"));
-  if (n_esc > n || r.remaining() != n_esc * es) return Malformed("escape bytes do not match their count");
-  RETURN_IF_ERROR(r.Bytes(n_esc * es, &esc, "escapes"));
-  std::vector<uint8_t> symbols(n);
-  RETURN_IF_ERROR(lossless::RansDecode(rans, symbols));
-  uint64_t next_esc = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const unsigned sym = symbols[i];
-    uint32_t bits;
-    if (sym == k + 1u) {
-      if (next_esc == n_esc) return Malformed("more escape symbols than escapes");
-      bits = LoadBits(t, esc.data(), next_esc++);
-    } else if (sym > k) {
-      return Malformed("symbol out of range");
-    } else {
-      bits = Reconstruct(t, d, against_base ? LoadBits(t, base.data(), i) : 0, sym, lv);
-    }
-    StoreBits(t, out.data(), i, bits);
-  }
-  if (next_esc != n_esc) return Malformed("fewer escape symbols than escapes");
-  return Status::Ok();
 }
 
 }  // namespace ckptfs::lossy

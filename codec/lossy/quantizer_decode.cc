@@ -1,0 +1,83 @@
+#include "codec/lossy/quantizer.h"
+
+#include <bit>
+#include <string>
+#include <vector>
+
+#include "codec/lossless/byte_io.h"
+#include "codec/lossless/rans.h"
+#include "codec/lossy/float_bits.h"
+#include "codec/lossy/piece_format.h"
+
+namespace ckptfs::lossy {
+namespace {
+
+using lossless::ByteReader;
+using piece::kFlagAgainstBase;
+using piece::Reconstruct;
+using piece::StoredLevels;
+using piece::UnZigZag;
+
+Status Malformed(const std::string& what) { return Status::Corruption("lossy piece: " + what); }
+
+}  // namespace
+
+Status DecodePiece(std::span<const uint8_t> blob, std::span<const uint8_t> base, std::span<uint8_t> out) {
+  ByteReader r(blob);
+  uint8_t version = 0, dt = 0, dom = 0, flags = 0, k = 0;
+  RETURN_IF_ERROR(r.Byte(&version, "version"));
+  if (version != kPieceVersion) return Malformed("unknown version " + std::to_string(version));
+  RETURN_IF_ERROR(r.Byte(&dt, "dtype"));
+  RETURN_IF_ERROR(r.Byte(&dom, "domain"));
+  RETURN_IF_ERROR(r.Byte(&flags, "flags"));
+  const DType t = static_cast<DType>(dt);
+  if (!LossyDTypeSupported(t) || dom > 1 || (flags & ~kFlagAgainstBase) != 0) return Malformed("bad header");
+  const Domain d = static_cast<Domain>(dom);
+  const size_t es = DTypeSize(t);
+  uint64_t n = 0;
+  RETURN_IF_ERROR(r.Varint(&n, "element count"));
+  if (out.size() % es != 0 || n != out.size() / es) return Malformed("element count does not match the chunk");
+  const bool against_base = (flags & kFlagAgainstBase) != 0;
+  if (against_base && base.size() != out.size()) return Malformed("coded against a base that is missing");
+  RETURN_IF_ERROR(r.Byte(&k, "level count"));
+  if (k > kMaxLevels) return Malformed("too many levels");
+  StoredLevels lv;
+  for (unsigned i = 0; i < k; ++i) {
+    if (d == Domain::kValue) {
+      uint32_t bits = 0;
+      RETURN_IF_ERROR(r.U32(&bits, "level"));
+      lv.value.push_back(std::bit_cast<float>(bits));
+    } else {
+      uint64_t z = 0;
+      RETURN_IF_ERROR(r.Varint(&z, "level"));
+      lv.steps.push_back(UnZigZag(z));
+    }
+  }
+  uint64_t n_esc = 0, rans_len = 0;
+  RETURN_IF_ERROR(r.Varint(&n_esc, "escape count"));
+  RETURN_IF_ERROR(r.Varint(&rans_len, "symbol stream length"));
+  std::span<const uint8_t> rans, esc;
+  RETURN_IF_ERROR(r.Bytes(rans_len, &rans, "symbol stream"));
+  if (n_esc > n || r.remaining() != n_esc * es) return Malformed("escape bytes do not match their count");
+  RETURN_IF_ERROR(r.Bytes(n_esc * es, &esc, "escapes"));
+  std::vector<uint8_t> symbols(n);
+  RETURN_IF_ERROR(lossless::RansDecode(rans, symbols));
+  uint64_t next_esc = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const unsigned sym = symbols[i];
+    uint32_t bits;
+    if (sym == k + 1u) {
+      if (next_esc == n_esc) return Malformed("more escape symbols than escapes");
+      bits = LoadBits(t, esc.data(), next_esc++);
+    } else if (sym > k) {
+      return Malformed("symbol out of range");
+    } else {
+      bits = Reconstruct(t, d, against_base ? LoadBits(t, base.data(), i) : 0, sym, lv);
+    }
+    StoreBits(t, out.data(), i, bits);
+  }
+  if (next_esc != n_esc) return Malformed("fewer escape symbols than escapes");
+  return Status::Ok();
+}
+
+}  // namespace ckptfs::lossy

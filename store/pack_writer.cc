@@ -1,0 +1,297 @@
+#include "store/pack.h"
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <system_error>
+#include <thread>
+
+#include "base/hash.h"
+#include "base/le.h"
+
+namespace ckptfs {
+namespace {
+
+using pack_layout::ChunkCount;
+using pack_layout::kEntCodec;
+using pack_layout::kEntOffset;
+using pack_layout::kEntRawLen;
+using pack_layout::kEntRawSum;
+using pack_layout::kEntStoredLen;
+using pack_layout::kEntStoredSum;
+using pack_layout::kFtCount;
+using pack_layout::kFtMagic;
+using pack_layout::kFtTableOffset;
+using pack_layout::kFtTableSum;
+using pack_layout::kHdrChecksum;
+using pack_layout::kHdrChunkSize;
+using pack_layout::kHdrCount;
+using pack_layout::kHdrFlags;
+using pack_layout::kHdrHeaderSize;
+using pack_layout::kHdrLogical;
+using pack_layout::kHdrMetaLen;
+using pack_layout::kHdrMetaOffset;
+using pack_layout::kHdrVersion;
+
+void EncodeHeader(const PackHeader& h, std::span<uint8_t, kPackHeaderSize> out) {
+  std::fill(out.begin(), out.end(), 0);
+  std::memcpy(out.data(), kPackMagic, sizeof(kPackMagic));
+  le::Put32(out, kHdrVersion, h.version);
+  le::Put32(out, kHdrHeaderSize, kPackHeaderSize);
+  le::Put32(out, kHdrChunkSize, h.chunk_size);
+  le::Put32(out, kHdrFlags, 0);
+  le::Put64(out, kHdrLogical, h.logical_size);
+  le::Put64(out, kHdrCount, h.chunk_count);
+  le::Put64(out, kHdrMetaOffset, h.meta_offset);
+  le::Put32(out, kHdrMetaLen, h.meta_len);
+  le::Put64(out, kHdrChecksum, Checksum64(std::span<const uint8_t>(out.data(), kHdrChecksum), kSeedHeader));
+}
+
+void EncodeEntry(const ChunkEntry& e, std::span<uint8_t> out) {
+  std::fill(out.begin(), out.end(), 0);
+  le::Put64(out, kEntOffset, e.offset);
+  le::Put32(out, kEntStoredLen, e.stored_len);
+  le::Put32(out, kEntRawLen, e.raw_len);
+  out[kEntCodec] = static_cast<uint8_t>(e.codec);
+  le::Put64(out, kEntStoredSum, e.stored_checksum);
+  le::Put64(out, kEntRawSum, e.raw_checksum);
+}
+
+// One worker's chunk: its buffers are reused chunk after chunk, so memory
+// is one chunk in and one out per worker.
+struct ChunkSlot {
+  std::vector<uint8_t> in;
+  std::vector<uint8_t> out;
+  ChunkEntry entry;
+  std::optional<ChunkPlan> plan;  // payload already moved into `out`
+  uint64_t hash = 0;
+};
+
+struct PackSource {
+  Env* env;
+  int fd;
+  uint64_t size;
+  uint32_t chunk_size;
+  const ChunkEncoderOptions* opts;
+  std::span<const TensorRange> tensors;
+};
+
+// Reads chunk i and codes it: a plan against other packs when the planner
+// has one, else on its own. Leaves offset and stored checksum to the appender.
+Status EncodeChunkAt(const PackSource& src, uint64_t i, ChunkPlanner* planner, ChunkSlot* s) {
+  const uint64_t off = i * src.chunk_size;
+  const size_t len = static_cast<size_t>(std::min<uint64_t>(src.chunk_size, src.size - off));
+  s->in.resize(len);
+  std::span<uint8_t> raw(s->in.data(), len);
+  ASSIGN_OR_RETURN(size_t got, src.env->PRead(src.fd, raw, off));
+  if (got != len) {
+    // The source is shorter than the size we were asked to pack: it was
+    // truncated while we read it. The caller should retry with a new size.
+    return Status::Error(EAGAIN, "source shrank while packing: expected " + std::to_string(src.size) +
+                                     " bytes, got end of file at " + std::to_string(off + got));
+  }
+  const std::span<const TensorRange> ranges = RangesOverlapping(src.tensors, off, off + len);
+  s->plan.reset();
+  if (planner != nullptr) {
+    ASSIGN_OR_RETURN(s->plan, planner->TransformLossy(off, raw, ranges));
+  }
+  s->hash = ChunkContentHash(raw);  // of the bytes the pack holds
+  // Zero chunks cost nothing on their own: never make them depend on a base.
+  const bool plannable = !s->plan && planner != nullptr && !IsAllZero(raw);
+  if (plannable) s->plan = planner->PlanRef(off, raw, s->hash, ranges);
+  if (!s->plan) {
+    s->entry.codec = EncodeChunk(raw, *src.opts, &s->out, off, ranges);
+    if (plannable) s->plan = planner->PlanDelta(off, raw, ranges, s->out.size());
+  }
+  if (s->plan) {
+    s->entry.codec = s->plan->codec;
+    s->out.swap(s->plan->payload);
+  }
+  s->entry.raw_len = static_cast<uint32_t>(len);
+  s->entry.raw_checksum = Checksum64(raw, kSeedChunkRaw ^ i);
+  return Status::Ok();
+}
+
+// Writes coded chunks into the pack, in file order, and records them in the
+// table and the meta block.
+class ChunkAppender {
+ public:
+  ChunkAppender(Env* env, int fd, PackStats* stats, std::span<uint8_t> table)
+      : env_(env), fd_(fd), stats_(stats), table_(table) {}
+
+  Status Append(uint64_t i, ChunkSlot* s) {
+    PackMeta& meta = stats_->meta;
+    ChunkEntry e = s->entry;
+    if (s->plan) {
+      const ChunkPlan& plan = *s->plan;
+      meta.chunk_depth[i] = plan.depth;
+      if (plan.base != 0 && std::find(meta.bases.begin(), meta.bases.end(), plan.base) == meta.bases.end()) {
+        meta.bases.push_back(plan.base);
+      }
+      ++(e.codec == ChunkCodec::kRef     ? stats_->ref_chunks
+         : e.codec == ChunkCodec::kDelta ? stats_->delta_chunks
+                                         : stats_->lossy_chunks);
+    }
+    meta.chunk_hash[i] = s->hash;
+    e.offset = pos_;
+    e.stored_len = static_cast<uint32_t>(s->out.size());
+    e.stored_checksum = Checksum64(s->out, kSeedChunkStored ^ i);
+    if (!s->out.empty()) RETURN_IF_ERROR(env_->PWriteAll(fd_, s->out, pos_));
+    pos_ += s->out.size();
+    EncodeEntry(e, table_.subspan(i * kPackTableEntrySize, kPackTableEntrySize));
+    return Status::Ok();
+  }
+  uint64_t pos() const { return pos_; }
+
+ private:
+  Env* env_;
+  int fd_;
+  PackStats* stats_;
+  std::span<uint8_t> table_;
+  uint64_t pos_ = kPackHeaderSize;
+};
+
+Status Cancelled(const std::atomic<bool>* cancel) {
+  if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) {
+    return Status::Error(ECANCELED, "pack write cancelled");
+  }
+  return Status::Ok();
+}
+
+Status EncodeInOrder(const PackSource& src, uint64_t count, const std::atomic<bool>* cancel, ChunkPlanner* planner,
+                     ChunkAppender* out) {
+  ChunkSlot slot;
+  for (uint64_t i = 0; i < count; ++i) {
+    RETURN_IF_ERROR(Cancelled(cancel));
+    RETURN_IF_ERROR(EncodeChunkAt(src, i, planner, &slot));
+    RETURN_IF_ERROR(out->Append(i, &slot));
+  }
+  return Status::Ok();
+}
+
+// Workers take chunks in file order and code them at the same time; each
+// appends its chunk once every earlier one is in. The pack is byte for
+// byte what EncodeInOrder writes, and the first failure in file order is
+// what the caller gets.
+Status EncodeInParallel(const PackSource& src, uint64_t count, const std::atomic<bool>* cancel,
+                        std::span<ChunkPlanner* const> planners, unsigned workers, ChunkAppender* out) {
+  std::atomic<uint64_t> next{0};
+  std::mutex mu;
+  std::condition_variable turn;
+  uint64_t appended = 0;
+  bool failed = false;
+  Status first_error;
+  auto work = [&](unsigned t) {
+    ChunkPlanner* planner = planners.empty() ? nullptr : planners[t];
+    ChunkSlot slot;
+    for (uint64_t i; (i = next.fetch_add(1)) < count;) {
+      Status s = Cancelled(cancel);
+      if (s.ok()) s = EncodeChunkAt(src, i, planner, &slot);
+      std::unique_lock lk(mu);
+      turn.wait(lk, [&] { return appended == i || failed; });
+      if (failed) return;
+      if (s.ok()) s = out->Append(i, &slot);
+      if (!s.ok()) {
+        failed = true;
+        first_error = s;
+      } else {
+        ++appended;
+      }
+      turn.notify_all();
+      if (failed) return;
+    }
+  };
+  std::vector<std::thread> threads;
+  for (unsigned t = 1; t < workers; ++t) {
+    try {
+      threads.emplace_back(work, t);
+    } catch (const std::system_error&) {
+      break;  // fewer threads than asked: the ones running take every chunk
+    }
+  }
+  work(0);
+  for (std::thread& th : threads) th.join();
+  return failed ? first_error : Status::Ok();
+}
+
+}  // namespace
+
+Result<PackStats> WritePack(Env* env, int src_fd, uint64_t size, int dst_fd, uint32_t chunk_size,
+                            const ChunkEncoderOptions& opts, const std::atomic<bool>* cancel,
+                            std::span<const TensorRange> tensors, ChunkPlanner* planner) {
+  ChunkPlanner* const one[] = {planner};
+  return WritePack(
+      env, src_fd, size, dst_fd, chunk_size, opts, cancel, tensors,
+      PackWorkers{1, planner != nullptr ? std::span<ChunkPlanner* const>(one) : std::span<ChunkPlanner* const>()});
+}
+
+Result<PackStats> WritePack(Env* env, int src_fd, uint64_t size, int dst_fd, uint32_t chunk_size,
+                            const ChunkEncoderOptions& opts, const std::atomic<bool>* cancel,
+                            std::span<const TensorRange> tensors, const PackWorkers& workers) {
+  if (chunk_size == 0) return Status::InvalidArgument("pack chunk size must be positive");
+  const unsigned n = std::max(1u, workers.count);
+  if (!workers.planners.empty() && workers.planners.size() != n) {
+    return Status::InvalidArgument("pack writer: need one planner per worker");
+  }
+  PackHeader header;
+  header.chunk_size = chunk_size;
+  header.logical_size = size;
+  header.chunk_count = ChunkCount(size, chunk_size);
+
+  std::array<uint8_t, kPackHeaderSize> hdr;
+  EncodeHeader(header, hdr);
+  RETURN_IF_ERROR(env->PWriteAll(dst_fd, hdr, 0));
+
+  // Bounded memory: per worker, one raw chunk in, one encoded chunk out and
+  // one proposal; and the table and meta (about 50 bytes per chunk).
+  std::vector<uint8_t> table(header.chunk_count * kPackTableEntrySize);
+  PackStats stats;
+  PackMeta& meta = stats.meta;
+  meta.tensors.assign(tensors.begin(), tensors.end());
+  meta.chunk_hash.resize(header.chunk_count);
+  meta.chunk_depth.resize(header.chunk_count);
+  const PackSource src{env, src_fd, size, chunk_size, &opts, tensors};
+  ChunkAppender appender(env, dst_fd, &stats, table);
+  if (n == 1 || header.chunk_count < 2) {
+    RETURN_IF_ERROR(EncodeInOrder(src, header.chunk_count, cancel,
+                                  workers.planners.empty() ? nullptr : workers.planners[0], &appender));
+  } else {
+    RETURN_IF_ERROR(EncodeInParallel(src, header.chunk_count, cancel, workers.planners,
+                                     static_cast<unsigned>(std::min<uint64_t>(n, header.chunk_count)), &appender));
+  }
+  uint64_t pos = appender.pos();
+  ChunkPlanner* const planner = workers.planners.empty() ? nullptr : workers.planners[0];
+
+  meta.sealed_ns = env->WallTimeNs();
+  if (planner != nullptr) planner->FinishMeta(&meta);
+  const std::vector<uint8_t> meta_bytes = EncodePackMeta(meta);
+  header.meta_offset = pos;
+  header.meta_len = static_cast<uint32_t>(meta_bytes.size());
+  RETURN_IF_ERROR(env->PWriteAll(dst_fd, meta_bytes, pos));
+  pos += meta_bytes.size();
+  EncodeHeader(header, hdr);
+  RETURN_IF_ERROR(env->PWriteAll(dst_fd, hdr, 0));
+
+  const uint64_t table_offset = pos;
+  if (!table.empty()) RETURN_IF_ERROR(env->PWriteAll(dst_fd, table, pos));
+  pos += table.size();
+
+  std::array<uint8_t, kPackFooterSize> footer{};
+  le::Put64(footer, kFtTableOffset, table_offset);
+  le::Put64(footer, kFtCount, header.chunk_count);
+  le::Put64(footer, kFtTableSum, Checksum64(table, kSeedTable));
+  std::memcpy(footer.data() + kFtMagic, kPackFooterMagic, sizeof(kPackFooterMagic));
+  RETURN_IF_ERROR(env->PWriteAll(dst_fd, footer, pos));
+  pos += footer.size();
+
+  RETURN_IF_ERROR(env->Fdatasync(dst_fd));
+  stats.logical_size = size;
+  stats.stored_size = pos;
+  stats.chunk_count = header.chunk_count;
+  return stats;
+}
+
+}  // namespace ckptfs
