@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -152,98 +153,147 @@ double Seconds(std::chrono::steady_clock::time_point a) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
 }
 
+// The input: the file's bytes, or synthetic weights. False (after a
+// message) when the file cannot be read.
+bool LoadInput(const Args& a, std::vector<uint8_t>* data) {
+  if (a.file.empty()) {
+    *data = Synthetic(a.dtype, a.synthetic, a.stddev);
+    return true;
+  }
+  if (!ReadFile(a.file, data)) {
+    std::fprintf(stderr, "cannot read %s\n", a.file.c_str());
+    return false;
+  }
+  return true;
+}
+
+PlaneCodecOptions CodecOptions(const Args& a) {
+  PlaneCodecOptions opts;
+  opts.zstd_level = a.level;
+  opts.allow_zstd = a.methods.find('z') != std::string::npos;
+  opts.allow_rans = a.methods.find('r') != std::string::npos;
+  opts.allow_split = a.methods.find('s') != std::string::npos;
+  return opts;
+}
+
+// Sizes the baselines reach on the same chunks.
+struct Baselines {
+  size_t zstd = 0;
+  size_t grouped = 0;  // ZipNN-style
+};
+
+Baselines MeasureBaselines(const std::vector<std::span<const uint8_t>>& chunks, unsigned w, int level) {
+  Baselines b;
+  for (auto c : chunks) {
+    b.zstd += ZstdSize(c, level);
+    b.grouped += ByteGroupZstdSize(c, w, level);
+  }
+  return b;
+}
+
+struct Encoded {
+  std::vector<std::vector<uint8_t>> blobs;  // one per chunk
+  std::vector<EncodeStats> stats;
+  double best_seconds = 1e30;
+};
+
+// Encodes every chunk `a.repeats` times, keeping the fastest time. False
+// (after a message) when a chunk fails to encode.
+bool EncodeAll(const Args& a, const std::vector<std::span<const uint8_t>>& chunks, const PlaneCodecOptions& opts,
+               Encoded* enc) {
+  enc->blobs.assign(chunks.size(), {});
+  enc->stats.assign(chunks.size(), {});
+  for (int r = 0; r < a.repeats; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      enc->blobs[i].clear();
+      Status s = EncodeTensorBytes(a.dtype, chunks[i], opts, &enc->blobs[i], &enc->stats[i]);
+      if (!s.ok()) {
+        std::fprintf(stderr, "encode: %s\n", s.ToString().c_str());
+        return false;
+      }
+    }
+    enc->best_seconds = std::min(enc->best_seconds, Seconds(t0));
+  }
+  return true;
+}
+
+// Decodes every chunk into `back` `a.repeats` times; the fastest time, or
+// nullopt (after a message) when a chunk fails to decode.
+std::optional<double> DecodeAll(const Args& a, const std::vector<std::span<const uint8_t>>& chunks, const Encoded& enc,
+                                std::vector<uint8_t>* back) {
+  double best = 1e30;
+  for (int r = 0; r < a.repeats; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    size_t off = 0;
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      Status s = DecodeTensorBytes(enc.blobs[i], std::span<uint8_t>(*back).subspan(off, chunks[i].size()));
+      if (!s.ok()) {
+        std::fprintf(stderr, "decode: %s\n", s.ToString().c_str());
+        return std::nullopt;
+      }
+      off += chunks[i].size();
+    }
+    best = std::min(best, Seconds(t0));
+  }
+  return best;
+}
+
+void PrintReport(const Args& a, size_t input_size, const std::vector<std::span<const uint8_t>>& chunks,
+                 const Baselines& base, const Encoded& enc, double dec_best) {
+  size_t ours = 0;
+  double entropy_bytes = 0;
+  size_t rotated = 0;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const EncodeStats& st = enc.stats[i];
+    ours += enc.blobs[i].size();
+    rotated += st.transform == PlaneTransform::kRotl1Planes;
+    size_t lanes = st.planes.empty() ? 0 : st.planes[0].raw_bytes;
+    entropy_bytes += static_cast<double>(chunks[i].size() - lanes * st.planes.size());  // verbatim tail
+    for (const PlaneStats& p : st.planes) entropy_bytes += std::min(p.entropy_bits / 8, double(p.raw_bytes));
+  }
+  double mb = static_cast<double>(input_size) / 1e6;
+  auto ratio = [&](double n) { return n > 0 ? static_cast<double>(input_size) / n : 0.0; };
+  std::printf("input        %s, %s, %zu bytes, %zu chunk(s), %zu rotated\n",
+              a.file.empty() ? "synthetic" : a.file.c_str(), std::string(DTypeName(a.dtype)).c_str(), input_size,
+              chunks.size(), rotated);
+  std::printf("zstd -%d      ratio %.4f\n", a.level, ratio(double(base.zstd)));
+  std::printf("bytegrp+zstd ratio %.4f   (ZipNN-style)\n", ratio(double(base.grouped)));
+  std::printf("lossless     ratio %.4f   (%.2f%% over entropy bound)\n", ratio(double(ours)),
+              100.0 * (double(ours) / entropy_bytes - 1.0));
+  std::printf("entropy bnd  ratio %.4f   (order-0 per plane of the chosen transform)\n", ratio(entropy_bytes));
+  std::printf("speed        encode %.0f MB/s, decode %.0f MB/s (1 thread, best of %d)\n", mb / enc.best_seconds,
+              mb / dec_best, a.repeats);
+  if (chunks.size() == 1) {
+    for (size_t k = 0; k < enc.stats[0].planes.size(); ++k) {
+      const PlaneStats& p = enc.stats[0].planes[k];
+      std::printf("  plane %zu: %-5s %10llu -> %10llu bytes, entropy %.0f bytes\n", k, PlaneMethodName(p.method),
+                  static_cast<unsigned long long>(p.raw_bytes), static_cast<unsigned long long>(p.stored_bytes),
+                  p.entropy_bits / 8);
+    }
+  }
+}
+
 int Run(const Args& a) {
   std::vector<uint8_t> data;
-  if (!a.file.empty()) {
-    if (!ReadFile(a.file, &data)) {
-      std::fprintf(stderr, "cannot read %s\n", a.file.c_str());
-      return 1;
-    }
-  } else {
-    data = Synthetic(a.dtype, a.synthetic, a.stddev);
-  }
+  if (!LoadInput(a, &data)) return 1;
   unsigned w = DTypeSize(a.dtype) ? DTypeSize(a.dtype) : 1;
   if (a.chunk % w != 0) {
     std::fprintf(stderr, "--chunk must be a multiple of the element size %u\n", w);
     return 2;
   }
   auto chunks = Chunks(data, a.chunk);
-  PlaneCodecOptions opts;
-  opts.zstd_level = a.level;
-  opts.allow_zstd = a.methods.find('z') != std::string::npos;
-  opts.allow_rans = a.methods.find('r') != std::string::npos;
-  opts.allow_split = a.methods.find('s') != std::string::npos;
-
-  size_t zstd = 0, grouped = 0;
-  for (auto c : chunks) {
-    zstd += ZstdSize(c, a.level);
-    grouped += ByteGroupZstdSize(c, w, a.level);
-  }
-
-  std::vector<std::vector<uint8_t>> blobs(chunks.size());
-  double enc_best = 1e30, dec_best = 1e30;
-  std::vector<EncodeStats> stats(chunks.size());
-  for (int r = 0; r < a.repeats; ++r) {
-    auto t0 = std::chrono::steady_clock::now();
-    for (size_t i = 0; i < chunks.size(); ++i) {
-      blobs[i].clear();
-      Status s = EncodeTensorBytes(a.dtype, chunks[i], opts, &blobs[i], &stats[i]);
-      if (!s.ok()) {
-        std::fprintf(stderr, "encode: %s\n", s.ToString().c_str());
-        return 1;
-      }
-    }
-    enc_best = std::min(enc_best, Seconds(t0));
-  }
+  const Baselines base = MeasureBaselines(chunks, w, a.level);
+  Encoded enc;
+  if (!EncodeAll(a, chunks, CodecOptions(a), &enc)) return 1;
   std::vector<uint8_t> back(data.size());
-  for (int r = 0; r < a.repeats; ++r) {
-    auto t0 = std::chrono::steady_clock::now();
-    size_t off = 0;
-    for (size_t i = 0; i < chunks.size(); ++i) {
-      Status s = DecodeTensorBytes(blobs[i], std::span<uint8_t>(back).subspan(off, chunks[i].size()));
-      if (!s.ok()) {
-        std::fprintf(stderr, "decode: %s\n", s.ToString().c_str());
-        return 1;
-      }
-      off += chunks[i].size();
-    }
-    dec_best = std::min(dec_best, Seconds(t0));
-  }
+  std::optional<double> dec_best = DecodeAll(a, chunks, enc, &back);
+  if (!dec_best) return 1;
   if (back != data) {
     std::fprintf(stderr, "ROUND TRIP MISMATCH\n");
     return 1;
   }
-
-  size_t ours = 0;
-  double entropy_bytes = 0;
-  size_t rotated = 0;
-  for (size_t i = 0; i < chunks.size(); ++i) {
-    ours += blobs[i].size();
-    rotated += stats[i].transform == PlaneTransform::kRotl1Planes;
-    size_t lanes = stats[i].planes.empty() ? 0 : stats[i].planes[0].raw_bytes;
-    entropy_bytes += static_cast<double>(chunks[i].size() - lanes * stats[i].planes.size());  // verbatim tail
-    for (const PlaneStats& p : stats[i].planes) entropy_bytes += std::min(p.entropy_bits / 8, double(p.raw_bytes));
-  }
-  double mb = static_cast<double>(data.size()) / 1e6;
-  auto ratio = [&](double n) { return n > 0 ? static_cast<double>(data.size()) / n : 0.0; };
-  std::printf("input        %s, %s, %zu bytes, %zu chunk(s), %zu rotated\n",
-              a.file.empty() ? "synthetic" : a.file.c_str(), std::string(DTypeName(a.dtype)).c_str(), data.size(),
-              chunks.size(), rotated);
-  std::printf("zstd -%d      ratio %.4f\n", a.level, ratio(double(zstd)));
-  std::printf("bytegrp+zstd ratio %.4f   (ZipNN-style)\n", ratio(double(grouped)));
-  std::printf("lossless     ratio %.4f   (%.2f%% over entropy bound)\n", ratio(double(ours)),
-              100.0 * (double(ours) / entropy_bytes - 1.0));
-  std::printf("entropy bnd  ratio %.4f   (order-0 per plane of the chosen transform)\n", ratio(entropy_bytes));
-  std::printf("speed        encode %.0f MB/s, decode %.0f MB/s (1 thread, best of %d)\n", mb / enc_best, mb / dec_best,
-              a.repeats);
-  if (chunks.size() == 1) {
-    for (size_t k = 0; k < stats[0].planes.size(); ++k) {
-      const PlaneStats& p = stats[0].planes[k];
-      std::printf("  plane %zu: %-5s %10llu -> %10llu bytes, entropy %.0f bytes\n", k, PlaneMethodName(p.method),
-                  static_cast<unsigned long long>(p.raw_bytes), static_cast<unsigned long long>(p.stored_bytes),
-                  p.entropy_bits / 8);
-    }
-  }
+  PrintReport(a, data.size(), chunks, base, enc, *dec_best);
   return 0;
 }
 

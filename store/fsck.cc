@@ -1,277 +1,281 @@
-// Fsck and Usage: read-only inspection of a store. Safe to run on a store
-// that is not mounted; on a live store, a concurrent seal can show up as a
-// transient warning (tmp file) or error (pack switched mid-check).
+// Fsck: read-only check of a store. Safe to run on a store that is not
+// mounted; on a live store, a concurrent seal can show up as a transient
+// warning (tmp file) or error (pack switched mid-check).
 #include <fcntl.h>
 
-#include <map>
 #include <unordered_map>
 #include <unordered_set>
 
-#include "base/log.h"
 #include "store/store.h"
 #include "store/store_internal.h"
 
 namespace ckptfs {
 namespace {
 
-// Splits "a/b/c" and rejects anything that could leave ns/.
-Result<std::string> CleanSubpath(const std::string& subpath) {
-  std::string out;
-  size_t i = 0;
-  while (i <= subpath.size()) {
-    size_t j = subpath.find('/', i);
-    if (j == std::string::npos) j = subpath.size();
-    std::string part = subpath.substr(i, j - i);
-    if (part == "..") return Status::InvalidArgument("path " + subpath + " must stay inside the store");
-    if (!part.empty() && part != ".") out += (out.empty() ? "" : "/") + part;
-    i = j + 1;
+std::string PackPath(ObjectId id) { return "packs/" + internal::PackDirName(id) + "/" + internal::PackFileName(id); }
+
+// What is wrong with a pack OpenPack refused (it says when it is missing).
+std::string CannotOpen(const Status& s) {
+  return s.message().ends_with(" is missing") ? std::string("is missing")
+                                              : "cannot be read (header or chunk table): " + s.message();
+}
+
+// One fsck run: the report, and what its checks learn about references on
+// the way (which packs files and bases need, which staging files stubs name).
+class FsckRun {
+ public:
+  FsckRun(Store* store, int staging_fd, int packs_fd, int tmp_fd)
+      : store_(store), env_(store->env()), staging_fd_(staging_fd), packs_fd_(packs_fd), tmp_fd_(tmp_fd) {}
+
+  void CheckSuperblock(int root_fd, const std::string& store_path);
+  void CheckFiles(int ns_fd);
+  void CheckBasePacks();
+  void FindOrphanPacks();
+  void ReportOrphans();
+  void CheckStagingDir();
+  void CheckTmpDir();
+  FsckReport TakeReport() { return std::move(rep_); }
+
+ private:
+  void CheckStub(const std::string& path, int fd, const Status& open_status);
+  void CheckStaged(const std::string& where, const StubRecord& rec);
+  void CheckFilePack(const std::string& where, const std::string& path, const StubRecord& rec);
+  void CheckUnneededPack(const std::string& where, ObjectId id);
+  // What happens to orphans, said once every object has been read.
+  std::string OrphanFate() const;
+
+  Store* store_;
+  Env* env_;
+  int staging_fd_, packs_fd_, tmp_fd_;
+  FsckReport rep_;
+  std::unordered_map<ObjectId, std::string> pack_owner_;
+  std::unordered_set<ObjectId> staging_ref_;
+  std::vector<std::pair<ObjectId, std::string>> base_todo_;  // bases of files' packs, and who needs them
+  std::unordered_set<ObjectId> needed_;                      // packs kept as bases
+  std::vector<std::string> orphans_;                         // where each orphan pack is
+  // Objects whose references are unknown: while there are any, recovery and
+  // gc delete nothing, so no orphan may be promised to go.
+  size_t unknown_refs_ = 0;
+};
+
+void FsckRun::CheckSuperblock(int root_fd, const std::string& store_path) {
+  if (Result<internal::Superblock> sb = internal::ReadSuperblock(env_, root_fd, store_path); !sb.ok()) {
+    rep_.errors.push_back("CKPTFS: " + sb.status().message());
   }
-  return out;
+}
+
+void FsckRun::CheckFiles(int ns_fd) {
+  std::unordered_set<ino_t> seen;
+  auto visit = [this](const std::string& path, int fd, const Status& open_status) {
+    CheckStub(path, fd, open_status);
+    return Status::Ok();
+  };
+  if (Status s = internal::WalkTree(env_, ns_fd, "", visit, &seen); !s.ok()) {
+    ++unknown_refs_;
+    rep_.errors.push_back("ns/: walk stopped early: " + s.message());
+  }
+}
+
+void FsckRun::CheckStub(const std::string& path, int fd, const Status& open_status) {
+  const std::string where = "ns/" + path;
+  if (path.ends_with('/')) {
+    ++unknown_refs_;
+    rep_.errors.push_back(where + ": directory cannot be read (its stubs are unknown): " + open_status.message());
+    return;
+  }
+  ++rep_.files_checked;
+  if (!open_status.ok()) {
+    ++unknown_refs_;
+    rep_.errors.push_back(where + ": cannot open stub: " + open_status.message());
+    return;
+  }
+  Result<StubSlots> slots = ReadStubSlots(env_, fd);
+  if (!slots.ok()) {
+    ++unknown_refs_;
+    rep_.errors.push_back(where + ": unreadable stub: " + slots.status().message());
+    return;
+  }
+  if (!slots->damaged.empty()) {
+    ++unknown_refs_;
+    rep_.errors.push_back(where + ": stub has a damaged slot (" + slots->damaged +
+                          "); the file shows the other slot's record, which may be older");
+  }
+  const StubRecord& rec = slots->current;
+  if (rec.state == StubState::kStaged) {
+    CheckStaged(where, rec);
+  } else if (rec.object != 0) {  // 0: an empty file
+    CheckFilePack(where, path, rec);
+  }
+}
+
+void FsckRun::CheckStaged(const std::string& where, const StubRecord& rec) {
+  staging_ref_.insert(rec.object);
+  const std::string staging = "staging/" + internal::StagingFileName(rec.object);
+  if (Result<struct stat> st = env_->FstatAt(staging_fd_, internal::StagingFileName(rec.object), 0); !st.ok()) {
+    rep_.errors.push_back(where + ": staged, but " + staging + " is missing: " + st.status().message());
+  } else {
+    rep_.warnings.push_back(where + ": not sealed yet (content in " + staging + ")");
+  }
+}
+
+// Reads every chunk of a sealed file's pack, and notes the bases it needs.
+void FsckRun::CheckFilePack(const std::string& where, const std::string& path, const StubRecord& rec) {
+  auto [it, inserted] = pack_owner_.emplace(rec.object, path);
+  if (!inserted) {
+    rep_.errors.push_back(where + ": pack " + ObjectIdHex(rec.object) + " is also referenced by ns/" + it->second);
+    return;
+  }
+  Result<std::shared_ptr<PackReader>> pack = store_->OpenPack(rec.object);
+  if (!pack.ok()) {
+    ++unknown_refs_;
+    rep_.errors.push_back(where + ": its pack " + PackPath(rec.object) + " " + CannotOpen(pack.status()));
+    return;
+  }
+  ++rep_.packs_checked;
+  if (!(*pack)->meta_status().ok()) {
+    ++unknown_refs_;
+    rep_.errors.push_back(where + ": meta block of its pack " + PackPath(rec.object) +
+                          " cannot be read (the bases it needs are unknown): " + (*pack)->meta_status().message());
+  }
+  for (ObjectId b : (*pack)->meta().bases) base_todo_.emplace_back(b, PackPath(rec.object));
+  if (Status s = (*pack)->VerifyAll(store_); !s.ok()) {
+    rep_.errors.push_back(where + ": " + s.message());
+    return;
+  }
+  rep_.chunks_checked += (*pack)->chunks().size();
+  rep_.bytes_checked += (*pack)->header().logical_size;
+  if ((*pack)->header().logical_size != rec.size) {
+    rep_.errors.push_back(where + ": stub says " + std::to_string(rec.size) + " bytes but pack " +
+                          ObjectIdHex(rec.object) + " holds " + std::to_string((*pack)->header().logical_size));
+  }
+}
+
+// Packs kept only as bases of others (their own file was deleted).
+void FsckRun::CheckBasePacks() {
+  while (!base_todo_.empty()) {
+    const auto [id, needer] = base_todo_.back();
+    base_todo_.pop_back();
+    if (!needed_.insert(id).second || pack_owner_.count(id)) continue;
+    Result<std::shared_ptr<PackReader>> pack = store_->OpenPack(id);
+    if (!pack.ok()) {
+      ++unknown_refs_;
+      rep_.errors.push_back(PackPath(id) + ": base pack needed by " + needer + " " + CannotOpen(pack.status()));
+      continue;
+    }
+    if (!(*pack)->meta_status().ok()) {
+      ++unknown_refs_;
+      rep_.errors.push_back(PackPath(id) + ": meta block of this base pack (needed by " + needer +
+                            ") cannot be read (the bases it needs are unknown): " + (*pack)->meta_status().message());
+    }
+    for (ObjectId b : (*pack)->meta().bases) base_todo_.emplace_back(b, PackPath(id));
+  }
+}
+
+// Packs no readable stub or pack needs.
+void FsckRun::FindOrphanPacks() {
+  Result<std::vector<DirEntry>> dirs = env_->ListDir(packs_fd_);
+  if (!dirs.ok()) {
+    ++unknown_refs_;
+    rep_.errors.push_back("packs/: " + dirs.status().message());
+    return;
+  }
+  for (const DirEntry& d : *dirs) {
+    Result<UniqueFd> dir = env_->OpenAt(packs_fd_, d.name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
+    Result<std::vector<DirEntry>> files =
+        dir.ok() ? env_->ListDir(dir->get()) : Result<std::vector<DirEntry>>(dir.status());
+    if (!files.ok()) {
+      ++unknown_refs_;
+      rep_.errors.push_back("packs/" + d.name +
+                            "/: directory cannot be read (its packs are unknown): " + files.status().message());
+      continue;
+    }
+    for (const DirEntry& f : *files) {
+      std::optional<ObjectId> id = internal::ParseObjectFileName(f.name, internal::kPackSuffix);
+      const std::string where = "packs/" + d.name + "/" + f.name;
+      if (!id || internal::PackDirName(*id) != d.name) {
+        rep_.warnings.push_back(where + ": unexpected file");
+        continue;
+      }
+      if (pack_owner_.count(*id) || needed_.count(*id)) continue;
+      CheckUnneededPack(where, *id);
+    }
+  }
+}
+
+// Each pack nothing needs is opened: one that cannot be read may be what a
+// file needs, and hides what it needs itself.
+void FsckRun::CheckUnneededPack(const std::string& where, ObjectId id) {
+  Result<std::shared_ptr<PackReader>> pack = store_->OpenPack(id);
+  if (!pack.ok()) {
+    ++unknown_refs_;
+    rep_.errors.push_back(where +
+                          ": pack no file names cannot be read (header or chunk table), so what it "
+                          "needs is unknown: " +
+                          pack.status().message());
+  } else if (!(*pack)->meta_status().ok()) {
+    ++unknown_refs_;
+    rep_.errors.push_back(where +
+                          ": meta block of a pack no file names cannot be read, so what it needs is "
+                          "unknown: " +
+                          (*pack)->meta_status().message());
+  } else {
+    orphans_.push_back(where);
+  }
+}
+
+// Orphans are not corruption. Recovery removes them only when it could
+// read every stub and pack; otherwise they may be what an unreadable
+// object needs, and stay.
+std::string FsckRun::OrphanFate() const {
+  return unknown_refs_ == 0 ? "the next mount or `ckptfs gc` removes it"
+                            : "kept: recovery and gc delete nothing while the objects reported above cannot be read";
+}
+
+void FsckRun::ReportOrphans() {
+  const std::string fate = OrphanFate();
+  for (const std::string& o : orphans_) rep_.warnings.push_back(o + ": orphan pack (no file needs it; " + fate + ")");
+}
+
+void FsckRun::CheckStagingDir() {
+  Result<std::vector<DirEntry>> files = env_->ListDir(staging_fd_);
+  if (!files.ok()) {
+    rep_.errors.push_back("staging/: " + files.status().message());
+    return;
+  }
+  const std::string fate = OrphanFate();
+  for (const DirEntry& f : *files) {
+    std::optional<ObjectId> id = internal::ParseObjectFileName(f.name, internal::kStagingSuffix);
+    if (!id) {
+      rep_.warnings.push_back("staging/" + f.name + ": unexpected file");
+    } else if (!staging_ref_.count(*id)) {
+      rep_.warnings.push_back("staging/" + f.name + ": orphan staging file (no stub names it; " + fate + ")");
+    }
+  }
+}
+
+void FsckRun::CheckTmpDir() {
+  Result<std::vector<DirEntry>> files = env_->ListDir(tmp_fd_);
+  if (!files.ok()) {
+    rep_.errors.push_back("tmp/: " + files.status().message());
+    return;
+  }
+  for (const DirEntry& f : *files) {
+    rep_.warnings.push_back("tmp/" + f.name + ": left by an interrupted seal (recovery removes it)");
+  }
 }
 
 }  // namespace
 
 Result<FsckReport> Store::Fsck() {
-  FsckReport rep;
-  if (Result<internal::Superblock> sb = internal::ReadSuperblock(env_, root_.get(), path_); !sb.ok()) {
-    rep.errors.push_back("CKPTFS: " + sb.status().message());
-  }
-
-  std::unordered_map<ObjectId, std::string> pack_owner;
-  std::unordered_set<ObjectId> staging_ref;
-  std::vector<std::pair<ObjectId, std::string>> base_todo;  // bases of files' packs, and who needs them
-  // Objects whose references are unknown: while there are any, recovery and
-  // gc delete nothing, so no orphan may be promised to go.
-  size_t unknown_refs = 0;
-  auto pack_path = [](ObjectId id) {
-    return "packs/" + internal::PackDirName(id) + "/" + internal::PackFileName(id);
-  };
-  // What is wrong with a pack OpenPack refused (it says when it is missing).
-  auto cannot_open = [](const Status& s) {
-    return s.message().ends_with(" is missing") ? std::string("is missing")
-                                                : "cannot be read (header or chunk table): " + s.message();
-  };
-  auto visit = [&](const std::string& path, int fd, const Status& open_status) -> Status {
-    const std::string where = "ns/" + path;
-    if (path.ends_with('/')) {
-      ++unknown_refs;
-      rep.errors.push_back(where + ": directory cannot be read (its stubs are unknown): " + open_status.message());
-      return Status::Ok();
-    }
-    ++rep.files_checked;
-    if (!open_status.ok()) {
-      ++unknown_refs;
-      rep.errors.push_back(where + ": cannot open stub: " + open_status.message());
-      return Status::Ok();
-    }
-    Result<StubSlots> slots = ReadStubSlots(env_, fd);
-    if (!slots.ok()) {
-      ++unknown_refs;
-      rep.errors.push_back(where + ": unreadable stub: " + slots.status().message());
-      return Status::Ok();
-    }
-    if (!slots->damaged.empty()) {
-      ++unknown_refs;
-      rep.errors.push_back(where + ": stub has a damaged slot (" + slots->damaged +
-                           "); the file shows the other slot's record, which may be older");
-    }
-    const StubRecord* rec = &slots->current;
-    if (rec->state == StubState::kStaged) {
-      staging_ref.insert(rec->object);
-      const std::string staging = "staging/" + internal::StagingFileName(rec->object);
-      if (Result<struct stat> st = env_->FstatAt(staging_.get(), internal::StagingFileName(rec->object), 0); !st.ok()) {
-        rep.errors.push_back(where + ": staged, but " + staging + " is missing: " + st.status().message());
-      } else {
-        rep.warnings.push_back(where + ": not sealed yet (content in " + staging + ")");
-      }
-      return Status::Ok();
-    }
-    if (rec->object == 0) return Status::Ok();  // empty file
-    auto [it, inserted] = pack_owner.emplace(rec->object, path);
-    if (!inserted) {
-      rep.errors.push_back(where + ": pack " + ObjectIdHex(rec->object) + " is also referenced by ns/" + it->second);
-      return Status::Ok();
-    }
-    Result<std::shared_ptr<PackReader>> pack = OpenPack(rec->object);
-    if (!pack.ok()) {
-      ++unknown_refs;
-      rep.errors.push_back(where + ": its pack " + pack_path(rec->object) + " " + cannot_open(pack.status()));
-      return Status::Ok();
-    }
-    ++rep.packs_checked;
-    if (!(*pack)->meta_status().ok()) {
-      ++unknown_refs;
-      rep.errors.push_back(where + ": meta block of its pack " + pack_path(rec->object) +
-                           " cannot be read (the bases it needs are unknown): " + (*pack)->meta_status().message());
-    }
-    for (ObjectId b : (*pack)->meta().bases) base_todo.emplace_back(b, pack_path(rec->object));
-    if (Status s = (*pack)->VerifyAll(this); !s.ok()) {
-      rep.errors.push_back(where + ": " + s.message());
-      return Status::Ok();
-    }
-    rep.chunks_checked += (*pack)->chunks().size();
-    rep.bytes_checked += (*pack)->header().logical_size;
-    if ((*pack)->header().logical_size != rec->size) {
-      rep.errors.push_back(where + ": stub says " + std::to_string(rec->size) + " bytes but pack " +
-                           ObjectIdHex(rec->object) + " holds " + std::to_string((*pack)->header().logical_size));
-    }
-    return Status::Ok();
-  };
-  std::unordered_set<ino_t> seen;
-  if (Status s = internal::WalkTree(env_, ns_.get(), "", visit, &seen); !s.ok()) {
-    ++unknown_refs;
-    rep.errors.push_back("ns/: walk stopped early: " + s.message());
-  }
-
-  // Packs kept only as bases of others (their own file was deleted).
-  std::unordered_set<ObjectId> needed;
-  while (!base_todo.empty()) {
-    const auto [id, needer] = base_todo.back();
-    base_todo.pop_back();
-    if (!needed.insert(id).second || pack_owner.count(id)) continue;
-    Result<std::shared_ptr<PackReader>> pack = OpenPack(id);
-    if (!pack.ok()) {
-      ++unknown_refs;
-      rep.errors.push_back(pack_path(id) + ": base pack needed by " + needer + " " + cannot_open(pack.status()));
-      continue;
-    }
-    if (!(*pack)->meta_status().ok()) {
-      ++unknown_refs;
-      rep.errors.push_back(pack_path(id) + ": meta block of this base pack (needed by " + needer +
-                           ") cannot be read (the bases it needs are unknown): " + (*pack)->meta_status().message());
-    }
-    for (ObjectId b : (*pack)->meta().bases) base_todo.emplace_back(b, pack_path(id));
-  }
-
-  // Packs no readable stub or pack needs. Each is opened: one that cannot
-  // be read may be what a file needs, and hides what it needs itself.
-  struct Orphan {
-    std::string where;
-  };
-  std::vector<Orphan> orphans;
-  if (Result<std::vector<DirEntry>> dirs = env_->ListDir(packs_.get()); dirs.ok()) {
-    for (const DirEntry& d : *dirs) {
-      Result<UniqueFd> dir = env_->OpenAt(packs_.get(), d.name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
-      Result<std::vector<DirEntry>> files =
-          dir.ok() ? env_->ListDir(dir->get()) : Result<std::vector<DirEntry>>(dir.status());
-      if (!files.ok()) {
-        ++unknown_refs;
-        rep.errors.push_back("packs/" + d.name + "/: directory cannot be read (its packs are unknown): " +
-                             files.status().message());
-        continue;
-      }
-      for (const DirEntry& f : *files) {
-        std::optional<ObjectId> id = internal::ParseObjectFileName(f.name, internal::kPackSuffix);
-        const std::string where = "packs/" + d.name + "/" + f.name;
-        if (!id || internal::PackDirName(*id) != d.name) {
-          rep.warnings.push_back(where + ": unexpected file");
-          continue;
-        }
-        if (pack_owner.count(*id) || needed.count(*id)) continue;
-        Result<std::shared_ptr<PackReader>> pack = OpenPack(*id);
-        if (!pack.ok()) {
-          ++unknown_refs;
-          rep.errors.push_back(where + ": pack no file names cannot be read (header or chunk table), so what it "
-                               "needs is unknown: " + pack.status().message());
-        } else if (!(*pack)->meta_status().ok()) {
-          ++unknown_refs;
-          rep.errors.push_back(where + ": meta block of a pack no file names cannot be read, so what it needs is "
-                               "unknown: " + (*pack)->meta_status().message());
-        } else {
-          orphans.push_back({where});
-        }
-      }
-    }
-  } else {
-    ++unknown_refs;
-    rep.errors.push_back("packs/: " + dirs.status().message());
-  }
-  // Orphans are not corruption. Recovery removes them only when it could
-  // read every stub and pack; otherwise they may be what an unreadable
-  // object needs, and stay.
-  const std::string fate = unknown_refs == 0
-                               ? "the next mount or `ckptfs gc` removes it"
-                               : "kept: recovery and gc delete nothing while the objects reported above cannot be read";
-  for (const Orphan& o : orphans) rep.warnings.push_back(o.where + ": orphan pack (no file needs it; " + fate + ")");
-  if (Result<std::vector<DirEntry>> files = env_->ListDir(staging_.get()); files.ok()) {
-    for (const DirEntry& f : *files) {
-      std::optional<ObjectId> id = internal::ParseObjectFileName(f.name, internal::kStagingSuffix);
-      if (!id) {
-        rep.warnings.push_back("staging/" + f.name + ": unexpected file");
-      } else if (!staging_ref.count(*id)) {
-        rep.warnings.push_back("staging/" + f.name + ": orphan staging file (no stub names it; " + fate + ")");
-      }
-    }
-  } else {
-    rep.errors.push_back("staging/: " + files.status().message());
-  }
-  if (Result<std::vector<DirEntry>> files = env_->ListDir(tmp_.get()); files.ok()) {
-    for (const DirEntry& f : *files) {
-      rep.warnings.push_back("tmp/" + f.name + ": left by an interrupted seal (recovery removes it)");
-    }
-  } else {
-    rep.errors.push_back("tmp/: " + files.status().message());
-  }
-  return rep;
-}
-
-Result<std::vector<FileUsage>> Store::Usage(const std::string& subpath) {
-  ASSIGN_OR_RETURN(std::string sub, CleanSubpath(subpath));
-  std::vector<FileUsage> out;
-  auto visit = [&](const std::string& path, int fd, const Status& open_status) -> Status {
-    if (!open_status.ok()) {
-      spdlog::warn("usage: skipping ns/{}: {}", path, open_status.message());
-      return Status::Ok();
-    }
-    Result<StubRecord> rec = ReadStub(env_, fd);
-    Result<struct stat> stub_st = env_->Fstat(fd);
-    if (!rec.ok() || !stub_st.ok()) {
-      spdlog::warn("usage: skipping ns/{}: {}", path, (!rec.ok() ? rec.status() : stub_st.status()).message());
-      return Status::Ok();
-    }
-    FileUsage u;
-    u.path = path;
-    u.stored = static_cast<uint64_t>(stub_st->st_size);
-    if (rec->state == StubState::kStaged) {
-      u.staged = true;
-      if (Result<struct stat> st = env_->FstatAt(staging_.get(), internal::StagingFileName(rec->object), 0); st.ok()) {
-        u.logical = static_cast<uint64_t>(st->st_size);
-        u.stored += static_cast<uint64_t>(st->st_blocks) * 512;
-      } else {
-        u.logical = rec->size;
-      }
-    } else {
-      u.logical = rec->size;
-      u.pack = rec->object;
-      if (rec->object != 0) {
-        if (Result<uint64_t> n = PackFileSize(rec->object); n.ok()) u.stored += *n;
-        if (Result<std::shared_ptr<PackReader>> p = OpenPack(rec->object); p.ok()) {
-          u.depth = (*p)->meta().max_depth();
-          if (!(*p)->meta().bases.empty()) u.base = (*p)->meta().bases.front();
-          u.lossy = (*p)->meta().lossy;
-        }
-      }
-    }
-    out.push_back(std::move(u));
-    return Status::Ok();
-  };
-
-  std::unordered_set<ino_t> seen;
-  if (sub.empty()) {
-    RETURN_IF_ERROR(internal::WalkTree(env_, ns_.get(), "", visit, &seen));
-    return out;
-  }
-  ASSIGN_OR_RETURN(struct stat st, env_->FstatAt(ns_.get(), sub, AT_SYMLINK_NOFOLLOW));
-  if (S_ISDIR(st.st_mode)) {
-    ASSIGN_OR_RETURN(UniqueFd dir, env_->OpenAt(ns_.get(), sub, O_RDONLY | O_DIRECTORY | O_NOFOLLOW));
-    RETURN_IF_ERROR(internal::WalkTree(env_, dir.get(), sub, visit, &seen));
-  } else if (S_ISREG(st.st_mode)) {
-    ASSIGN_OR_RETURN(UniqueFd fd, env_->OpenAt(ns_.get(), sub, O_RDONLY | O_NOFOLLOW));
-    RETURN_IF_ERROR(visit(sub, fd.get(), Status::Ok()));
-  } else {
-    return Status::InvalidArgument(sub + " is neither a regular file nor a directory");
-  }
-  return out;
+  FsckRun run(this, staging_.get(), packs_.get(), tmp_.get());
+  run.CheckSuperblock(root_.get(), path_);
+  run.CheckFiles(ns_.get());
+  run.CheckBasePacks();
+  run.FindOrphanPacks();
+  run.ReportOrphans();
+  run.CheckStagingDir();
+  run.CheckTmpDir();
+  return run.TakeReport();
 }
 
 }  // namespace ckptfs

@@ -61,19 +61,19 @@ std::vector<uint8_t>& ScratchBuffer() {
 
 }  // namespace
 
-Result<std::shared_ptr<PackReader>> PackReader::Open(Env* env, UniqueFd fd, std::string name) {
-  const std::string ctx = "pack " + name;
-  auto corrupt = [&](const std::string& what) { return Status::Corruption(ctx + ": " + what); };
+namespace {
 
-  Result<struct stat> st = env->Fstat(fd.get());
-  if (!st.ok()) return st.status().WithContext(ctx);
-  const uint64_t size = static_cast<uint64_t>(st->st_size);
-  if (size < kPackHeaderSize + kPackFooterSize) {
-    return corrupt("file is " + std::to_string(size) + " bytes, too short for a header and footer");
-  }
+// Corruption errors about one pack: "<ctx>: <what>".
+auto CorruptionIn(const std::string& ctx) {
+  return [&ctx](const std::string& what) { return Status::Corruption(ctx + ": " + what); };
+}
 
+// The header, checked on its own: magic, checksum, a version this build
+// reads, and fields that agree with each other.
+Result<PackHeader> ReadPackHeader(Env* env, int fd, const std::string& ctx) {
+  const auto corrupt = CorruptionIn(ctx);
   std::array<uint8_t, kPackHeaderSize> hdr;
-  if (Status s = env->PReadExact(fd.get(), hdr, 0); !s.ok()) return s.WithContext(ctx);
+  if (Status s = env->PReadExact(fd, hdr, 0); !s.ok()) return s.WithContext(ctx);
   if (std::memcmp(hdr.data(), kPackMagic, sizeof(kPackMagic)) != 0) return corrupt("bad header magic");
   if (!ChecksumMatches(Checksum64(std::span<const uint8_t>(hdr.data(), kHdrChecksum), kSeedHeader),
                        le::Get64(hdr, kHdrChecksum))) {
@@ -99,9 +99,20 @@ Result<std::shared_ptr<PackReader>> PackReader::Open(Env* env, UniqueFd fd, std:
     return corrupt("chunk count " + std::to_string(h.chunk_count) + " does not match logical size " +
                    std::to_string(h.logical_size));
   }
+  return h;
+}
 
+struct ChunkTable {
+  uint64_t offset = 0;
+  std::vector<uint8_t> bytes;
+};
+
+// The chunk table the footer points at, just before the footer, checked
+// against the footer's checksum.
+Result<ChunkTable> ReadChunkTable(Env* env, int fd, uint64_t size, const PackHeader& h, const std::string& ctx) {
+  const auto corrupt = CorruptionIn(ctx);
   std::array<uint8_t, kPackFooterSize> ft;
-  if (Status s = env->PReadExact(fd.get(), ft, size - kPackFooterSize); !s.ok()) return s.WithContext(ctx);
+  if (Status s = env->PReadExact(fd, ft, size - kPackFooterSize); !s.ok()) return s.WithContext(ctx);
   if (std::memcmp(ft.data() + kFtMagic, kPackFooterMagic, sizeof(kPackFooterMagic)) != 0) {
     return corrupt("bad footer magic (truncated pack?)");
   }
@@ -115,23 +126,69 @@ Result<std::shared_ptr<PackReader>> PackReader::Open(Env* env, UniqueFd fd, std:
     return corrupt("table offset " + std::to_string(table_offset) + " is inconsistent with file size " +
                    std::to_string(size));
   }
-  std::vector<uint8_t> table(table_bytes);
-  if (Status s = env->PReadExact(fd.get(), table, table_offset); !s.ok()) return s.WithContext(ctx);
-  if (!ChecksumMatches(Checksum64(table, kSeedTable), le::Get64(ft, kFtTableSum))) {
+  ChunkTable table{table_offset, std::vector<uint8_t>(table_bytes)};
+  if (Status s = env->PReadExact(fd, table.bytes, table_offset); !s.ok()) return s.WithContext(ctx);
+  if (!ChecksumMatches(Checksum64(table.bytes, kSeedTable), le::Get64(ft, kFtTableSum))) {
     return corrupt("chunk table checksum mismatch");
   }
+  return table;
+}
 
-  // With the table trusted, check that the chunks tile the payload area and
-  // the logical file exactly: no byte of the pack escapes a checksum.
+// What an entry's codec requires of its stored length, and which pack
+// versions may hold it. `at` names the chunk.
+Status CheckEntryCodec(const ChunkEntry& e, uint32_t version, const std::string& at, const std::string& ctx) {
+  const auto corrupt = CorruptionIn(ctx);
+  switch (e.codec) {
+    case ChunkCodec::kZero:
+      if (e.stored_len != 0) return corrupt(at + "zero chunk with stored bytes");
+      break;
+    case ChunkCodec::kRaw:
+      if (e.stored_len != e.raw_len) return corrupt(at + "raw chunk stored length differs from raw length");
+      break;
+    case ChunkCodec::kZstd:
+      if (e.stored_len == 0) return corrupt(at + "empty zstd payload");
+      break;
+    case ChunkCodec::kTensor:
+      if (version < 2) return corrupt(at + "tensor chunk in a version 1 pack");
+      if (e.stored_len == 0) return corrupt(at + "empty tensor payload");
+      break;
+    case ChunkCodec::kRef:
+    case ChunkCodec::kDelta:
+      if (version < 3) return corrupt(at + "base reference in a version " + std::to_string(version) + " pack");
+      if (e.stored_len < kBaseRefSize) return corrupt(at + "base reference shorter than 16 bytes");
+      if (e.codec == ChunkCodec::kRef && e.stored_len != kBaseRefSize)
+        return corrupt(at + "ref chunk with extra bytes");
+      break;
+    case ChunkCodec::kLossy:
+      if (version < 4) return corrupt(at + "lossy chunk in a version " + std::to_string(version) + " pack");
+      if (e.stored_len <= kBaseRefSize) return corrupt(at + "lossy chunk shorter than its base reference");
+      break;
+    default:
+      return corrupt(at + "unknown codec " + std::to_string(static_cast<int>(e.codec)));
+  }
+  return Status::Ok();
+}
+
+// Where the chunk payloads end: at the meta block from version 3 on,
+// otherwise at the chunk table.
+uint64_t PayloadEnd(const PackHeader& h, const ChunkTable& table) {
+  return h.version >= 3 ? h.meta_offset : table.offset;
+}
+
+// With the table trusted, check that the chunks tile the payload area and
+// the logical file exactly: no byte of the pack escapes a checksum.
+Result<std::vector<ChunkEntry>> DecodeChunkTable(const PackHeader& h, const ChunkTable& table, const std::string& ctx) {
+  const auto corrupt = CorruptionIn(ctx);
   std::vector<ChunkEntry> chunks(h.chunk_count);
-  const uint64_t payload_end = h.version >= 3 ? h.meta_offset : table_offset;
-  if (h.version >= 3 && (h.meta_offset < kPackHeaderSize || h.meta_offset + h.meta_len != table_offset)) {
+  const uint64_t payload_end = PayloadEnd(h, table);
+  if (h.version >= 3 && (h.meta_offset < kPackHeaderSize || h.meta_offset + h.meta_len != table.offset)) {
     return corrupt("meta block at " + std::to_string(h.meta_offset) + " (" + std::to_string(h.meta_len) +
                    " bytes) does not end where the chunk table starts");
   }
   uint64_t pos = kPackHeaderSize;
   for (uint64_t i = 0; i < h.chunk_count; ++i) {
-    ChunkEntry e = DecodeEntry(std::span<const uint8_t>(table).subspan(i * kPackTableEntrySize, kPackTableEntrySize));
+    ChunkEntry e =
+        DecodeEntry(std::span<const uint8_t>(table.bytes).subspan(i * kPackTableEntrySize, kPackTableEntrySize));
     const std::string at = "chunk " + std::to_string(i) + ": ";
     const uint64_t want_raw = std::min<uint64_t>(h.chunk_size, h.logical_size - i * h.chunk_size);
     if (e.raw_len != want_raw) {
@@ -140,34 +197,7 @@ Result<std::shared_ptr<PackReader>> PackReader::Open(Env* env, UniqueFd fd, std:
     if (e.offset != pos) {
       return corrupt(at + "payload offset " + std::to_string(e.offset) + ", expected " + std::to_string(pos));
     }
-    switch (e.codec) {
-      case ChunkCodec::kZero:
-        if (e.stored_len != 0) return corrupt(at + "zero chunk with stored bytes");
-        break;
-      case ChunkCodec::kRaw:
-        if (e.stored_len != e.raw_len) return corrupt(at + "raw chunk stored length differs from raw length");
-        break;
-      case ChunkCodec::kZstd:
-        if (e.stored_len == 0) return corrupt(at + "empty zstd payload");
-        break;
-      case ChunkCodec::kTensor:
-        if (h.version < 2) return corrupt(at + "tensor chunk in a version 1 pack");
-        if (e.stored_len == 0) return corrupt(at + "empty tensor payload");
-        break;
-      case ChunkCodec::kRef:
-      case ChunkCodec::kDelta:
-        if (h.version < 3) return corrupt(at + "base reference in a version " + std::to_string(h.version) + " pack");
-        if (e.stored_len < kBaseRefSize) return corrupt(at + "base reference shorter than 16 bytes");
-        if (e.codec == ChunkCodec::kRef && e.stored_len != kBaseRefSize)
-          return corrupt(at + "ref chunk with extra bytes");
-        break;
-      case ChunkCodec::kLossy:
-        if (h.version < 4) return corrupt(at + "lossy chunk in a version " + std::to_string(h.version) + " pack");
-        if (e.stored_len <= kBaseRefSize) return corrupt(at + "lossy chunk shorter than its base reference");
-        break;
-      default:
-        return corrupt(at + "unknown codec " + std::to_string(static_cast<int>(e.codec)));
-    }
+    RETURN_IF_ERROR(CheckEntryCodec(e, h.version, at, ctx));
     pos += e.stored_len;
     if (pos > payload_end) return corrupt(at + "payload runs into the chunk table");
     chunks[i] = e;
@@ -175,25 +205,47 @@ Result<std::shared_ptr<PackReader>> PackReader::Open(Env* env, UniqueFd fd, std:
   if (pos != payload_end) {
     return corrupt("payloads end at " + std::to_string(pos) + ", expected " + std::to_string(payload_end));
   }
-  // The meta block is an index over the chunks, not part of the content:
-  // when it cannot be read the chunks still can, so the reader opens and
-  // says so in meta_status(); who needs the references (recovery, gc,
-  // fsck) must check it.
+  return chunks;
+}
+
+// The meta block is an index over the chunks, not part of the content:
+// when it cannot be read the chunks still can, so the reader opens and
+// says so in meta_status(); who needs the references (recovery, gc,
+// fsck) must check it.
+void ReadMetaBlock(Env* env, int fd, const PackHeader& h, const std::string& ctx, PackMeta* meta, Status* meta_status) {
+  if (h.version < 3) return;
+  std::vector<uint8_t> mb(h.meta_len);
+  if (Status s = env->PReadExact(fd, mb, h.meta_offset); !s.ok()) {
+    *meta_status = s.WithContext(ctx + ": meta block");
+  } else if (Result<PackMeta> m = DecodePackMeta(mb, h.chunk_count); !m.ok()) {
+    *meta_status = m.status().WithContext(ctx + ": meta block");
+  } else {
+    *meta = std::move(m).value();
+  }
+}
+
+}  // namespace
+
+Result<std::shared_ptr<PackReader>> PackReader::Open(Env* env, UniqueFd fd, std::string name) {
+  const std::string ctx = "pack " + name;
+  const auto corrupt = CorruptionIn(ctx);
+
+  Result<struct stat> st = env->Fstat(fd.get());
+  if (!st.ok()) return st.status().WithContext(ctx);
+  const uint64_t size = static_cast<uint64_t>(st->st_size);
+  if (size < kPackHeaderSize + kPackFooterSize) {
+    return corrupt("file is " + std::to_string(size) + " bytes, too short for a header and footer");
+  }
+  ASSIGN_OR_RETURN(const PackHeader h, ReadPackHeader(env, fd.get(), ctx));
+  ASSIGN_OR_RETURN(const ChunkTable table, ReadChunkTable(env, fd.get(), size, h, ctx));
+  ASSIGN_OR_RETURN(std::vector<ChunkEntry> chunks, DecodeChunkTable(h, table, ctx));
   PackMeta meta;
   Status meta_status = Status::Ok();
-  if (h.version >= 3) {
-    std::vector<uint8_t> mb(h.meta_len);
-    if (Status s = env->PReadExact(fd.get(), mb, h.meta_offset); !s.ok()) {
-      meta_status = s.WithContext(ctx + ": meta block");
-    } else if (Result<PackMeta> m = DecodePackMeta(mb, h.chunk_count); !m.ok()) {
-      meta_status = m.status().WithContext(ctx + ": meta block");
-    } else {
-      meta = std::move(m).value();
-    }
-  }
+  ReadMetaBlock(env, fd.get(), h, ctx, &meta, &meta_status);
 
   // A small pack (a delta or a file of references) is read whole up front:
   // otherwise every chunk's few stored bytes cost a disk round trip of their own.
+  const uint64_t payload_end = PayloadEnd(h, table);
   if (payload_end <= kReadWholeBelow) {
     (void)env->Fadvise(fd.get(), 0, payload_end, POSIX_FADV_WILLNEED);
   }

@@ -114,104 +114,142 @@ void NoteUnreadable(RecoveryReport* rep, const std::string& where, const std::st
   rep->actions.push_back(line);
 }
 
+void NoteDone(RecoveryReport* rep, const std::string& line) {
+  spdlog::info("recovery: {}", line);
+  rep->actions.push_back(line);
+}
+
+void NoteProblem(RecoveryReport* rep, const std::string& line) {
+  spdlog::error("recovery: {}", line);
+  rep->actions.push_back(line);
+}
+
+// 1. Packs that never got published. Always safe to delete: nothing names
+// a pack before it is renamed out of tmp/ (stubs and meta blocks name
+// packs/XX/ID.pack only), and the staging file it was coded from stays
+// until a stub names the published pack.
+Status RemoveUnpublishedPacks(Env* env, int tmp_fd, RecoveryReport* rep) {
+  ASSIGN_OR_RETURN(std::vector<DirEntry> tmp_entries, env->ListDir(tmp_fd));
+  for (const DirEntry& e : tmp_entries) {
+    RETURN_IF_ERROR(env->UnlinkAt(tmp_fd, e.name).WithContext("recovery: clearing tmp/"));
+    ++rep->tmp_files_removed;
+    NoteDone(rep, "removed unpublished tmp/" + e.name);
+  }
+  return Status::Ok();
+}
+
+// 2. The walk of the namespace: collects what each stub references, and
+// seals what was staged.
+class NamespaceRecovery {
+ public:
+  NamespaceRecovery(Store* store, RecoveryReport* rep) : store_(store), env_(store->env()), rep_(rep) {}
+
+  Status Walk(int ns_fd) {
+    std::unordered_set<ino_t> seen;
+    auto visit = [this](const std::string& path, int fd, const Status& open_status) {
+      VisitStub(path, fd, open_status);
+      return Status::Ok();
+    };
+    return internal::WalkTree(env_, ns_fd, "", visit, &seen).WithContext("recovery");
+  }
+  // Each pack stubs name, and one stub naming it.
+  const std::unordered_map<ObjectId, std::string>& packs_ref() const { return packs_ref_; }
+  const std::unordered_set<ObjectId>& staging_ref() const { return staging_ref_; }
+
+ private:
+  void VisitStub(const std::string& path, int fd, const Status& open_status);
+  void ResealStaged(const std::string& where, int fd, const StubSlots& slots);
+  void NoteDamagedSlot(const std::string& where, const StubSlots& slots) {
+    if (!slots.damaged.empty()) NoteUnreadable(rep_, where + " (stub)", "damaged slot: " + slots.damaged);
+  }
+
+  Store* store_;
+  Env* env_;
+  RecoveryReport* rep_;
+  std::unordered_map<ObjectId, std::string> packs_ref_;  // -> a stub naming it
+  std::unordered_set<ObjectId> staging_ref_;
+};
+
+void NamespaceRecovery::VisitStub(const std::string& path, int fd, const Status& open_status) {
+  const std::string where = "ns/" + path;
+  if (path.ends_with('/')) {
+    NoteUnreadable(rep_, where + " (directory)", open_status.message());
+    return;
+  }
+  ++rep_->stubs_scanned;
+  if (!open_status.ok()) {
+    ++rep_->broken_stubs;
+    NoteUnreadable(rep_, where + " (stub)", "cannot open: " + open_status.message());
+    return;
+  }
+  Result<StubSlots> slots = ReadStubSlots(env_, fd);
+  if (!slots.ok()) {
+    ++rep_->broken_stubs;
+    NoteUnreadable(rep_, where + " (stub)", slots.status().message());
+    return;
+  }
+  const StubRecord& rec = slots->current;
+  if (rec.state == StubState::kSealed) {
+    if (rec.object != 0) packs_ref_.emplace(rec.object, where);
+    // The damaged slot may have held the newer record: what it named is
+    // unknown, so it blocks the sweep although the file still opens.
+    NoteDamagedSlot(where, *slots);
+    return;
+  }
+  ResealStaged(where, fd, *slots);
+}
+
+void NamespaceRecovery::ResealStaged(const std::string& where, int fd, const StubSlots& slots) {
+  const StubRecord& rec = slots.current;
+  const std::string staging = "staging/" + internal::StagingFileName(rec.object);
+  Result<UniqueFd> sfd = store_->OpenStaging(rec.object);
+  if (!sfd.ok()) {
+    if (sfd.status().code() == ENOENT) {
+      ++rep_->broken_stubs;
+      NoteProblem(rep_, where + " is staged but " + staging + " is missing; its content is lost");
+    } else {
+      staging_ref_.insert(rec.object);
+      NoteProblem(rep_, "cannot open " + staging + " for " + where + ": " + sfd.status().message());
+    }
+    NoteDamagedSlot(where, slots);
+    return;
+  }
+  // Sealing deletes the stub's staging file once the stub names the new
+  // pack durably. That deletion needs no sweep's proof: a staging file
+  // belongs to the one stub that created it (O_EXCL, random id). The
+  // seal's stub write also replaces a damaged slot, which is the slot a
+  // torn write of a crash leaves.
+  Result<StubRecord> sealed = store_->SealStub(fd, rec, sfd->get());
+  if (sealed.ok()) {
+    if (sealed->object != 0) packs_ref_.emplace(sealed->object, where);  // 0: an empty file, no pack
+    ++rep_->staged_resealed;
+    NoteDone(rep_, "sealed " + where + " from " + staging + " into pack " + ObjectIdHex(sealed->object));
+    return;
+  }
+  // A failed seal may still have switched the stub: keep whatever it names now.
+  NoteProblem(rep_, "cannot seal " + where + " (left staged): " + sealed.status().message());
+  staging_ref_.insert(rec.object);
+  if (Result<StubSlots> now = ReadStubSlots(env_, fd); !now.ok()) {
+    NoteUnreadable(rep_, where + " (stub)", now.status().message());
+  } else {
+    if (now->current.state == StubState::kSealed && now->current.object != 0) {
+      packs_ref_.emplace(now->current.object, where);
+    }
+    NoteDamagedSlot(where, *now);
+  }
+}
+
 }  // namespace
 
 Result<RecoveryReport> Store::Recover() {
   RecoveryReport rep;
-  auto did = [&](const std::string& line) {
-    spdlog::info("recovery: {}", line);
-    rep.actions.push_back(line);
-  };
-  auto problem = [&](const std::string& line) {
-    spdlog::error("recovery: {}", line);
-    rep.actions.push_back(line);
-  };
-  auto unreadable = [&](const std::string& where, const std::string& why) { NoteUnreadable(&rep, where, why); };
-
-  // 1. Packs that never got published. Always safe to delete: nothing names
-  // a pack before it is renamed out of tmp/ (stubs and meta blocks name
-  // packs/XX/ID.pack only), and the staging file it was coded from stays
-  // until a stub names the published pack.
-  ASSIGN_OR_RETURN(std::vector<DirEntry> tmp_entries, env_->ListDir(tmp_.get()));
-  for (const DirEntry& e : tmp_entries) {
-    RETURN_IF_ERROR(env_->UnlinkAt(tmp_.get(), e.name).WithContext("recovery: clearing tmp/"));
-    ++rep.tmp_files_removed;
-    did("removed unpublished tmp/" + e.name);
-  }
-
-  // 2. Walk the namespace: collect what is referenced, seal what was staged.
-  std::unordered_map<ObjectId, std::string> packs_ref;  // -> a stub naming it
-  std::unordered_set<ObjectId> staging_ref;
-  auto visit = [&](const std::string& path, int fd, const Status& open_status) -> Status {
-    const std::string where = "ns/" + path;
-    if (path.ends_with('/')) {
-      unreadable(where + " (directory)", open_status.message());
-      return Status::Ok();
-    }
-    ++rep.stubs_scanned;
-    if (!open_status.ok()) {
-      ++rep.broken_stubs;
-      unreadable(where + " (stub)", "cannot open: " + open_status.message());
-      return Status::Ok();
-    }
-    Result<StubSlots> slots = ReadStubSlots(env_, fd);
-    if (!slots.ok()) {
-      ++rep.broken_stubs;
-      unreadable(where + " (stub)", slots.status().message());
-      return Status::Ok();
-    }
-    const StubRecord& rec = slots->current;
-    if (rec.state == StubState::kSealed) {
-      if (rec.object != 0) packs_ref.emplace(rec.object, where);
-      // The damaged slot may have held the newer record: what it named is
-      // unknown, so it blocks the sweep although the file still opens.
-      if (!slots->damaged.empty()) unreadable(where + " (stub)", "damaged slot: " + slots->damaged);
-      return Status::Ok();
-    }
-    const std::string staging = "staging/" + internal::StagingFileName(rec.object);
-    Result<UniqueFd> sfd = OpenStaging(rec.object);
-    if (!sfd.ok()) {
-      if (sfd.status().code() == ENOENT) {
-        ++rep.broken_stubs;
-        problem(where + " is staged but " + staging + " is missing; its content is lost");
-      } else {
-        staging_ref.insert(rec.object);
-        problem("cannot open " + staging + " for " + where + ": " + sfd.status().message());
-      }
-      if (!slots->damaged.empty()) unreadable(where + " (stub)", "damaged slot: " + slots->damaged);
-      return Status::Ok();
-    }
-    // Sealing deletes the stub's staging file once the stub names the new
-    // pack durably. That deletion needs no sweep's proof: a staging file
-    // belongs to the one stub that created it (O_EXCL, random id). The
-    // seal's stub write also replaces a damaged slot, which is the slot a
-    // torn write of a crash leaves.
-    Result<StubRecord> sealed = SealStub(fd, rec, sfd->get());
-    if (sealed.ok()) {
-      if (sealed->object != 0) packs_ref.emplace(sealed->object, where);  // 0: an empty file, no pack
-      ++rep.staged_resealed;
-      did("sealed " + where + " from " + staging + " into pack " + ObjectIdHex(sealed->object));
-      return Status::Ok();
-    }
-    // A failed seal may still have switched the stub: keep whatever it names now.
-    problem("cannot seal " + where + " (left staged): " + sealed.status().message());
-    staging_ref.insert(rec.object);
-    if (Result<StubSlots> now = ReadStubSlots(env_, fd); !now.ok()) {
-      unreadable(where + " (stub)", now.status().message());
-    } else {
-      if (now->current.state == StubState::kSealed && now->current.object != 0) {
-        packs_ref.emplace(now->current.object, where);
-      }
-      if (!now->damaged.empty()) unreadable(where + " (stub)", "damaged slot: " + now->damaged);
-    }
-    return Status::Ok();
-  };
-  std::unordered_set<ino_t> seen;
-  RETURN_IF_ERROR(internal::WalkTree(env_, ns_.get(), "", visit, &seen).WithContext("recovery"));
+  RETURN_IF_ERROR(RemoveUnpublishedPacks(env_, tmp_.get(), &rep));
+  NamespaceRecovery walk(this, &rep);
+  RETURN_IF_ERROR(walk.Walk(ns_.get()));
 
   // 3. Garbage: objects nothing refers to, deleted only when every stub,
   // pack and base could be read (CollectPacks adds what it cannot read).
-  RETURN_IF_ERROR(CollectPacks(packs_ref, &rep));
+  RETURN_IF_ERROR(CollectPacks(walk.packs_ref(), &rep));
   deletion_blocked_ = !rep.swept();
   if (!rep.swept()) {
     spdlog::warn(
@@ -221,6 +259,11 @@ Result<RecoveryReport> Store::Recover() {
         rep.unreadable.size(), path_);
     return rep;
   }
+  RETURN_IF_ERROR(RemoveOrphanStaging(walk.staging_ref(), &rep));
+  return rep;
+}
+
+Status Store::RemoveOrphanStaging(const std::unordered_set<ObjectId>& referenced, RecoveryReport* rep) {
   ASSIGN_OR_RETURN(std::vector<DirEntry> stage_files, env_->ListDir(staging_.get()));
   bool synced = false;
   for (const DirEntry& f : stage_files) {
@@ -229,36 +272,38 @@ Result<RecoveryReport> Store::Recover() {
       spdlog::warn("recovery: leaving unexpected file staging/{}", f.name);
       continue;
     }
-    if (staging_ref.count(*id)) continue;
+    if (referenced.count(*id)) continue;
     if (!synced) RETURN_IF_ERROR(SyncBeforeDeleting());
     synced = true;
     RETURN_IF_ERROR(env_->UnlinkAt(staging_.get(), f.name).WithContext("recovery: removing orphan staging file"));
-    ++rep.orphan_staging_removed;
-    did("removed orphan staging file staging/" + f.name);
+    ++rep->orphan_staging_removed;
+    NoteDone(rep, "removed orphan staging file staging/" + f.name);
   }
-  return rep;
+  return Status::Ok();
 }
 
-}  // namespace ckptfs
+namespace {
 
-namespace ckptfs {
+struct FoundPack {
+  std::string dir, file;
+  std::optional<PackMeta> meta;  // nullopt: references unknown
+  uint64_t logical_size = 0;
+  uint32_t chunk_size = 0;
+};
+using FoundPacks = std::unordered_map<ObjectId, FoundPack>;
 
-Status Store::CollectPacks(const std::unordered_map<ObjectId, std::string>& roots, RecoveryReport* rep) {
-  auto unreadable = [&](const std::string& where, const std::string& why) { NoteUnreadable(rep, where, why); };
-  struct Found {
-    std::string dir, file;
-    std::optional<PackMeta> meta;  // nullopt: references unknown
-    uint64_t logical_size = 0;
-    uint32_t chunk_size = 0;
-  };
-  std::unordered_map<ObjectId, Found> found;
-  ASSIGN_OR_RETURN(std::vector<DirEntry> pack_dirs, env_->ListDir(packs_.get()));
+// Every pack file under packs/, with its references where its meta block
+// can be read.
+Result<FoundPacks> FindPacks(Store* store, int packs_fd, RecoveryReport* rep) {
+  Env* env = store->env();
+  FoundPacks found;
+  ASSIGN_OR_RETURN(std::vector<DirEntry> pack_dirs, env->ListDir(packs_fd));
   for (const DirEntry& d : pack_dirs) {
-    Result<UniqueFd> dir = env_->OpenAt(packs_.get(), d.name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
+    Result<UniqueFd> dir = env->OpenAt(packs_fd, d.name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
     Result<std::vector<DirEntry>> files =
-        dir.ok() ? env_->ListDir(dir->get()) : Result<std::vector<DirEntry>>(dir.status());
+        dir.ok() ? env->ListDir(dir->get()) : Result<std::vector<DirEntry>>(dir.status());
     if (!files.ok()) {
-      unreadable("packs/" + d.name + "/ (directory)", files.status().message());
+      NoteUnreadable(rep, "packs/" + d.name + "/ (directory)", files.status().message());
       continue;
     }
     for (const DirEntry& f : *files) {
@@ -268,14 +313,14 @@ Status Store::CollectPacks(const std::unordered_map<ObjectId, std::string>& root
         spdlog::warn("recovery: leaving unexpected file {}", where);
         continue;
       }
-      Found& e = found[*id];
+      FoundPack& e = found[*id];
       e.dir = d.name;
       e.file = f.name;
-      Result<std::shared_ptr<PackReader>> r = OpenPack(*id);
+      Result<std::shared_ptr<PackReader>> r = store->OpenPack(*id);
       if (!r.ok()) {
-        unreadable(where + " (pack header or chunk table)", r.status().message());
+        NoteUnreadable(rep, where + " (pack header or chunk table)", r.status().message());
       } else if (!(*r)->meta_status().ok()) {
-        unreadable(where + " (meta block)", (*r)->meta_status().message());
+        NoteUnreadable(rep, where + " (meta block)", (*r)->meta_status().message());
       } else {
         e.meta = (*r)->meta();
         e.logical_size = (*r)->header().logical_size;
@@ -283,9 +328,13 @@ Status Store::CollectPacks(const std::unordered_map<ObjectId, std::string>& root
       }
     }
   }
+  return found;
+}
 
-  // Mark: what stubs name, and the bases of those packs, transitively. A
-  // pack that is named but absent means its references are lost too.
+// Mark: what stubs name, and the bases of those packs, transitively. A
+// pack that is named but absent means its references are lost too.
+std::unordered_set<ObjectId> MarkLive(const std::unordered_map<ObjectId, std::string>& roots, const FoundPacks& found,
+                                      RecoveryReport* rep) {
   std::unordered_set<ObjectId> live;
   std::vector<std::pair<ObjectId, std::string>> todo(roots.begin(), roots.end());  // pack, who needs it
   while (!todo.empty()) {
@@ -294,13 +343,21 @@ Status Store::CollectPacks(const std::unordered_map<ObjectId, std::string>& root
     if (!live.insert(id).second) continue;
     auto it = found.find(id);
     if (it == found.end()) {
-      unreadable("packs/" + internal::PackDirName(id) + "/" + internal::PackFileName(id),
-                 "missing, but " + needer + " needs it");
+      NoteUnreadable(rep, "packs/" + internal::PackDirName(id) + "/" + internal::PackFileName(id),
+                     "missing, but " + needer + " needs it");
       continue;
     }
     if (!it->second.meta) continue;
     for (ObjectId b : it->second.meta->bases) todo.emplace_back(b, "packs/" + it->second.dir + "/" + it->second.file);
   }
+  return live;
+}
+
+}  // namespace
+
+Status Store::CollectPacks(const std::unordered_map<ObjectId, std::string>& roots, RecoveryReport* rep) {
+  ASSIGN_OR_RETURN(const FoundPacks found, FindPacks(this, packs_.get(), rep));
+  const std::unordered_set<ObjectId> live = MarkLive(roots, found, rep);
 
   // Sweep what nothing needs, unless something could not be read; index the
   // packs whose meta blocks were read.
@@ -317,9 +374,7 @@ Status Store::CollectPacks(const std::unordered_map<ObjectId, std::string>& root
     if (!dir.ok()) return dir.status().WithContext("recovery: removing orphan pack");
     RETURN_IF_ERROR(env_->UnlinkAt(dir->get(), e.file).WithContext("recovery: removing orphan pack"));
     ++rep->orphan_packs_removed;
-    const std::string line = "removed orphan pack packs/" + e.dir + "/" + e.file;
-    spdlog::info("recovery: {}", line);
-    rep->actions.push_back(line);
+    NoteDone(rep, "removed orphan pack packs/" + e.dir + "/" + e.file);
   }
   index_.RecountUsers();
   for (const auto& [id, path] : roots) index_.AddRoot(id);

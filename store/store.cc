@@ -249,6 +249,30 @@ Result<UniqueFd> Store::PackDir(ObjectId id, bool create) {
   return env_->OpenAt(packs_.get(), name, O_RDONLY | O_DIRECTORY);
 }
 
+namespace {
+
+// Ends the pins a publish's planners hold when the publish is over, on
+// every path out of it: the packs they pin may go only once the new pack,
+// if any, is in the index as their user. `drop` gets the packs nothing
+// needs any more.
+class PlannerPins {
+ public:
+  using DropDead = std::function<void(const std::vector<ObjectId>&)>;
+  PlannerPins(const std::vector<std::unique_ptr<DeltaPlanner>>& planners, DropDead drop)
+      : planners_(planners), drop_(std::move(drop)) {}
+  PlannerPins(const PlannerPins&) = delete;
+  PlannerPins& operator=(const PlannerPins&) = delete;
+  ~PlannerPins() {
+    for (const auto& p : planners_) drop_(p->ReleasePins());
+  }
+
+ private:
+  const std::vector<std::unique_ptr<DeltaPlanner>>& planners_;
+  DropDead drop_;
+};
+
+}  // namespace
+
 Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic<bool>* cancel,
                                     const LossyPolicy& policy, SiblingSource* siblings) {
   const ObjectId id = NewObjectId();
@@ -306,36 +330,24 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
     }
   }
   DeltaPlanner* planner = planners.empty() ? nullptr : planners[0].get();
-  auto release_pins = [&] {
-    for (auto& p : planners) (void)DeleteDeadPacks(p->ReleasePins());
-  };
+  const PlannerPins pins(planners, [this](const std::vector<ObjectId>& dead) { (void)DeleteDeadPacks(dead); });
   if (lossy && planner) {
     for (auto& p : planners) p->SetLossy(&*lossy, opts_.delta ? opts_.lossy_keyframe_every : 0);
     // The zip CRC pass runs through the file in order, on one worker; the
     // chunks are then coded by all of them.
-    if (Status s = planner->PrepareLossy(env_, src_fd, size, opts_.chunk_size); !s.ok()) {
-      release_pins();
-      return fail(s);
-    }
+    if (Status s = planner->PrepareLossy(env_, src_fd, size, opts_.chunk_size); !s.ok()) return fail(s);
   }
   std::vector<ChunkPlanner*> planner_ptrs;
   for (auto& p : planners) planner_ptrs.push_back(p.get());
   Result<PackStats> stats = WritePack(env_, src_fd, size, tmp->get(), opts_.chunk_size, opts_.encoder, cancel, tensors,
                                       PackWorkers{workers, planner_ptrs});
-  if (!stats.ok()) {
-    release_pins();
-    return fail(stats.status());
-  }
+  if (!stats.ok()) return fail(stats.status());
   Result<UniqueFd> dir = PackDir(id, /*create=*/true);
   Status published = dir.ok() ? env_->RenameAt(tmp_.get(), tmpname, dir->get(), PackFileName(id)) : dir.status();
-  if (!published.ok()) {
-    release_pins();
-    return fail(published);
-  }
+  if (!published.ok()) return fail(published);
   if (Status s = env_->Fsync(dir->get()); !s.ok()) {
     // Not durable, and no stub refers to it yet: drop it.
     (void)env_->UnlinkAt(dir->get(), PackFileName(id));
-    release_pins();
     return s.WithContext(ctx);
   }
   if (index_loaded_) index_.Add(id, stats->meta, size, opts_.chunk_size);
@@ -347,7 +359,6 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
   spdlog::debug("{}: {} bytes stored in {} ({:.3f}x), {:.3f} s with {} worker(s), {:.0f} MB/s", ctx, size,
                 stats->stored_size, stats->stored_size ? double(size) / double(stats->stored_size) : 0.0, secs, workers,
                 secs > 0 ? double(size) / 1e6 / secs : 0.0);
-  release_pins();
   return id;
 }
 

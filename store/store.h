@@ -269,6 +269,9 @@ class Store : public BaseSource {
   // Anything it cannot read goes to rep->unreadable; with any there (a stub
   // could not be read either), nothing is deleted.
   Status CollectPacks(const std::unordered_map<ObjectId, std::string>& roots, RecoveryReport* rep);
+  // Recovery's last step, once everything could be read: deletes the
+  // staging files no stub names (`referenced` holds those some stub names).
+  Status RemoveOrphanStaging(const std::unordered_set<ObjectId>& referenced, RecoveryReport* rep);
   // Visits every stub under ns/ (depth-first); path is relative to ns/.
   Status WalkStubs(const std::function<Status(const std::string& path, int stub_fd)>& fn);
 

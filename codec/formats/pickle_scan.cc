@@ -1,7 +1,9 @@
 #include "codec/formats/pickle_scan.h"
 
 #include <algorithm>
+#include <array>
 #include <charconv>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <unordered_map>
@@ -21,6 +23,84 @@ constexpr uint32_t kMaxTupleDepth = 32;
 // tensor rebuild). A few more are tolerated; the bound keeps the search O(1).
 constexpr size_t kMaxKeySearch = 8;
 
+// The pickle machine's opcodes, protocols 0 to 5, under the names the
+// protocol (CPython's pickletools) gives them.
+enum class Op : uint8_t {
+  // protocol 0 and 1
+  kMark = '(',
+  kStop = '.',
+  kPop = '0',
+  kPopMark = '1',
+  kDup = '2',
+  kFloat = 'F',
+  kInt = 'I',
+  kBinInt = 'J',
+  kBinInt1 = 'K',
+  kLong = 'L',
+  kBinInt2 = 'M',
+  kNone = 'N',
+  kPersId = 'P',
+  kBinPersId = 'Q',
+  kReduce = 'R',
+  kString = 'S',
+  kBinString = 'T',
+  kShortBinString = 'U',
+  kUnicode = 'V',
+  kBinUnicode = 'X',
+  kAppend = 'a',
+  kBuild = 'b',
+  kGlobal = 'c',
+  kDict = 'd',
+  kEmptyDict = '}',
+  kAppends = 'e',
+  kGet = 'g',
+  kBinGet = 'h',
+  kInst = 'i',
+  kLongBinGet = 'j',
+  kList = 'l',
+  kEmptyList = ']',
+  kObj = 'o',
+  kPut = 'p',
+  kBinPut = 'q',
+  kLongBinPut = 'r',
+  kSetItem = 's',
+  kTuple = 't',
+  kEmptyTuple = ')',
+  kSetItems = 'u',
+  kBinFloat = 'G',
+  // protocol 2
+  kProto = 0x80,
+  kNewObj = 0x81,
+  kExt1 = 0x82,
+  kExt2 = 0x83,
+  kExt4 = 0x84,
+  kTuple1 = 0x85,
+  kTuple2 = 0x86,
+  kTuple3 = 0x87,
+  kNewTrue = 0x88,
+  kNewFalse = 0x89,
+  kLong1 = 0x8a,
+  kLong4 = 0x8b,
+  // protocol 3
+  kBinBytes = 'B',
+  kShortBinBytes = 'C',
+  // protocol 4
+  kShortBinUnicode = 0x8c,
+  kBinUnicode8 = 0x8d,
+  kBinBytes8 = 0x8e,
+  kEmptySet = 0x8f,
+  kAddItems = 0x90,
+  kFrozenSet = 0x91,
+  kNewObjEx = 0x92,
+  kStackGlobal = 0x93,
+  kMemoize = 0x94,
+  kFrame = 0x95,
+  // protocol 5
+  kByteArray8 = 0x96,
+  kNextBuffer = 0x97,
+  kReadOnlyBuffer = 0x98,
+};
+
 struct Value {
   // kTensor: a tensor rebuilt on a storage (i: its index); kDict: a dict
   // being filled (i: 1 for a collections.OrderedDict, 0 for a plain dict).
@@ -34,6 +114,7 @@ struct Value {
 
 Status Truncated() { return Status::Error(ENODATA, "pickle: truncated"); }
 Status Bad(const std::string& m) { return Status::Corruption("pickle: " + m); }
+Status UnknownOpcode(uint8_t op) { return Bad("unknown opcode " + std::to_string(op)); }
 
 DType DTypeFromTorchName(const std::string& g) {
   static const std::pair<const char*, DType> kMap[] = {
@@ -179,11 +260,24 @@ class Machine {
   Status PersistentId(Value pid);
   std::string PendingKey() const;
   Status Reduce();
-  Status Step(uint8_t op, bool* stop);
   Status TextInt(bool* handled_as_index, uint64_t* idx);
+  // --- opcodes: Step dispatches each to the handler of its family
+  using Handler = Status (Machine::*)(Op op);
+  static const std::array<Handler, 256>& Handlers();
+  Status Step(uint8_t op);
+  Status Framing(Op op);
+  Status StackOp(Op op);
+  Status PushConstant(Op op);
+  Status PushString(Op op);
+  Status BuildContainer(Op op);
+  Status FillContainer(Op op);
+  Status MemoOp(Op op);
+  Status BuildObject(Op op);
+  Status ExternalRef(Op op);
 
   std::span<const uint8_t> b_;
   size_t p_ = 0;
+  bool stopped_ = false;  // STOP was read
   std::vector<Value> stack_;
   std::vector<size_t> marks_;
   std::unordered_map<uint64_t, Value> memo_;
@@ -356,83 +450,90 @@ Status Machine::TextInt(bool* ok, uint64_t* idx) {
   return Status::Ok();
 }
 
-Status Machine::Step(uint8_t op, bool* stop) {
+const std::array<Machine::Handler, 256>& Machine::Handlers() {
+  static const std::array<Handler, 256> table = [] {
+    std::array<Handler, 256> t{};
+    auto add = [&t](Handler h, std::initializer_list<Op> ops) {
+      for (Op op : ops) t[static_cast<uint8_t>(op)] = h;
+    };
+    add(&Machine::Framing, {Op::kProto, Op::kFrame, Op::kStop});
+    add(&Machine::StackOp, {Op::kMark, Op::kPop, Op::kPopMark, Op::kDup});
+    add(&Machine::PushConstant, {Op::kInt, Op::kLong, Op::kBinInt, Op::kBinInt1, Op::kBinInt2, Op::kLong1, Op::kLong4,
+                                 Op::kFloat, Op::kBinFloat, Op::kNone, Op::kNewTrue, Op::kNewFalse});
+    add(&Machine::PushString,
+        {Op::kString, Op::kBinString, Op::kShortBinString, Op::kUnicode, Op::kBinUnicode, Op::kShortBinUnicode,
+         Op::kBinUnicode8, Op::kBinBytes, Op::kShortBinBytes, Op::kBinBytes8, Op::kByteArray8});
+    add(&Machine::BuildContainer, {Op::kEmptyTuple, Op::kTuple, Op::kTuple1, Op::kTuple2, Op::kTuple3, Op::kEmptyList,
+                                   Op::kList, Op::kEmptyDict, Op::kDict, Op::kEmptySet, Op::kFrozenSet});
+    add(&Machine::FillContainer, {Op::kAppend, Op::kAppends, Op::kSetItem, Op::kSetItems, Op::kAddItems});
+    add(&Machine::MemoOp,
+        {Op::kPut, Op::kBinPut, Op::kLongBinPut, Op::kMemoize, Op::kGet, Op::kBinGet, Op::kLongBinGet});
+    add(&Machine::BuildObject,
+        {Op::kGlobal, Op::kStackGlobal, Op::kReduce, Op::kBuild, Op::kNewObj, Op::kNewObjEx, Op::kInst, Op::kObj});
+    add(&Machine::ExternalRef,
+        {Op::kPersId, Op::kBinPersId, Op::kExt1, Op::kExt2, Op::kExt4, Op::kNextBuffer, Op::kReadOnlyBuffer});
+    return t;
+  }();
+  return table;
+}
+
+Status Machine::Step(uint8_t op) {
+  const Handler h = Handlers()[op];
+  if (h == nullptr) return UnknownOpcode(op);
+  return (this->*h)(static_cast<Op>(op));
+}
+
+// Each family handler is called with its own opcodes only (Handlers());
+// its default case is unreachable.
+Status Machine::Framing(Op op) {
   switch (op) {
-    case 0x80:
-      return Fixed(1).status();  // PROTO
-    case 0x95:
-      return Fixed(8).status();  // FRAME: framing is transparent
-    case '.':
-      *stop = true;
-      return Status::Ok();  // STOP
-    case '(':               // MARK
+    case Op::kProto:
+      return Fixed(1).status();
+    case Op::kFrame:
+      return Fixed(8).status();  // framing is transparent
+    case Op::kStop:
+      stopped_ = true;
+      return Status::Ok();
+    default:
+      return UnknownOpcode(static_cast<uint8_t>(op));
+  }
+}
+
+Status Machine::StackOp(Op op) {
+  switch (op) {
+    case Op::kMark:
       if (marks_.size() >= kMaxStack) return Bad("too many marks");
       marks_.push_back(stack_.size());
       return Status::Ok();
-    case ')':
-      return PushTuple({});
-    case 't': {
-      ASSIGN_OR_RETURN(auto v, PopToMark());
-      return PushTuple(std::move(v));
-    }
-    case 0x85:
-      return TupleN(1);
-    case 0x86:
-      return TupleN(2);
-    case 0x87:
-      return TupleN(3);
-    case 'q': {
-      ASSIGN_OR_RETURN(uint64_t i, Fixed(1));
-      return Put(i);
-    }
-    case 'r': {
-      ASSIGN_OR_RETURN(uint64_t i, Fixed(4));
-      return Put(i);
-    }
-    case 0x94:
-      return Put(memo_.size());  // MEMOIZE
-    case 'h': {
-      ASSIGN_OR_RETURN(uint64_t i, Fixed(1));
-      return Get(i);
-    }
-    case 'j': {
-      ASSIGN_OR_RETURN(uint64_t i, Fixed(4));
-      return Get(i);
-    }
-    case 'p':
-    case 'g': {  // PUT / GET (text)
-      bool ok;
-      uint64_t i;
-      RETURN_IF_ERROR(TextInt(&ok, &i));
-      if (!ok) return Bad("bad memo index");
-      return op == 'p' ? Put(i) : Get(i);
-    }
-    case 'c': {  // GLOBAL
-      ASSIGN_OR_RETURN(std::string_view mod, Line());
-      ASSIGN_OR_RETURN(std::string_view name, Line());
-      return PushStr(std::string(mod) + "." + std::string(name), Value::kGlobal);
-    }
-    case 0x93: {  // STACK_GLOBAL
-      ASSIGN_OR_RETURN(Value name, Pop());
-      ASSIGN_OR_RETURN(Value mod, Pop());
-      if (name.kind != Value::kStr || mod.kind != Value::kStr) return PushOther();
-      return PushStr(*mod.s + "." + *name.s, Value::kGlobal);
-    }
-    case 'J': {
+    case Op::kPop:
+      return Pop().status();
+    case Op::kPopMark:
+      return PopToMark().status();
+    case Op::kDup:
+      if (stack_.size() <= Floor()) return Bad("dup on empty stack");
+      return Push(stack_.back());
+    default:
+      return UnknownOpcode(static_cast<uint8_t>(op));
+  }
+}
+
+Status Machine::PushConstant(Op op) {
+  switch (op) {
+    case Op::kBinInt: {
       ASSIGN_OR_RETURN(uint64_t v, Fixed(4));
       return PushInt(static_cast<int32_t>(v));
     }
-    case 'K': {
+    case Op::kBinInt1: {
       ASSIGN_OR_RETURN(uint64_t v, Fixed(1));
       return PushInt(static_cast<int64_t>(v));
     }
-    case 'M': {
+    case Op::kBinInt2: {
       ASSIGN_OR_RETURN(uint64_t v, Fixed(2));
       return PushInt(static_cast<int64_t>(v));
     }
-    case 0x8a:
-    case 0x8b: {  // LONG1 / LONG4
-      ASSIGN_OR_RETURN(uint64_t n, Fixed(op == 0x8a ? 1 : 4));
+    case Op::kLong1:
+    case Op::kLong4: {
+      ASSIGN_OR_RETURN(uint64_t n, Fixed(op == Op::kLong1 ? 1 : 4));
       ASSIGN_OR_RETURN(std::string_view d, Bytes(n));
       if (n > 8) return PushOther();
       uint64_t v = 0;
@@ -440,8 +541,8 @@ Status Machine::Step(uint8_t op, bool* stop) {
       if (n > 0 && n < 8 && (static_cast<uint8_t>(d[n - 1]) & 0x80)) v |= ~uint64_t{0} << (8 * n);  // sign-extend
       return PushInt(static_cast<int64_t>(v));
     }
-    case 'I':
-    case 'L': {  // INT / LONG (text)
+    case Op::kInt:
+    case Op::kLong: {  // decimal text
       ASSIGN_OR_RETURN(std::string_view line, Line());
       if (!line.empty() && line.back() == 'L') line.remove_suffix(1);
       int64_t v;
@@ -449,44 +550,71 @@ Status Machine::Step(uint8_t op, bool* stop) {
       if (r.ec != std::errc() || r.ptr != line.data() + line.size()) return PushOther();
       return PushInt(v);
     }
-    case 'X':
-    case 'T':
-    case 'B':
-      return SizedString(4, op == 'X');  // BINUNICODE, BINSTRING, BINBYTES
-    case 0x8c:
-    case 'U':
-    case 'C':
-      return SizedString(1, op == 0x8c);  // SHORT_BINUNICODE, SHORT_BINSTRING, SHORT_BINBYTES
-    case 0x8d:
-    case 0x8e:
-    case 0x96:
-      return SizedString(8, op == 0x8d);  // BINUNICODE8, BINBYTES8, BYTEARRAY8
-    case 'V': {
-      ASSIGN_OR_RETURN(auto s, Line());
-      return PushStr(s);
-    }  // raw-unicode-escape; keys are ASCII
-    case 'S':
-    case 'F': {
+    case Op::kFloat:
       RETURN_IF_ERROR(Line().status());
       return PushOther();
-    }
-    case 'G': {
+    case Op::kBinFloat:
       RETURN_IF_ERROR(Fixed(8).status());
       return PushOther();
-    }
-    case 'N': {
+    case Op::kNone: {
       Value v;
       v.kind = Value::kNone;
       return Push(std::move(v));
     }
-    case 0x88:
+    case Op::kNewTrue:
       return PushInt(1);
-    case 0x89:
+    case Op::kNewFalse:
       return PushInt(0);
-    case ']':
-    case 'l': {  // EMPTY_LIST / LIST
+    default:
+      return UnknownOpcode(static_cast<uint8_t>(op));
+  }
+}
+
+// Only unicode strings are kept (keys, 'storage'); bytes become opaque.
+Status Machine::PushString(Op op) {
+  switch (op) {
+    case Op::kBinUnicode:
+    case Op::kBinString:
+    case Op::kBinBytes:
+      return SizedString(4, op == Op::kBinUnicode);
+    case Op::kShortBinUnicode:
+    case Op::kShortBinString:
+    case Op::kShortBinBytes:
+      return SizedString(1, op == Op::kShortBinUnicode);
+    case Op::kBinUnicode8:
+    case Op::kBinBytes8:
+    case Op::kByteArray8:
+      return SizedString(8, op == Op::kBinUnicode8);
+    case Op::kUnicode: {  // raw-unicode-escape; keys are ASCII
+      ASSIGN_OR_RETURN(auto s, Line());
+      return PushStr(s);
+    }
+    case Op::kString:
+      RETURN_IF_ERROR(Line().status());
+      return PushOther();
+    default:
+      return UnknownOpcode(static_cast<uint8_t>(op));
+  }
+}
+
+Status Machine::BuildContainer(Op op) {
+  switch (op) {
+    case Op::kEmptyTuple:
+      return PushTuple({});
+    case Op::kTuple: {
+      ASSIGN_OR_RETURN(auto v, PopToMark());
+      return PushTuple(std::move(v));
+    }
+    case Op::kTuple1:
+      return TupleN(1);
+    case Op::kTuple2:
+      return TupleN(2);
+    case Op::kTuple3:
+      return TupleN(3);
+    case Op::kEmptyList:
+    case Op::kList: {
       std::vector<Value> items;
-      if (op == 'l') {
+      if (op == Op::kList) {
         ASSIGN_OR_RETURN(items, PopToMark());
       }
       Value v;
@@ -495,35 +623,40 @@ Status Machine::Step(uint8_t op, bool* stop) {
       RETURN_IF_ERROR(Append(v, std::move(items)));
       return Push(std::move(v));
     }
-    case '}':
-      return PushDict(/*ordered=*/false);  // EMPTY_DICT
-    case 0x8f:
-      return PushOther();  // EMPTY_SET
-    case 'd': {            // DICT
+    case Op::kEmptyDict:
+      return PushDict(/*ordered=*/false);
+    case Op::kDict: {
       ASSIGN_OR_RETURN(auto items, PopToMark());
       Value dict;
       dict.kind = Value::kDict;
       SetItems(dict, items);
       return Push(std::move(dict));
     }
-    case 0x91:
-    case 'o': {
+    case Op::kEmptySet:
+      return PushOther();
+    case Op::kFrozenSet:
       RETURN_IF_ERROR(PopToMark().status());
       return PushOther();
-    }            // FROZENSET, OBJ
-    case 'a': {  // APPEND
+    default:
+      return UnknownOpcode(static_cast<uint8_t>(op));
+  }
+}
+
+Status Machine::FillContainer(Op op) {
+  switch (op) {
+    case Op::kAppend: {
       ASSIGN_OR_RETURN(Value v, Pop());
       if (stack_.size() <= Floor()) return Bad("append without list");
       std::vector<Value> one;
       one.push_back(std::move(v));
       return Append(stack_.back(), std::move(one));
     }
-    case 'e': {  // APPENDS
+    case Op::kAppends: {
       ASSIGN_OR_RETURN(auto items, PopToMark());
       if (stack_.size() <= Floor()) return Bad("appends without list");
       return Append(stack_.back(), std::move(items));
     }
-    case 's': {  // SETITEM
+    case Op::kSetItem: {
       std::vector<Value> pair(2);
       ASSIGN_OR_RETURN(pair[1], Pop());
       ASSIGN_OR_RETURN(pair[0], Pop());
@@ -531,80 +664,125 @@ Status Machine::Step(uint8_t op, bool* stop) {
       SetItems(stack_.back(), pair);
       return Status::Ok();
     }
-    case 'u': {  // SETITEMS
+    case Op::kSetItems: {
       ASSIGN_OR_RETURN(auto items, PopToMark());
       if (stack_.size() <= Floor()) return Bad("setitems without target");
       SetItems(stack_.back(), items);
       return Status::Ok();
     }
-    case 0x90: {  // ADDITEMS (sets)
+    case Op::kAddItems:  // sets
       RETURN_IF_ERROR(PopToMark().status());
       return stack_.size() > Floor() ? Status::Ok() : Bad("additems without target");
+    default:
+      return UnknownOpcode(static_cast<uint8_t>(op));
+  }
+}
+
+Status Machine::MemoOp(Op op) {
+  switch (op) {
+    case Op::kBinPut: {
+      ASSIGN_OR_RETURN(uint64_t i, Fixed(1));
+      return Put(i);
     }
-    case 'R':
+    case Op::kLongBinPut: {
+      ASSIGN_OR_RETURN(uint64_t i, Fixed(4));
+      return Put(i);
+    }
+    case Op::kMemoize:
+      return Put(memo_.size());
+    case Op::kBinGet: {
+      ASSIGN_OR_RETURN(uint64_t i, Fixed(1));
+      return Get(i);
+    }
+    case Op::kLongBinGet: {
+      ASSIGN_OR_RETURN(uint64_t i, Fixed(4));
+      return Get(i);
+    }
+    case Op::kPut:
+    case Op::kGet: {  // decimal text index
+      bool ok;
+      uint64_t i;
+      RETURN_IF_ERROR(TextInt(&ok, &i));
+      if (!ok) return Bad("bad memo index");
+      return op == Op::kPut ? Put(i) : Get(i);
+    }
+    default:
+      return UnknownOpcode(static_cast<uint8_t>(op));
+  }
+}
+
+Status Machine::BuildObject(Op op) {
+  switch (op) {
+    case Op::kGlobal: {
+      ASSIGN_OR_RETURN(std::string_view mod, Line());
+      ASSIGN_OR_RETURN(std::string_view name, Line());
+      return PushStr(std::string(mod) + "." + std::string(name), Value::kGlobal);
+    }
+    case Op::kStackGlobal: {
+      ASSIGN_OR_RETURN(Value name, Pop());
+      ASSIGN_OR_RETURN(Value mod, Pop());
+      if (name.kind != Value::kStr || mod.kind != Value::kStr) return PushOther();
+      return PushStr(*mod.s + "." + *name.s, Value::kGlobal);
+    }
+    case Op::kReduce:
       return Reduce();
-    case 'b': {  // BUILD
+    case Op::kBuild:
       RETURN_IF_ERROR(Pop().status());
       return stack_.size() > Floor() ? Status::Ok() : Bad("build without object");
-    }
-    case 0x81: {
+    case Op::kNewObj:
       RETURN_IF_ERROR(Pop().status());
       RETURN_IF_ERROR(Pop().status());
       return PushOther();
-    }             // NEWOBJ
-    case 0x92: {  // NEWOBJ_EX
+    case Op::kNewObjEx:
       for (int k = 0; k < 3; ++k) RETURN_IF_ERROR(Pop().status());
       return PushOther();
-    }
-    case 'i': {  // INST
+    case Op::kInst:
       RETURN_IF_ERROR(Line().status());
       RETURN_IF_ERROR(Line().status());
       RETURN_IF_ERROR(PopToMark().status());
       return PushOther();
-    }
-    case 'Q': {
+    case Op::kObj:
+      RETURN_IF_ERROR(PopToMark().status());
+      return PushOther();
+    default:
+      return UnknownOpcode(static_cast<uint8_t>(op));
+  }
+}
+
+// What the pickle names outside itself: persistent ids (torch's storages),
+// the extension registry and out-of-band buffers.
+Status Machine::ExternalRef(Op op) {
+  switch (op) {
+    case Op::kBinPersId: {
       ASSIGN_OR_RETURN(Value pid, Pop());
       return PersistentId(std::move(pid));
     }
-    case 'P': {
+    case Op::kPersId:
       RETURN_IF_ERROR(Line().status());
       return PushOther();
-    }
-    case '0':
-      return Pop().status();
-    case '1':
-      return PopToMark().status();
-    case '2': {
-      if (stack_.size() <= Floor()) return Bad("dup on empty stack");
-      return Push(stack_.back());
-    }
-    case 0x82: {
+    case Op::kExt1:
       RETURN_IF_ERROR(Fixed(1).status());
       return PushOther();
-    }
-    case 0x83: {
+    case Op::kExt2:
       RETURN_IF_ERROR(Fixed(2).status());
       return PushOther();
-    }
-    case 0x84: {
+    case Op::kExt4:
       RETURN_IF_ERROR(Fixed(4).status());
       return PushOther();
-    }
-    case 0x97:
-      return PushOther();  // NEXT_BUFFER
-    case 0x98:
+    case Op::kNextBuffer:
+      return PushOther();
+    case Op::kReadOnlyBuffer:
       return stack_.size() > Floor() ? Status::Ok() : Bad("readonly_buffer on empty stack");
     default:
-      return Bad("unknown opcode " + std::to_string(op));
+      return UnknownOpcode(static_cast<uint8_t>(op));
   }
 }
 
 Result<PickleScan> Machine::Run() {
-  bool stop = false;
-  while (!stop) {
+  while (!stopped_) {
     if (p_ >= b_.size()) return Truncated();
     uint8_t op = b_[p_++];
-    RETURN_IF_ERROR(Step(op, &stop));
+    RETURN_IF_ERROR(Step(op));
   }
   if (stack_.size() == 1 && marks_.empty() && stack_[0].kind == Value::kList) {
     for (const Value& v : *stack_[0].items) {
