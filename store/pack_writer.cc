@@ -15,26 +15,8 @@
 namespace ckptfs {
 namespace {
 
-using pack_layout::ChunkCount;
-using pack_layout::kEntCodec;
-using pack_layout::kEntOffset;
-using pack_layout::kEntRawLen;
-using pack_layout::kEntRawSum;
-using pack_layout::kEntStoredLen;
-using pack_layout::kEntStoredSum;
-using pack_layout::kFtCount;
-using pack_layout::kFtMagic;
-using pack_layout::kFtTableOffset;
-using pack_layout::kFtTableSum;
-using pack_layout::kHdrChecksum;
-using pack_layout::kHdrChunkSize;
-using pack_layout::kHdrCount;
-using pack_layout::kHdrFlags;
-using pack_layout::kHdrHeaderSize;
-using pack_layout::kHdrLogical;
-using pack_layout::kHdrMetaLen;
-using pack_layout::kHdrMetaOffset;
-using pack_layout::kHdrVersion;
+// The field offsets the pack reader and writer share (pack_format.h).
+using namespace pack_layout;
 
 void EncodeHeader(const PackHeader& h, std::span<uint8_t, kPackHeaderSize> out) {
   std::fill(out.begin(), out.end(), 0);

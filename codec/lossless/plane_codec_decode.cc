@@ -14,14 +14,8 @@
 namespace ckptfs::lossless {
 namespace {
 
-using plane::BucketMap;
-using plane::BucketStarts;
-using plane::GridApplies;
-using plane::kMaxBuckets;
-using plane::kMaxDType;
-using plane::kMaxLane;
-using plane::LaneSize;
-using plane::RotationApplies;
+// The names and limits the plane encoder and decoder share (plane_format.h).
+using namespace plane;
 
 Status DecodeBytes(PlaneMethod m, std::span<const uint8_t> stored, std::span<uint8_t> plane) {
   switch (m) {

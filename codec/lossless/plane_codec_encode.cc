@@ -19,14 +19,8 @@
 namespace ckptfs::lossless {
 namespace {
 
-using plane::BucketMap;
-using plane::BucketStarts;
-using plane::GridApplies;
-using plane::kMaxBuckets;
-using plane::kMaxDType;
-using plane::kMaxLane;
-using plane::LaneSize;
-using plane::RotationApplies;
+// The names and limits the plane encoder and decoder share (plane_format.h).
+using namespace plane;
 
 // Planes above this many bytes are judged from every kSampleStride-th byte:
 // 1/16 of a 1 MiB plane still pins the entropy within ~0.02 bit/byte.

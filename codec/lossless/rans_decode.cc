@@ -10,11 +10,8 @@
 namespace ckptfs::lossless {
 namespace {
 
-using rans::kL;
-using rans::kListedSymbolsMax;
-using rans::kModeRans;
-using rans::kModeRun;
-using rans::kStates;
+// The constants the rANS encoder and decoder share (rans_format.h).
+using namespace rans;
 
 // Per-symbol freq/start plus a slot -> symbol map: 256-entry tables and a
 // byte per slot stay in L1, where a per-slot (freq, bias) table would not.

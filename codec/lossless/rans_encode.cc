@@ -12,11 +12,8 @@
 namespace ckptfs::lossless {
 namespace {
 
-using rans::kL;
-using rans::kListedSymbolsMax;
-using rans::kModeRans;
-using rans::kModeRun;
-using rans::kStates;
+// The constants the rANS encoder and decoder share (rans_format.h).
+using namespace rans;
 
 unsigned ScaleBitsFor(uint64_t n) {
   unsigned bits = static_cast<unsigned>(std::bit_width(n));
