@@ -17,7 +17,11 @@ class EnvSource : public ByteSource {
  public:
   EnvSource(Env* env, int fd, uint64_t size) : env_(env), fd_(fd), size_(size) {}
   uint64_t size() const override { return size_; }
-  Status ReadAt(uint64_t off, std::span<uint8_t> out) const override { return env_->PReadExact(fd_, out, off); }
+  Status ReadAt(uint64_t off, std::span<uint8_t> out) const override {
+    // Past `size` is past the file as the caller snapshotted it, even if it has grown since.
+    if (off > size_ || size_ - off < out.size()) return Status::Error(EIO, "read past end of file");
+    return env_->PReadExact(fd_, out, off);
+  }
 
  private:
   Env* env_;

@@ -12,6 +12,7 @@
 #include <map>
 
 #include "codec/lossy/siblings.h"
+#include "store/env_source.h"
 #include "store/store.h"
 #include "store/store_internal.h"
 
@@ -34,16 +35,16 @@ class PackSource : public ByteSource {
   uint64_t size_;
 };
 
-// A staged file's bytes; owns the staging fd.
+// A staged file's bytes, read through Env; owns the staging fd.
 class StagingSource : public ByteSource {
  public:
-  explicit StagingSource(UniqueFd fd) : fd_(std::move(fd)), src_(fd_.get()) {}
+  StagingSource(Env* env, UniqueFd fd, uint64_t size) : fd_(std::move(fd)), src_(env, fd_.get(), size) {}
   uint64_t size() const override { return src_.size(); }
   Status ReadAt(uint64_t off, std::span<uint8_t> out) const override { return src_.ReadAt(off, out); }
 
  private:
   UniqueFd fd_;
-  FdSource src_;
+  EnvSource src_;
 };
 
 int64_t SecondsApart(const timespec& a, const timespec& b) {
@@ -146,7 +147,8 @@ Result<std::shared_ptr<const ByteSource>> SameSaveFiles::Open(const std::string&
     src = std::make_shared<PackSource>(store_, rec.object, rec.size);
   } else {
     ASSIGN_OR_RETURN(UniqueFd fd, store_->OpenStaging(rec.object));
-    src = std::make_shared<StagingSource>(std::move(fd));
+    ASSIGN_OR_RETURN(struct stat st, env_->Fstat(fd.get()));
+    src = std::make_shared<StagingSource>(env_, std::move(fd), static_cast<uint64_t>(st.st_size));
   }
   return src;
 }
