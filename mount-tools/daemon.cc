@@ -14,15 +14,16 @@ namespace ckptfs {
 Result<UniqueFd> Daemonize() {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) return Status::FromErrno("pipe");
+  UniqueFd rd(fds[0]), wr(fds[1]);
   const pid_t pid = ::fork();
   if (pid < 0) return Status::FromErrno("fork");
   if (pid > 0) {
-    ::close(fds[1]);
+    wr.reset();
     char ok = 1;
-    const ssize_t n = ::read(fds[0], &ok, 1);
+    const ssize_t n = ::read(rd.get(), &ok, 1);
     ::_exit(n == 1 && ok == 0 ? 0 : 1);
   }
-  ::close(fds[0]);
+  rd.reset();
   ::setsid();
   if (::chdir("/") != 0) return Status::FromErrno("chdir /");
   const int null = ::open("/dev/null", O_RDWR);
@@ -32,7 +33,7 @@ Result<UniqueFd> Daemonize() {
     ::dup2(null, 2);
     if (null > 2) ::close(null);
   }
-  return UniqueFd(fds[1]);
+  return wr;
 }
 
 void ReportStarted(UniqueFd* pipe) {
