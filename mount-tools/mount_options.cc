@@ -1,6 +1,7 @@
 #include "mount-tools/mount_options.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -104,6 +105,29 @@ Status SetLogLevel(const OptionArg& a, MountOptions* o) {
   return Status::Ok();
 }
 
+Status SetNodeName(const OptionArg& a, MountOptions* o) {
+  const bool ok = !a.value.empty() && a.value.size() <= 64 &&
+                  std::all_of(a.value.begin(), a.value.end(), [](char c) {
+                    return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
+                  });
+  if (!ok) return Status::InvalidArgument("option node=" + a.value + ": use 1 to 64 of A-Z a-z 0-9 . _ -");
+  o->store.cluster.node = a.value;
+  return Status::Ok();
+}
+
+Result<std::string> AbsolutePath(const OptionArg& a) {
+  if (a.value.empty() || a.value[0] != '/') {
+    return Status::InvalidArgument("option " + a.key + "=" + a.value + ": give an absolute path");
+  }
+  return a.value;
+}
+
+Result<std::string> PackLocation(const OptionArg& a) {
+  if (a.value == "dir") return a.value;
+  if (a.value.rfind("rados:", 0) == 0 && a.value.size() > 6) return a.value;
+  return Status::InvalidArgument("option packs=" + a.value + ": use dir or rados:POOL");
+}
+
 // Kernel mount options: they take no value, and the help lists them together.
 constexpr MountOptionSpec Kernel(std::string_view name) { return {name, Takes::kNoValue, "", PassToKernel, ""}; }
 
@@ -158,6 +182,43 @@ const MountOptionSpec kTable[] = {
      [](const OptionArg& a, MountOptions* o) { return Into(IntIn(a, 0, 64), &o->store.lossy_keyframe_every); },
      "longest chain of lossy chunks, 0..64",
      [](const MountOptions& d) { return std::to_string(d.store.lossy_keyframe_every); }},
+    {"cluster", Takes::kNoValue, "",
+     [](const OptionArg&, MountOptions* o) {
+       o->store.cluster.enabled = true;
+       return Status::Ok();
+     },
+     "serve a store shared by several nodes' daemons (CephFS, Lustre, NFS, GPFS); the store is recorded as "
+     "shared, and every later mount of it is in cluster mode. See docs/SEMANTICS.md, \"Cluster mode\""},
+    {"node", Takes::kValue, "NAME", SetNodeName,
+     "this node's name among the store's daemons, [A-Za-z0-9._-], up to 64 characters (default: the host name)"},
+    {"staging", Takes::kValue, "DIR",
+     [](const OptionArg& a, MountOptions* o) { return Into(AbsolutePath(a), &o->store.cluster.staging_dir); },
+     "node-local directory for files being written (default: the store's staging/; for a shared store "
+     "/var/tmp/ckptfs/<store hash>/<node>)"},
+    {"lease", Takes::kValue, "SEC",
+     [](const OptionArg& a, MountOptions* o) { return Into(IntIn(a, 1, 3600), &o->store.cluster.lease_seconds); },
+     "cluster membership lease, 1..3600 s: a node silent for longer is dead and others collect what it left",
+     [](const MountOptions& d) { return std::to_string(d.store.cluster.lease_seconds); }},
+    {"gc_grace", Takes::kValue, "SEC",
+     [](const OptionArg& a, MountOptions* o) {
+       return Into(IntIn(a, 0, 30 * 86400), &o->store.cluster.gc_grace_seconds);
+     },
+     "cluster GC deletes a pack only after it has been unreferenced this long",
+     [](const MountOptions& d) { return std::to_string(d.store.cluster.gc_grace_seconds); }},
+    {"gc_interval", Takes::kValue, "SEC",
+     [](const OptionArg& a, MountOptions* o) {
+       return Into(IntIn(a, 0, 30 * 86400), &o->store.cluster.gc_interval_seconds);
+     },
+     "run cluster GC from this daemon this often (0: never; `ckptfs gc` does)",
+     [](const MountOptions& d) { return std::to_string(d.store.cluster.gc_interval_seconds); }},
+    {"packs", Takes::kValue, "dir|rados:POOL",
+     [](const OptionArg& a, MountOptions* o) { return Into(PackLocation(a), &o->store.cluster.packs); },
+     "where packs live: dir (the store directory) or rados:POOL (a RADOS pool through librados; the namespace "
+     "stays in the store directory)"},
+    {"ceph_conf", Takes::kValue, "PATH",
+     [](const OptionArg& a, MountOptions* o) { return Into(AbsolutePath(a), &o->store.cluster.ceph_conf); },
+     "Ceph configuration for packs=rados:POOL",
+     [](const MountOptions& d) { return d.store.cluster.ceph_conf; }},
     {"seal_threads", Takes::kValue, "N",
      [](const OptionArg& a, MountOptions* o) { return Into(IntIn(a, 1, 64), &o->fuse.fs.seal_threads); },
      "background sealing threads, 1..64", [](const MountOptions& d) { return std::to_string(d.fuse.fs.seal_threads); }},

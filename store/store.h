@@ -29,6 +29,7 @@
 #include "codec/lossy/lossy_info.h"
 #include "codec/lossy/policy.h"
 #include "codec/lossy/siblings.h"
+#include "store/cluster_options.h"
 #include "store/env.h"
 #include "store/object_id.h"
 #include "store/pack.h"
@@ -65,6 +66,8 @@ struct StoreOptions {
   // Longest chain of lossy chunks, each predicted from the last one's
   // reconstruction; the next is a keyframe.
   uint32_t lossy_keyframe_every = 32;
+  // Several nodes' daemons on one store (store/cluster_options.h).
+  ClusterOptions cluster;
 };
 
 struct RecoveryReport {
