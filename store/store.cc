@@ -559,6 +559,28 @@ Result<uint64_t> Store::PackFileSize(ObjectId id) {
   return static_cast<uint64_t>(st.st_size);
 }
 
+Result<std::vector<Store::PackStat>> Store::ListPacks() {
+  std::vector<PackStat> out;
+  ASSIGN_OR_RETURN(std::vector<DirEntry> dirs, env_->ListDir(packs_.get()));
+  for (const DirEntry& d : dirs) {
+    Result<UniqueFd> dir = env_->OpenAt(packs_.get(), d.name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
+    if (!dir.ok()) return dir.status().WithContext("listing packs/" + d.name + "/");
+    ASSIGN_OR_RETURN(std::vector<DirEntry> files, env_->ListDir(dir->get()));
+    for (const DirEntry& f : files) {
+      std::optional<ObjectId> id = internal::ParseObjectFileName(f.name, internal::kPackSuffix);
+      if (!id) continue;
+      Result<struct stat> st = env_->FstatAt(dir->get(), f.name, AT_SYMLINK_NOFOLLOW);
+      if (!st.ok()) {
+        if (st.status().code() == ENOENT) continue;  // deleted meanwhile
+        return st.status().WithContext("listing packs/" + d.name + "/" + f.name);
+      }
+      out.push_back({*id, static_cast<uint64_t>(st->st_size),
+                     static_cast<uint64_t>(st->st_mtim.tv_sec) * 1000000000ull + st->st_mtim.tv_nsec});
+    }
+  }
+  return out;
+}
+
 Result<uint64_t> Store::AllPackBytes() {
   uint64_t total = 0;
   ASSIGN_OR_RETURN(std::vector<DirEntry> dirs, env_->ListDir(packs_.get()));

@@ -196,6 +196,15 @@ class Store : public BaseSource {
   // or `ckptfs gc`) reads everything, no pack is deleted.
   bool deletion_blocked() const { return deletion_blocked_.load(); }
   Result<uint64_t> PackFileSize(ObjectId id);
+  // Every pack in the store, with its size and the time it was last
+  // written (cluster GC's grace period counts from it). Unparseable names
+  // are skipped; a pack directory that cannot be listed is an error.
+  struct PackStat {
+    ObjectId id = 0;
+    uint64_t bytes = 0;
+    uint64_t mtime_ns = 0;
+  };
+  Result<std::vector<PackStat>> ListPacks();
   // Bytes of every pack in the store: with deltas, packs of deleted files
   // can stay as bases of others, so this can exceed the files' own packs.
   Result<uint64_t> AllPackBytes();
