@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <thread>
 #include <utility>
 
 #include "base/log.h"
@@ -17,6 +18,7 @@ Result<std::shared_ptr<FileContent>> FileContent::Load(Store* store, ChunkCache*
   if (!rec.ok()) return rec.status().WithContext("stub of " + label);
   std::shared_ptr<FileContent> fc(new FileContent(store, cache, std::move(stub_fd), std::move(label)));
   fc->rec_ = rec.value();
+  if (fc->RemoteStagedLocked()) return fc;  // its bytes are on that node until it seals
   if (fc->rec_.state == StubState::kStaged) {
     // Only recovery leaves a stub staged across mounts, and it seals them
     // all; still, serve the staged bytes rather than refuse the file.
@@ -51,6 +53,11 @@ Result<std::shared_ptr<PackReader>> FileContent::PackLocked() {
 
 Status FileContent::FillStat(struct stat* st) {
   std::lock_guard lk(mu_);
+  if (RemoteStagedLocked()) {
+    st->st_size = static_cast<off_t>(rec_.size);  // final: only closed ones are shown
+    st->st_blocks = 0;
+    return Status::Ok();
+  }
   if (staging_) {
     auto sst = store_->env()->Fstat(staging_->fd.get());
     if (!sst.ok()) return sst.status();
@@ -95,6 +102,7 @@ Result<size_t> FileContent::ReadSealed(const std::shared_ptr<PackReader>& pack, 
 
 Result<size_t> FileContent::Read(uint64_t off, std::span<uint8_t> out) {
   std::unique_lock lk(mu_);
+  if (RemoteStagedLocked()) return Status::Error(ESTALE, "file is being written on another node");
   if (std::shared_ptr<Staging> sp = staging_) {
     lk.unlock();
     return store_->env()->PRead(sp->fd.get(), out, off);
@@ -110,7 +118,8 @@ Result<size_t> FileContent::Read(uint64_t off, std::span<uint8_t> out) {
 }
 
 Status FileContent::EnsureStagedLocked(uint64_t keep_bytes) {
-  if (staging_) return Status::Ok();
+  if (staging_) return ReopenStubLocked();
+  if (RemoteStagedLocked()) return Status::Error(EBUSY, "file is being written on another node");
   Result<Store::Staged> staged = store_->StageStub(stub_fd_.get(), rec_, keep_bytes);
   if (!staged.ok()) return Fail(staged.status(), "stage", 0);
   const StubRecord old = rec_;
@@ -325,6 +334,85 @@ void FileContent::MaybeReleaseObjectsLocked() {
   if (rec_.state == StubState::kSealed && rec_.object != 0) cache_->ErasePack(rec_.object);
   staging_.reset();
   pack_.reset();
+}
+
+}  // namespace ckptfs
+
+namespace ckptfs {
+
+Status FileContent::Refresh() {
+  if (!store_->cluster()) return Status::Ok();
+  std::lock_guard lk(mu_);
+  if (staging_ || open_handles_ > 0 || writes_in_flight_ > 0 || unlinked_) return Status::Ok();
+  ASSIGN_OR_RETURN(StubRecord now, ReadStub(store_->env(), stub_fd_.get()));
+  if (now == rec_) return Status::Ok();
+  if (now.state == StubState::kStaged && now.node == store_->node_id()) {
+    // Ours: only recovery leaves one, and it seals them. Serve it as Load does.
+    ASSIGN_OR_RETURN(UniqueFd fd, store_->OpenStaging(now.object));
+    staging_ = std::make_shared<Staging>(Staging{now.object, std::move(fd)});
+  }
+  rec_ = now;
+  pack_.reset();
+  pack_stored_ = 0;
+  drop_cache_ = true;  // the kernel's pages are of the old version
+  return Status::Ok();
+}
+
+bool FileContent::HiddenHere() {
+  std::lock_guard lk(mu_);
+  return RemoteStagedLocked() && !rec_.closed;
+}
+
+bool FileContent::StagingNodeAlive() {
+  uint64_t node = 0;
+  {
+    std::lock_guard lk(mu_);
+    node = rec_.node;
+  }
+  Result<std::vector<MemberRecord>> members = ReadMembers(store_->env(), store_->root_fd());
+  if (!members.ok()) return true;  // cannot tell: keep waiting
+  for (const MemberRecord& m : *members) {
+    if (NodeId(m.node) == node) return MemberIsAlive(m, store_->env()->WallTimeNs(), ThisHostName());
+  }
+  return false;
+}
+
+Status FileContent::WaitUntilServable() {
+  if (!store_->cluster()) return Status::Ok();
+  const auto deadline = std::chrono::steady_clock::now() + kRemoteSealWait;
+  auto next_liveness_check = std::chrono::steady_clock::now();
+  for (;;) {
+    RETURN_IF_ERROR(Refresh());
+    {
+      std::lock_guard lk(mu_);
+      if (!RemoteStagedLocked()) return Status::Ok();
+      if (!rec_.closed) return Status::Error(ENOENT, "file is being written on another node");
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) return Status::Error(EAGAIN, "another node closed this file but has not sealed it yet");
+    if (now >= next_liveness_check) {
+      if (!StagingNodeAlive()) {
+        return Status::Error(EIO, "the node that wrote this file is down; its content comes back when it remounts");
+      }
+      next_liveness_check = now + std::chrono::seconds(1);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+Status FileContent::OnFlush() {
+  if (!store_->cluster()) return Status::Ok();
+  std::lock_guard lk(mu_);
+  if (!staging_ || rec_.closed) return Status::Ok();
+  ASSIGN_OR_RETURN(struct stat st, store_->env()->Fstat(staging_->fd.get()));
+  ASSIGN_OR_RETURN(rec_, store_->MarkStubClosed(stub_fd_.get(), rec_, static_cast<uint64_t>(st.st_size)));
+  return Status::Ok();
+}
+
+Status FileContent::ReopenStubLocked() {
+  if (!rec_.closed) return Status::Ok();
+  ASSIGN_OR_RETURN(rec_, store_->MarkStubOpen(stub_fd_.get(), rec_));
+  return Status::Ok();
 }
 
 }  // namespace ckptfs

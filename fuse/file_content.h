@@ -78,6 +78,20 @@ class FileContent {
   // (its file is gone, or the backing inode is not `dev`/`ino`).
   bool Reattach(dev_t dev, ino_t ino);
 
+  // Cluster mode (docs/SEMANTICS.md "Cluster mode"). Another node may
+  // have changed the stub: Refresh re-reads it when nothing here holds the
+  // content (no handle, no staging), so an open sees the newest close.
+  Status Refresh();
+  // Staged on another node and not yet closed there: not visible here.
+  bool HiddenHere();
+  // An open: refreshes, and for a file another node closed but has not
+  // sealed yet, waits for the seal (up to kRemoteSealWait, failing early if
+  // that node's lease runs out). ENOENT for a file still being written there.
+  Status WaitUntilServable();
+  // The close of a writable handle (FLUSH): marks a staged stub closed with
+  // its final size, so other nodes wait for its seal instead of hiding it.
+  Status OnFlush();
+
   const std::string& label() const { return label_; }
   int stub_fd() const { return stub_fd_.get(); }
 
@@ -98,6 +112,11 @@ class FileContent {
                             std::span<uint8_t> out);
   void MaybeReleaseObjectsLocked();
   bool NeedsSealLocked() const { return open_writers_ == 0 && staging_ && !unlinked_; }
+  bool RemoteStagedLocked() const { return rec_.state == StubState::kStaged && rec_.node != store_->node_id(); }
+  // A write or size change after a FLUSH marked the stub closed.
+  Status ReopenStubLocked();
+  // Whether the node that staged `rec_` still holds its lease.
+  bool StagingNodeAlive();
   Status Fail(const Status& st, const char* what, uint64_t off);
 
   Store* const store_;
@@ -107,6 +126,8 @@ class FileContent {
 
   // How long a lossy read waits for a writer's pending RELEASE.
   static constexpr std::chrono::seconds kReleaseGrace{2};
+  // How long an open waits for another node's seal of a closed file.
+  static constexpr std::chrono::seconds kRemoteSealWait{600};
 
   std::mutex seal_mu_;                   // one seal at a time (seal queue, lossy reads)
   std::condition_variable released_cv_;  // a handle was released (mu_)

@@ -42,6 +42,10 @@ Status Filesystem::Stat(Inode& inode, struct stat* st) {
   ASSIGN_OR_RETURN(*st, store_->env()->FstatAt(inode.fd.get(), "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW));
   if (!S_ISREG(st->st_mode)) return Status::Ok();
   ASSIGN_OR_RETURN(auto content, ContentOf(inode));
+  if (store_->cluster()) {
+    RETURN_IF_ERROR(content->Refresh());
+    if (content->HiddenHere()) return Status::Error(ENOENT, "file is being written on another node");
+  }
   return content->FillStat(st);
 }
 

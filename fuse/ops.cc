@@ -282,6 +282,7 @@ void OpenHandle(fuse_req_t req, Inode& inode, fuse_file_info* fi, const fuse_ent
   };
   auto content = fs.ContentOf(inode);
   if (!content.ok()) return fail(content.status());
+  if (Status s = content.value()->WaitUntilServable(); !s.ok()) return fail(s);
   const bool writable = IsWritable(fi->flags);
   if (!writable) {
     if (Status s = content.value()->SealForLossyRead(); !s.ok()) return fail(s);
@@ -311,16 +312,50 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   OpenHandle(req, inode, fi, nullptr);
 }
 
+// Cluster mode: the new stub is made in this node's nodes/NODE/tmp/,
+// staged there (a staged record naming this node), given to the caller,
+// and only then linked into its directory, so that other nodes never see
+// the name before the record that hides it until it is closed.
+Status CreateStagedElsewhere(fuse_req_t req, Inode& dir, const char* name, mode_t mode, bool* made) {
+  Store* store = Fs(req).store();
+  const int tmp_dir = store->creation_dir_fd();
+  const std::string tmp = "create-" + ObjectIdHex(NewObjectId());
+  ASSIGN_OR_RETURN(UniqueFd fd, E(req)->OpenAt(tmp_dir, tmp, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC | O_NOFOLLOW,
+                                               mode & 07777));
+  struct RemoveTmp {
+    Env* env;
+    int dir;
+    std::string name;
+    ~RemoveTmp() { (void)env->UnlinkAt(dir, name); }
+  } remove_tmp{E(req), tmp_dir, tmp};
+  if (Fs(req).config().chown_new_files && ::geteuid() == 0) {
+    const fuse_ctx* ctx = fuse_req_ctx(req);
+    auto pst = E(req)->FstatAt(dir.fd.get(), "", AT_EMPTY_PATH);
+    const gid_t gid = (pst.ok() && (pst->st_mode & S_ISGID)) ? pst->st_gid : ctx->gid;
+    RETURN_IF_ERROR(E(req)->FchownAt(fd.get(), "", ctx->uid, gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW));
+  }
+  ASSIGN_OR_RETURN(Store::Staged staged, store->StageStub(fd.get(), StubRecord{}, 0));
+  Status linked = E(req)->LinkAt(tmp_dir, tmp, dir.fd.get(), name, 0);
+  if (!linked.ok()) (void)store->DeleteStaging(staged.rec.object);
+  *made = linked.ok();
+  return linked;
+}
+
 void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fuse_file_info* fi) {
   Filesystem& fs = Fs(req);
   Inode& dir = In(req, parent);
   const int excl = fi->flags & O_EXCL;
-  auto made = E(req)->OpenAt(dir.fd.get(), name, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, mode & 07777);
-  Status s = made.status();
-  if (s.ok())
-    s = GiveToCaller(req, dir, name, S_IFREG);
-  else if (s.code() == EEXIST && !excl)
-    s = Status::Ok();  // lost a race with another creator: open it
+  Status s;
+  bool made_ok = false;
+  if (fs.store()->cluster()) {
+    s = CreateStagedElsewhere(req, dir, name, mode, &made_ok);
+  } else {
+    auto made = E(req)->OpenAt(dir.fd.get(), name, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, mode & 07777);
+    s = made.status();
+    made_ok = made.ok();
+    if (s.ok()) s = GiveToCaller(req, dir, name, S_IFREG);
+  }
+  if (s.code() == EEXIST && !excl && !made_ok) s = Status::Ok();  // lost a race with another creator: open it
   if (!s.ok()) return ReplyErr(req, s);
   fuse_entry_param e;
   auto inode = LookupEntry(req, dir, name, &e);
@@ -329,7 +364,7 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, 
     fs.inodes().Forget(*inode.value(), 1);
     return ReplyErr(req, Status::Error(EISDIR, "create over a non-regular file"));
   }
-  if (made.ok()) {
+  if (made_ok) {
     if (auto content = fs.ContentOf(*inode.value()); content.ok()) content.value()->MarkCreated();
   }
   OpenHandle(req, *inode.value(), fi, &e);
@@ -362,10 +397,12 @@ void OpWriteBuf(fuse_req_t req, fuse_ino_t, fuse_bufvec* in, off_t off, fuse_fil
   fuse_reply_write(req, static_cast<size_t>(n));
 }
 
-void OpFlush(fuse_req_t req, fuse_ino_t, fuse_file_info*) {
+void OpFlush(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
   // Staged bytes are already in the backing file: a daemon crash cannot
-  // lose them, so close() need not wait for the seal.
-  fuse_reply_err(req, 0);
+  // lose them, so close() need not wait for the seal. In cluster mode the
+  // stub says the file is closed, so other nodes wait for its seal.
+  FileHandle* h = FH(fi);
+  fuse_reply_err(req, h->writable ? h->content->OnFlush().code() : 0);
 }
 
 void OpRelease(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
@@ -399,6 +436,11 @@ void OpReaddir(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_inf
     auto list = E(req)->ListDir(dh->fd.get());
     if (!list.ok()) return ReplyErr(req, list.status());
     dh->entries = std::move(list).value();
+    if (Fs(req).store()->cluster()) {
+      std::erase_if(dh->entries, [&](const DirEntry& d) {
+        return d.type == DT_REG && Fs(req).store()->HiddenOnThisNode(dh->fd.get(), d.name);
+      });
+    }
   }
   std::vector<char> buf(size);
   size_t used = 0;

@@ -21,12 +21,6 @@ namespace {
 constexpr size_t kMaxMemberBytes = 64 * 1024;
 constexpr uint64_t kSeedNodeId = 0x4e4f4445ull;  // "NODE"
 
-std::string ThisHost() {
-  char host[256] = {};
-  if (::gethostname(host, sizeof(host) - 1) != 0) return "unknown-host";
-  return host;
-}
-
 std::string Encode(const MemberRecord& r) {
   nlohmann::json j = {{"node", r.node},       {"host", r.host},
                       {"pid", r.pid},         {"staging", r.staging},
@@ -78,6 +72,12 @@ Status WriteRecord(Env* env, int node_dir, const MemberRecord& r) {
 
 }  // namespace
 
+std::string ThisHostName() {
+  char host[256] = {};
+  if (::gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0') return "unknown-host";
+  return host;
+}
+
 uint64_t NodeId(const std::string& node) {
   const uint64_t h = Checksum64(std::span(reinterpret_cast<const uint8_t*>(node.data()), node.size()), kSeedNodeId);
   return h == 0 ? 1 : h;
@@ -114,7 +114,7 @@ Result<std::vector<MemberRecord>> ReadMembers(Env* env, int root_fd) {
 }
 
 Result<std::unique_ptr<Membership>> Membership::Join(Env* env, int root_fd, MemberRecord self) {
-  self.host = ThisHost();
+  self.host = ThisHostName();
   self.pid = ::getpid();
   ASSIGN_OR_RETURN(std::vector<MemberRecord> members, ReadMembers(env, root_fd));
   for (const MemberRecord& m : members) {

@@ -33,6 +33,9 @@ struct MemberRecord {
   uint32_t lease_seconds = 0;
 };
 
+// gethostname(), what member records hold as `host`.
+std::string ThisHostName();
+
 // The id a stub staged on `node` records (never 0: 0 is a single-node store).
 uint64_t NodeId(const std::string& node);
 

@@ -196,6 +196,12 @@ void NamespaceRecovery::VisitStub(const std::string& path, int fd, const Status&
     NoteDamagedSlot(where, *slots);
     return;
   }
+  if (rec.node != store_->node_id()) {
+    // Staged on another node, in that node's own staging directory: its
+    // daemon seals it, now or when it mounts again.
+    NoteDone(rep_, "left " + where + ", staged on another node, to that node");
+    return;
+  }
   ResealStaged(where, fd, *slots);
 }
 
@@ -361,7 +367,9 @@ Status Store::CollectPacks(const std::unordered_map<ObjectId, std::string>& root
 
   // Sweep what nothing needs, unless something could not be read; index the
   // packs whose meta blocks were read.
-  const bool sweep = rep->unreadable.empty();
+  // In cluster mode another node's seal may be using any pack: only
+  // cluster GC, with its pins and grace period, deletes them.
+  const bool sweep = rep->unreadable.empty() && !cluster();
   bool synced = false;
   for (const auto& [id, e] : found) {
     if (!sweep || live.count(id)) {

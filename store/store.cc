@@ -65,26 +65,6 @@ Result<UniqueFd> OpenBackingDir(Env* env, const std::string& backing, bool creat
   }
 }
 
-Status WriteSuperblock(Env* env, int root_fd, const std::string& backing, uint32_t chunk_size) {
-  nlohmann::json j = {{"format", "ckptfs"}, {"version", kStoreFormatVersion}, {"chunk_size", chunk_size}};
-  const std::string text = j.dump() + "\n";
-  // tmp + fsync + rename + dir fsync: a crash leaves either no superblock
-  // (an empty store, initialised again) or a complete one.
-  Result<UniqueFd> fd =
-      env->OpenAt(root_fd, internal::kSuperblockTmpName, O_WRONLY | O_CREAT | O_TRUNC, kPrivateFileMode);
-  if (!fd.ok()) {
-    if (fd.status().code() == EACCES || fd.status().code() == EROFS || fd.status().code() == EPERM) {
-      return fd.status().WithContext("backing directory " + backing + " is not writable");
-    }
-    return fd.status().WithContext("cannot write superblock");
-  }
-  std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(text.data()), text.size());
-  RETURN_IF_ERROR(env->PWriteAll(fd->get(), bytes, 0));
-  RETURN_IF_ERROR(env->Fsync(fd->get()));
-  RETURN_IF_ERROR(env->RenameAt(root_fd, internal::kSuperblockTmpName, root_fd, internal::kSuperblockName));
-  return env->Fsync(root_fd);
-}
-
 // Whether `backing` holds nothing but what an interrupted initialisation
 // can leave behind (we never adopt a directory with someone else's files).
 Result<bool> IsEmptyForInit(Env* env, int root_fd) {
@@ -112,29 +92,11 @@ Status WritePid(Env* env, int lock_fd) {
   return env->PWriteAll(lock_fd, std::span(reinterpret_cast<const uint8_t*>(pid.data()), pid.size()), 0);
 }
 
-// One daemon per store: flock on LOCK (released by the kernel when the
-// process dies, so a crash never leaves a stale lock), pid inside for humans
-// and for tests that need the daemon's pid.
-Result<UniqueFd> TakeLock(Env* env, int root_fd, const std::string& backing) {
-  ASSIGN_OR_RETURN(UniqueFd fd, env->OpenAt(root_fd, internal::kLockName, O_RDWR | O_CREAT, kPrivateFileMode));
-  if (Status locked = env->Flock(fd.get(), LOCK_EX | LOCK_NB); !locked.ok()) {
-    if (locked.code() != EWOULDBLOCK) return locked.WithContext("cannot lock store " + backing);
-    std::string pid = "unknown";
-    if (Result<std::string> text = ReadSmallFile(env, fd.get(), 32); text.ok()) {
-      std::string t = *text;
-      while (!t.empty() && (t.back() == '\n' || t.back() == ' ')) t.pop_back();
-      if (!t.empty()) pid = t;
-    }
-    return Status::Error(EBUSY, "store " + backing + " is already served by another ckptfs daemon (pid " + pid + ")");
-  }
-  RETURN_IF_ERROR(WritePid(env, fd.get()));
-  return fd;
-}
-
 }  // namespace
 
 // After a fork the daemon, not the parent that took the lock, holds it.
 Status Store::RecordOwnerPid() {
+  if (membership_) return membership_->StartRenewing();
   if (!lock_.valid()) return Status::Ok();
   return WritePid(env_, lock_.get());
 }
@@ -167,7 +129,53 @@ Result<Superblock> ReadSuperblock(Env* env, int root_fd, const std::string& stor
   }
   if (sb.version < 1) return Status::Corruption(where + " has invalid version " + std::to_string(sb.version));
   if (j.contains("chunk_size") && j["chunk_size"].is_number_unsigned()) sb.chunk_size = j["chunk_size"].get<uint32_t>();
+  sb.shared = j.contains("shared") && j["shared"].is_boolean() && j["shared"].get<bool>();
+  if (sb.shared != (sb.version >= 2)) {
+    return Status::Corruption(where + ": \"shared\" and \"version\" disagree (a shared store is version 2)");
+  }
   return sb;
+}
+
+Status WriteSuperblock(Env* env, int root_fd, const std::string& backing, uint32_t chunk_size, bool shared) {
+  nlohmann::json j = {{"format", "ckptfs"},
+                      {"version", shared ? kStoreFormatVersion : kSingleNodeStoreVersion},
+                      {"chunk_size", chunk_size}};
+  if (shared) j["shared"] = true;
+  const std::string text = j.dump() + "\n";
+  // tmp + fsync + rename + dir fsync: a crash leaves either no superblock
+  // (an empty store, initialised again) or a complete one.
+  Result<UniqueFd> fd =
+      env->OpenAt(root_fd, internal::kSuperblockTmpName, O_WRONLY | O_CREAT | O_TRUNC, kPrivateFileMode);
+  if (!fd.ok()) {
+    if (fd.status().code() == EACCES || fd.status().code() == EROFS || fd.status().code() == EPERM) {
+      return fd.status().WithContext("backing directory " + backing + " is not writable");
+    }
+    return fd.status().WithContext("cannot write superblock");
+  }
+  std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(text.data()), text.size());
+  RETURN_IF_ERROR(env->PWriteAll(fd->get(), bytes, 0));
+  RETURN_IF_ERROR(env->Fsync(fd->get()));
+  RETURN_IF_ERROR(env->RenameAt(root_fd, internal::kSuperblockTmpName, root_fd, internal::kSuperblockName));
+  return env->Fsync(root_fd);
+}
+
+// One daemon per store: flock on LOCK (released by the kernel when the
+// process dies, so a crash never leaves a stale lock), pid inside for humans
+// and for tests that need the daemon's pid.
+Result<UniqueFd> TakeLock(Env* env, int root_fd, const std::string& backing) {
+  ASSIGN_OR_RETURN(UniqueFd fd, env->OpenAt(root_fd, internal::kLockName, O_RDWR | O_CREAT, kPrivateFileMode));
+  if (Status locked = env->Flock(fd.get(), LOCK_EX | LOCK_NB); !locked.ok()) {
+    if (locked.code() != EWOULDBLOCK) return locked.WithContext("cannot lock store " + backing);
+    std::string pid = "unknown";
+    if (Result<std::string> text = ReadSmallFile(env, fd.get(), 32); text.ok()) {
+      std::string t = *text;
+      while (!t.empty() && (t.back() == '\n' || t.back() == ' ')) t.pop_back();
+      if (!t.empty()) pid = t;
+    }
+    return Status::Error(EBUSY, "store " + backing + " is already served by another ckptfs daemon (pid " + pid + ")");
+  }
+  RETURN_IF_ERROR(WritePid(env, fd.get()));
+  return fd;
 }
 
 }  // namespace internal
@@ -195,14 +203,17 @@ Result<std::unique_ptr<Store>> Store::Open(Env* env, const std::string& backing,
     if (!opts.create_if_missing) {
       return Status::Error(ENOENT, "backing directory " + backing + " is not a ckptfs store (no CKPTFS superblock)");
     }
-    RETURN_IF_ERROR(WriteSuperblock(env, root_fd, backing, opts.chunk_size));
+    RETURN_IF_ERROR(internal::WriteSuperblock(env, root_fd, backing, opts.chunk_size, false));
     spdlog::info("initialised ckptfs store in {}", backing);
   }
+  const bool shared = sb.ok() && sb->shared;
+  if (shared) store->opts_.cluster.enabled = true;
 
-  if (opts.take_lock) {
-    ASSIGN_OR_RETURN(store->lock_, TakeLock(env, root_fd, backing));
+  if (opts.take_lock && !store->cluster()) {
+    ASSIGN_OR_RETURN(store->lock_, internal::TakeLock(env, root_fd, backing));
   }
   RETURN_IF_ERROR(store->InitLayout());
+  if (store->cluster()) RETURN_IF_ERROR(store->OpenCluster(shared));
   if (opts.take_lock) {
     ASSIGN_OR_RETURN(store->made_private_, MakeStorePrivate(env, root_fd, backing));
   }
@@ -275,6 +286,7 @@ class PlannerPins {
 
 Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic<bool>* cancel,
                                     const LossyPolicy& policy, SiblingSource* siblings) {
+  RefreshIndexFromOtherNodes();
   const ObjectId id = NewObjectId();
   const std::string ctx = "publishing pack " + ObjectIdHex(id);
   const auto started = std::chrono::steady_clock::now();
@@ -364,6 +376,9 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
 
 Status Store::DeleteDeadPacks(const std::vector<ObjectId>& dead) {
   if (dead.empty()) return Status::Ok();
+  // Another node's file may use any of them as a base, which this index
+  // cannot know: in cluster mode only cluster GC deletes packs.
+  if (cluster()) return Status::Ok();
   if (deletion_blocked()) {
     // The index says nothing needs them, but it does not know what the
     // objects recovery could not read refer to (ARCHITECTURE.md, Recovery).
@@ -444,6 +459,7 @@ void Store::DiscardNewPack(ObjectId id) {
   if (id == 0) return;
   std::vector<ObjectId> dead = index_loaded_ ? index_.DropRoot(id) : std::vector<ObjectId>{};
   std::erase(dead, id);
+  if (cluster()) return;  // another node may have picked it as a base already: cluster GC decides
   if (Status s = DeletePack(id); !s.ok()) {
     spdlog::warn("cannot remove abandoned pack {} (recovery will): {}", ObjectIdHex(id), s.message());
   }
@@ -643,7 +659,7 @@ Result<Store::Staged> Store::StageStub(int stub_fd, const StubRecord& sealed, ui
   }
   // Even an empty staging file must not vanish from under a durable stub.
   if (st.ok() && sealed.object != 0) st = SyncStagingDir();
-  StubRecord next{.gen = 0, .state = StubState::kStaged, .size = keep, .object = id};
+  StubRecord next{.gen = 0, .state = StubState::kStaged, .size = keep, .object = id, .node = node_id_};
   Result<StubRecord> written = st.ok() ? WriteStub(env_, stub_fd, sealed, next) : Result<StubRecord>(st);
   if (!written.ok()) {
     (void)DeleteStaging(id);

@@ -31,6 +31,7 @@
 #include "codec/lossy/siblings.h"
 #include "store/cluster_options.h"
 #include "store/env.h"
+#include "store/membership.h"
 #include "store/object_id.h"
 #include "store/pack.h"
 #include "store/pack_index.h"
@@ -38,7 +39,10 @@
 
 namespace ckptfs {
 
-inline constexpr int kStoreFormatVersion = 1;
+// The newest store format this build reads. Version 2 is a store shared by
+// several nodes (cluster mode); single-node stores are still written as 1.
+inline constexpr int kStoreFormatVersion = 2;
+inline constexpr int kSingleNodeStoreVersion = 1;
 
 struct StoreOptions {
   bool create_if_missing = true;  // initialise an empty (or absent) directory
@@ -124,11 +128,35 @@ class Store : public BaseSource {
   const std::string& path() const { return path_; }
   const StoreOptions& options() const { return opts_; }
   int ns_fd() const { return ns_.get(); }
+  int root_fd() const { return root_.get(); }
   // What Open tightened to make the store private (store/private_store.h),
   // one line each, for the daemon's log.
   const std::vector<std::string>& made_private() const { return made_private_; }
-  // Writes this process's pid into LOCK (after the daemon forks).
+  // Writes this process's pid into LOCK (after the daemon forks); in
+  // cluster mode, into the membership record, and starts renewing it.
   Status RecordOwnerPid();
+  // Cluster mode: the store is shared by several nodes' daemons.
+  bool cluster() const { return opts_.cluster.enabled; }
+  // What stubs staged here record (0 in a single-node store).
+  uint64_t node_id() const { return node_id_; }
+  const std::string& node_name() const { return opts_.cluster.node; }
+  // Writes `rec` with `closed` set (cluster mode: the writer closed the file,
+  // its size is final) and makes it visible to other nodes.
+  Result<StubRecord> MarkStubClosed(int stub_fd, const StubRecord& rec, uint64_t size);
+  // Writes `rec` with `closed` cleared (a write after a close).
+  Result<StubRecord> MarkStubOpen(int stub_fd, const StubRecord& rec);
+  // Cluster mode: adds to the pack index the packs other nodes published
+  // since the last look (at most once a second), so that a file finds its
+  // predecessor whichever node wrote it.
+  void RefreshIndexFromOtherNodes();
+  // Cluster mode: whether the stub `name` in `dir_fd` is staged on another
+  // node and not yet closed there (not shown here). False when unreadable:
+  // opening it then reports why.
+  bool HiddenOnThisNode(int dir_fd, const std::string& name);
+  // Cluster mode: the directory under which a file is created before it is
+  // linked into ns/ with a staged record, so that other nodes never see it
+  // empty (this node's nodes/NODE/tmp/); -1 in a single-node store.
+  int creation_dir_fd() const { return cluster() ? tmp_.get() : -1; }
   // Where packs published from now on run the encoder's data-parallel
   // steps (codec/compute_device.h). Set before sealing starts: the daemon
   // opens a GPU only after it forks, since CUDA does not survive a fork.
@@ -261,6 +289,10 @@ class Store : public BaseSource {
  private:
   Store(Env* env, std::string path, StoreOptions opts) : env_(env), path_(std::move(path)), opts_(opts) {}
   Status InitLayout();
+  // Cluster mode at open: records the store as shared, joins as a node,
+  // and points tmp_ and staging_ at this node's own directories.
+  Status OpenCluster(bool shared_already);
+  Status OpenNodeStaging();
   Result<UniqueFd> PackDir(ObjectId id, bool create);
   Result<std::shared_ptr<PackReader>> CachedPack(ObjectId id);
   Status DecodePackInto(ObjectId id, uint64_t keep_bytes, int dst_fd);
@@ -292,6 +324,10 @@ class Store : public BaseSource {
   StoreOptions opts_;
   std::shared_ptr<const ComputeDevice> device_;  // what opts_.encoder.planes.device points at
   UniqueFd root_, ns_, packs_, staging_, tmp_, lock_;
+  std::unique_ptr<Membership> membership_;
+  uint64_t node_id_ = 0;
+  std::mutex refresh_mu_;
+  uint64_t last_refresh_ns_ = 0;
   std::vector<std::string> made_private_;
   PackIndex index_;
   bool index_loaded_ = false;

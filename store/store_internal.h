@@ -33,7 +33,16 @@ std::optional<ObjectId> ParseObjectFileName(const std::string& name, const std::
 struct Superblock {
   int version = 0;
   uint32_t chunk_size = 0;
+  bool shared = false;  // version 2: served by several nodes (cluster mode)
 };
+
+// Writes BACKING/CKPTFS (tmp + fsync + rename + dir fsync); a shared store
+// is version 2.
+Status WriteSuperblock(Env* env, int root_fd, const std::string& backing, uint32_t chunk_size, bool shared);
+
+// One single-node daemon per store: flock on LOCK (EBUSY naming the pid
+// when another process holds it).
+Result<UniqueFd> TakeLock(Env* env, int root_fd, const std::string& backing);
 
 // Reads and validates BACKING/CKPTFS. A missing file keeps code ENOENT.
 Result<Superblock> ReadSuperblock(Env* env, int root_fd, const std::string& store_path);

@@ -13,13 +13,16 @@ namespace ckptfs {
 namespace {
 
 // Slot layout (64 bytes, little-endian):
-//   0 magic "CKST" | 4 u16 version | 6 u8 state | 7 u8 reserved
-//   8 u64 gen | 16 u64 size | 24 u64 object | 32..55 zero | 56 u64 checksum
+//   0 magic "CKST" | 4 u16 version | 6 u8 state | 7 u8 flags (bit 0: closed)
+//   8 u64 gen | 16 u64 size | 24 u64 object | 32 u64 node | 40..55 zero | 56 u64 checksum
 constexpr size_t kOffVersion = 4;
 constexpr size_t kOffState = 6;
+constexpr size_t kOffFlags = 7;
+constexpr uint8_t kFlagClosed = 1;
 constexpr size_t kOffGen = 8;
 constexpr size_t kOffSize = 16;
 constexpr size_t kOffObject = 24;
+constexpr size_t kOffNode = 32;
 constexpr size_t kOffChecksum = 56;
 
 bool AllZero(std::span<const uint8_t> b) {
@@ -36,6 +39,8 @@ void EncodeStubSlot(const StubRecord& rec, std::span<uint8_t, kStubSlotSize> out
   le::Put64(out, kOffGen, rec.gen);
   le::Put64(out, kOffSize, rec.size);
   le::Put64(out, kOffObject, rec.object);
+  out[kOffFlags] = rec.closed ? kFlagClosed : 0;
+  le::Put64(out, kOffNode, rec.node);
   le::Put64(out, kOffChecksum, Checksum64(std::span<const uint8_t>(out.data(), kOffChecksum), kSeedStub));
 }
 
@@ -57,6 +62,8 @@ Result<StubRecord> DecodeStubSlot(std::span<const uint8_t, kStubSlotSize> in) {
   rec.gen = le::Get64(in, kOffGen);
   rec.size = le::Get64(in, kOffSize);
   rec.object = le::Get64(in, kOffObject);
+  rec.node = le::Get64(in, kOffNode);
+  rec.closed = (in[kOffFlags] & kFlagClosed) != 0;
   if (rec.gen == 0) return Status::Corruption("stub slot has generation 0");
   if (rec.state == StubState::kStaged && rec.object == 0) {
     return Status::Corruption("staged stub names no staging object");

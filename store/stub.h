@@ -28,6 +28,12 @@ struct StubRecord {
   StubState state = StubState::kSealed;
   uint64_t size = 0;  // logical size in bytes (for kStaged: size at last stub write, informational)
   ObjectId object = 0;
+  // Cluster mode (docs/ARCHITECTURE.md "Cluster mode"): a staged record
+  // names the node whose staging directory holds `object` (NodeId of its
+  // name; 0 in a single-node store), and `closed` says its writer closed it:
+  // `size` is final, and other nodes wait for the seal instead of hiding it.
+  uint64_t node = 0;
+  bool closed = false;
   bool operator==(const StubRecord&) const = default;
 };
 

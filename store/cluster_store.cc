@@ -1,0 +1,120 @@
+// Opening a store in cluster mode (docs/ARCHITECTURE.md "Cluster mode"):
+// the superblock records it as shared, this daemon joins as a node, and
+// its unpublished packs and staged bytes live in directories of its own.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "base/hash.h"
+#include "base/log.h"
+#include "store/private_store.h"
+#include "store/store.h"
+#include "store/store_internal.h"
+
+namespace ckptfs {
+namespace {
+
+// mkdir -p through Env, each new component private to the daemon.
+Status MakeDirs(Env* env, const std::filesystem::path& dir) {
+  std::filesystem::path at = "/";
+  for (const auto& part : dir.relative_path()) {
+    at /= part;
+    Status s = env->MkdirAt(AT_FDCWD, at.string(), kPrivateDirMode);
+    if (!s.ok() && s.code() != EEXIST) return s.WithContext("creating staging directory " + dir.string());
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status Store::OpenCluster(bool shared_already) {
+  ClusterOptions& c = opts_.cluster;
+  if (c.node.empty()) c.node = ThisHostName();
+  node_id_ = NodeId(c.node);
+  if (!opts_.take_lock) return Status::Ok();  // read-only tools do not join
+  if (!shared_already) {
+    // A single-node daemon holds LOCK; it must not be serving the store
+    // while it becomes shared. Stores are never turned back.
+    ASSIGN_OR_RETURN(UniqueFd lock, internal::TakeLock(env_, root_.get(), path_));
+    RETURN_IF_ERROR(internal::WriteSuperblock(env_, root_.get(), path_, opts_.chunk_size, true));
+    spdlog::info("store {} is now shared (cluster mode, format version {})", path_, kStoreFormatVersion);
+  }
+  RETURN_IF_ERROR(OpenNodeStaging());
+  MemberRecord self{.node = c.node, .staging = c.staging_dir, .lease_seconds = c.lease_seconds};
+  ASSIGN_OR_RETURN(membership_, Membership::Join(env_, root_.get(), self));
+  ASSIGN_OR_RETURN(tmp_, env_->OpenAt(membership_->tmp_dir_fd(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  spdlog::info("cluster: node {} (id {:016x}) joined store {}, staging in {}", c.node, node_id_, path_, c.staging_dir);
+  return Status::Ok();
+}
+
+// Where this node stages: -o staging=DIR, else for a shared store a
+// node-local default named after the store, never the shared directory: a
+// save must stall only on local disk.
+Status Store::OpenNodeStaging() {
+  ClusterOptions& c = opts_.cluster;
+  if (c.staging_dir.empty()) {
+    if (!cluster()) return Status::Ok();
+    ASSIGN_OR_RETURN(const std::string real, env_->ReadlinkAt(AT_FDCWD, ProcFdPath(root_.get())));
+    const uint64_t h = Checksum64(std::span(reinterpret_cast<const uint8_t*>(real.data()), real.size()));
+    c.staging_dir = "/var/tmp/ckptfs/" + ObjectIdHex(h) + "/" + c.node;
+  }
+  RETURN_IF_ERROR(MakeDirs(env_, c.staging_dir));
+  ASSIGN_OR_RETURN(UniqueFd dir, env_->OpenAt(AT_FDCWD, c.staging_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  // Staged bytes are the user's: the same rules as the store root.
+  RETURN_IF_ERROR(CheckStoreRootIsTrusted(env_, dir.get(), c.staging_dir));
+  RETURN_IF_ERROR(env_->FchmodAt(AT_FDCWD, c.staging_dir, kPrivateDirMode, 0));
+  staging_ = std::move(dir);
+  return Status::Ok();
+}
+
+Result<StubRecord> Store::MarkStubClosed(int stub_fd, const StubRecord& rec, uint64_t size) {
+  StubRecord next = rec;
+  next.closed = true;
+  next.size = size;
+  ASSIGN_OR_RETURN(StubRecord written, WriteStub(env_, stub_fd, rec, next));
+  // NFS shows another client a write only after it reaches the server.
+  RETURN_IF_ERROR(env_->Fdatasync(stub_fd));
+  return written;
+}
+
+Result<StubRecord> Store::MarkStubOpen(int stub_fd, const StubRecord& rec) {
+  StubRecord next = rec;
+  next.closed = false;
+  return WriteStub(env_, stub_fd, rec, next);
+}
+
+bool Store::HiddenOnThisNode(int dir_fd, const std::string& name) {
+  Result<UniqueFd> fd = env_->OpenAt(dir_fd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (!fd.ok()) return false;
+  Result<StubRecord> rec = ReadStub(env_, fd->get());
+  return rec.ok() && rec->state == StubState::kStaged && rec->node != node_id_ && !rec->closed;
+}
+
+void Store::RefreshIndexFromOtherNodes() {
+  if (!cluster() || !index_loaded_) return;
+  std::lock_guard lk(refresh_mu_);
+  const uint64_t now = env_->WallTimeNs();
+  if (now < last_refresh_ns_ + 1000000000ull) return;
+  last_refresh_ns_ = now;
+  Result<std::vector<PackStat>> packs = ListPacks();
+  if (!packs.ok()) {
+    spdlog::warn("cluster: cannot list packs to find other nodes' files: {}", packs.status().message());
+    return;
+  }
+  size_t added = 0;
+  for (const PackStat& p : *packs) {
+    if (index_.Contains(p.id)) continue;
+    Result<std::shared_ptr<PackReader>> r = OpenPack(p.id);
+    if (!r.ok() || !(*r)->meta_status().ok()) continue;  // being written, or deleted meanwhile
+    index_.Add(p.id, (*r)->meta(), (*r)->header().logical_size, (*r)->header().chunk_size);
+    // Another node's file: a lineage candidate. Whether a stub still names
+    // it is that node's business; cluster GC never deletes it under a seal
+    // that pinned it.
+    index_.AddRoot(p.id);
+    ++added;
+  }
+  if (added > 0) spdlog::debug("cluster: indexed {} pack(s) other nodes published", added);
+}
+
+}  // namespace ckptfs
