@@ -33,6 +33,10 @@ std::optional<ObjectId> ParseObjectFileName(const std::string& name, const std::
 struct Superblock {
   int version = 0;
   uint32_t chunk_size = 0;
+  // "packs": where packs live, "dir" (also when absent) or "rados:POOL";
+  // "rados_namespace": the store's RADOS namespace in that pool.
+  std::string packs = "dir";
+  std::string rados_namespace;
 };
 
 // Reads and validates BACKING/CKPTFS. A missing file keeps code ENOENT.
