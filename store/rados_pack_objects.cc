@@ -1,6 +1,7 @@
 #include "store/rados_pack_objects.h"
 
 #include <algorithm>
+#include <atomic>
 #include <list>
 #include <mutex>
 #include <optional>
@@ -16,12 +17,22 @@ namespace {
 // the one after that while the first is still waited for. Each holds at
 // most one chunk's stored bytes (or a small pack's payload, up to 8 MiB).
 constexpr size_t kMaxReadsAhead = 2;
+// Bytes all open packs together may hold read ahead (the store keeps up to
+// 32 base packs open, besides the files being read); past it, Prefetch
+// does nothing and reads wait for their bytes.
+constexpr uint64_t kReadAheadBudget = 64u << 20;
+std::atomic<uint64_t> read_ahead_bytes{0};
 
 // A range of the object read asynchronously; the first to need it waits.
 class ReadAhead {
  public:
   ReadAhead(RadosClient* client, const std::string& obj, uint64_t off, uint64_t len) : off_(off), buf_(len) {
+    read_ahead_bytes += len;
     pending_ = client->StartRead(obj, off, buf_);
+  }
+  ~ReadAhead() {
+    pending_.reset();  // waits for the read before its buffer goes
+    read_ahead_bytes -= buf_.size();
   }
   uint64_t off() const { return off_; }
   uint64_t end() const { return off_ + buf_.size(); }
@@ -67,6 +78,7 @@ class RadosPackBytes : public PackBytes {
   void Prefetch(uint64_t off, uint64_t len) const override {
     if (off >= size_ || len == 0) return;
     len = std::min(len, size_ - off);
+    if (read_ahead_bytes.load() + len > kReadAheadBudget) return;
     std::shared_ptr<ReadAhead> evicted;  // waited for outside the lock
     std::lock_guard lk(mu_);
     for (const auto& a : ahead_) {

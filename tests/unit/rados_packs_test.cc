@@ -301,6 +301,41 @@ TEST_F(RadosStoreTest, RecoveryRemovesOrphansAndUnfinishedObjects) {
   EXPECT_TRUE(f->clean() && f->warnings.empty()) << ::testing::PrintToString(f->warnings);
 }
 
+// In a shared store an unfinished object may be another node's seal still
+// writing it: recovery leaves it to cluster GC, which waits out its grace.
+TEST_F(RadosStoreTest, SharedStoreLeavesUnfinishedObjectsToClusterGc) {
+  OpenStore();
+  const std::string ns = pool_->connected_namespaces.back();
+  pool_->objects[{ns, internal::PackFileName(0x78)}].bytes = test::RandomBytes(500, 16);
+  store_.reset();
+  StoreOptions o = Options();
+  o.cluster.enabled = true;
+  auto s = Store::Open(Env::Default(), dir_.path(), o);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  auto rep = (*s)->Recover();
+  ASSERT_TRUE(rep.ok());
+  EXPECT_EQ(rep->tmp_files_removed, 0u);
+  EXPECT_NE(pool_->Find(ns, internal::PackFileName(0x78)), nullptr);
+  auto packs = (*s)->ListPacks();
+  ASSERT_TRUE(packs.ok());
+  ASSERT_EQ(packs->size(), 1u);
+  EXPECT_FALSE((*packs)[0].complete);
+}
+
+// The daemon forks after opening the store: the connection is closed
+// before and a new one opened after, and packs read through the new one.
+TEST_F(RadosStoreTest, ConnectionClosesAndReopensAroundAFork) {
+  OpenStore();
+  const std::vector<uint8_t> data = test::MixedContent(kChunk, 17);
+  ASSERT_TRUE(test::MakeSealedFile(store_.get(), "f", data).ok());
+  const size_t connects = pool_->connected_namespaces.size();
+  store_->ClosePackConnection();
+  ASSERT_OK(store_->OpenPackConnection());
+  EXPECT_EQ(pool_->connected_namespaces.size(), connects + 1);
+  EXPECT_EQ(pool_->connected_namespaces.back(), pool_->connected_namespaces.front());
+  EXPECT_EQ(*test::ReadContentAt(store_.get(), "f"), data);
+}
+
 TEST_F(RadosStoreTest, CorruptObjectIsDamageNotGarbage) {
   OpenStore();
   auto rec = test::MakeSealedFile(store_.get(), "f", test::MixedContent(kChunk, 14));
