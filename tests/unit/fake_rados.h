@@ -32,6 +32,7 @@ struct FakeRadosPool {
   int remove_errno = 0;
   // What happened.
   int writes = 0;
+  std::vector<std::string> written;  // the object of each write that succeeded, in order
   int started_reads = 0;
   std::vector<std::string> connected_namespaces;
 
@@ -65,6 +66,7 @@ class FakeRadosClient : public RadosClient {
     std::copy(bytes.begin(), bytes.end(), o->bytes.begin() + off);
     if (!extras.xattr_name.empty()) o->xattrs[extras.xattr_name] = extras.xattr_value;
     o->mtime_ns = pool_->clock_ns++;
+    pool_->written.push_back(obj);
     return Status::Ok();
   }
   Result<size_t> Read(const std::string& obj, uint64_t off, std::span<uint8_t> out) override {

@@ -143,6 +143,83 @@ TEST_F(RadosPackObjectsTest, OtherObjectsAreUnexpected) {
   EXPECT_EQ(listing->unexpected, std::vector<std::string>{"rados:pool/notes.txt"});
 }
 
+// Packs larger than a stripe span several objects: ID.pack holds the first
+// stripe and is written last, with the mark; ID.pack.1, ... the rest.
+class RadosStripesTest : public RadosPackObjectsTest {
+ protected:
+  static constexpr uint64_t kStripe = 1 << 20;
+  void SetUp() override {
+    RadosPackObjectsTest::SetUp();
+    packs_ = std::make_unique<RadosPackObjects>(
+        Env::Default(), std::make_unique<test::FakeRadosClient>(pool_, "ns1"), "rados:pool", kStripe);
+  }
+  FakeRadosPool::Object* Tail(ObjectId id, int k) {
+    return pool_->Find("ns1", internal::PackFileName(id) + "." + std::to_string(k));
+  }
+};
+
+TEST_F(RadosStripesTest, LargePackSpansObjectsHeadLast) {
+  const std::vector<uint8_t> bytes = test::RandomBytes(2 * kStripe + 777, 20);
+  UniqueFd fd = TmpFile("s.tmp", bytes);
+  ASSERT_OK(packs_->Publish(0x51, tmp_.get(), "s.tmp", fd.get()));
+  ASSERT_NE(Object(0x51), nullptr);
+  ASSERT_NE(Tail(0x51, 1), nullptr);
+  ASSERT_NE(Tail(0x51, 2), nullptr);
+  EXPECT_EQ(Tail(0x51, 3), nullptr);
+  EXPECT_EQ(Object(0x51)->bytes.size(), kStripe);
+  EXPECT_EQ(Tail(0x51, 2)->bytes.size(), 777u);
+  EXPECT_EQ(pool_->written.back(), internal::PackFileName(0x51));  // the head, with the mark, last
+  EXPECT_EQ(Object(0x51)->xattrs.at(kCompleteXattr), std::to_string(bytes.size()));
+  EXPECT_EQ(Tail(0x51, 1)->xattrs.count(kCompleteXattr), 0u);
+
+  auto src = packs_->Open(0x51);
+  ASSERT_TRUE(src.ok()) << src.status().ToString();
+  EXPECT_EQ(*(*src)->Size(), bytes.size());
+  std::vector<uint8_t> out(kStripe + 300);  // across two boundaries
+  ASSERT_OK((*src)->ReadExact(out, kStripe - 100));
+  EXPECT_TRUE(std::equal(out.begin(), out.end(), bytes.begin() + kStripe - 100));
+  (*src)->Prefetch(kStripe + 10, 1000);
+  std::vector<uint8_t> small(1000);
+  ASSERT_OK((*src)->ReadExact(small, kStripe + 10));
+  EXPECT_TRUE(std::equal(small.begin(), small.end(), bytes.begin() + kStripe + 10));
+  EXPECT_EQ((*src)->ReadExact(small, bytes.size() - 10).code(), EIO);
+
+  auto listing = packs_->List(ListDetail::kSizes);
+  ASSERT_TRUE(listing.ok());
+  ASSERT_EQ(listing->packs.size(), 1u);  // one pack, not three
+  EXPECT_TRUE(listing->packs[0].complete);
+  EXPECT_EQ(listing->packs[0].bytes, bytes.size());
+  EXPECT_TRUE(listing->unexpected.empty());
+  ASSERT_OK(packs_->Delete(0x51));
+  EXPECT_TRUE(pool_->objects.empty());
+}
+
+TEST_F(RadosStripesTest, CutShortPublishLeavesAnUnfinishedPackThatDeleteRemoves) {
+  UniqueFd fd = TmpFile("t.tmp", test::RandomBytes(3 * kStripe, 21));
+  pool_->fail_write_index = 1;  // stripe 2, after stripe 1
+  pool_->remove_errno = ETIMEDOUT;
+  EXPECT_FALSE(packs_->Publish(0x52, tmp_.get(), "t.tmp", fd.get()).ok());
+  EXPECT_EQ(Object(0x52), nullptr);
+  ASSERT_NE(Tail(0x52, 1), nullptr);
+  auto listing = packs_->List(ListDetail::kSizes);
+  ASSERT_TRUE(listing.ok());
+  ASSERT_EQ(listing->packs.size(), 1u);
+  EXPECT_EQ(listing->packs[0].id, 0x52u);
+  EXPECT_FALSE(listing->packs[0].complete);
+  EXPECT_EQ(listing->packs[0].bytes, kStripe);
+  EXPECT_EQ(packs_->Open(0x52).status().code(), ENOENT);
+  pool_->remove_errno = 0;
+  ASSERT_OK(packs_->Delete(0x52));
+  EXPECT_TRUE(pool_->objects.empty());
+}
+
+TEST_F(RadosStripesTest, FailedPublishRemovesEveryObjectItWrote) {
+  UniqueFd fd = TmpFile("u.tmp", test::RandomBytes(3 * kStripe + 5, 22));
+  pool_->fail_write_index = 3;  // the head, after stripes 1 to 3
+  EXPECT_FALSE(packs_->Publish(0x53, tmp_.get(), "u.tmp", fd.get()).ok());
+  EXPECT_TRUE(pool_->objects.empty());
+}
+
 // A store whose packs live in the fake pool.
 class RadosStoreTest : public ::testing::Test {
  protected:
