@@ -25,8 +25,6 @@
 namespace ckptfs {
 namespace {
 
-using internal::PackDirName;
-using internal::PackFileName;
 using internal::StagingFileName;
 
 constexpr const char* kLayoutDirs[] = {"ns", "packs", "staging", "tmp"};
