@@ -109,8 +109,9 @@ Result<std::pair<std::string, std::string>> ResolveStore(const std::string& path
   return std::make_pair(m->source, sub);
 }
 
-Result<std::unique_ptr<Store>> OpenReadOnly(const std::string& backing) {
+Result<std::unique_ptr<Store>> OpenReadOnly(const std::string& backing, const std::string& ceph_conf) {
   StoreOptions so;
+  so.cluster.ceph_conf = ceph_conf;
   so.create_if_missing = false;
   so.take_lock = false;
   return Store::Open(Env::Default(), backing, so);
@@ -186,13 +187,13 @@ nlohmann::json LossyJson(const std::optional<LossyInfo>& l) {
 
 }  // namespace
 
-int RunStats(const std::string& path, bool json) {
+int RunStats(const std::string& path, bool json, const std::string& ceph_conf) {
   auto where = ResolveStore(path);
   if (!where.ok()) {
     std::cerr << "ckptfs stats: " << where.status().message() << "\n";
     return 2;
   }
-  auto store = OpenReadOnly(where->first);
+  auto store = OpenReadOnly(where->first, ceph_conf);
   if (!store.ok()) {
     std::cerr << "ckptfs stats: " << store.status().message();
     if (store.status().code() == EACCES)
@@ -262,8 +263,9 @@ int RunStats(const std::string& path, bool json) {
   return 0;
 }
 
-int RunGc(const std::string& backing) {
+int RunGc(const std::string& backing, const std::string& ceph_conf) {
   StoreOptions so;
+  so.cluster.ceph_conf = ceph_conf;
   so.create_if_missing = false;
   auto store = Store::Open(Env::Default(), Normal(backing), so);
   if (!store.ok()) {
@@ -294,8 +296,8 @@ int RunGc(const std::string& backing) {
   return 0;
 }
 
-int RunFsck(const std::string& backing, bool json) {
-  auto store = OpenReadOnly(Normal(backing));
+int RunFsck(const std::string& backing, bool json, const std::string& ceph_conf) {
+  auto store = OpenReadOnly(Normal(backing), ceph_conf);
   if (!store.ok()) {
     std::cerr << "ckptfs fsck: " << store.status().message() << "\n";
     return 2;

@@ -15,12 +15,14 @@ int RunMount(const MountOptions& opts);
 // the daemon has sealed pending files and released the store.
 int RunUmount(const std::string& mountpoint, bool lazy, double timeout_s);
 // Logical versus stored bytes under PATH (a mount, a dir in it, or BACKING).
-int RunStats(const std::string& path, bool json);
+// `ceph_conf` (here and for fsck and gc): the Ceph configuration, for a
+// store whose packs are in RADOS.
+int RunStats(const std::string& path, bool json, const std::string& ceph_conf);
 // Verifies every checksum in BACKING. 0 clean, 1 problems found, 2 could not run.
-int RunFsck(const std::string& backing, bool json);
+int RunFsck(const std::string& backing, bool json, const std::string& ceph_conf);
 // Full garbage collection of an unmounted store (the mark-and-sweep that
 // recovery runs at every mount). 0 done, 2 could not run (e.g. mounted).
-int RunGc(const std::string& backing);
+int RunGc(const std::string& backing, const std::string& ceph_conf);
 // Runs the content-based format parsers on FILE and prints format, note and
 // tensor regions. 0 ok (an unrecognised file is format "unknown"), 2 error.
 // `roles` adds each tensor's label, order and lossy role to the JSON (kept

@@ -22,7 +22,14 @@ struct Args {
   std::string inspect_path;
   bool inspect_json = false;
   bool inspect_roles = false;
+  std::string ceph_conf = ClusterOptions{}.ceph_conf;  // stats, fsck, gc
 };
+
+// For a store whose packs are in a RADOS pool.
+void AddCephConf(CLI::App* cmd, Args& a) {
+  cmd->add_option("--ceph-conf", a.ceph_conf, "Ceph configuration, for a store with packs in RADOS")
+      ->capture_default_str();
+}
 
 struct Commands {
   CLI::App* mount;
@@ -56,6 +63,7 @@ CLI::App* AddStats(CLI::App& app, Args& a) {
   auto* stats = app.add_subcommand("stats", "Logical versus stored bytes, per file and in total");
   stats->add_option("PATH", a.stats_path, "A mount point, a directory inside one, or a backing store")->required();
   stats->add_flag("--json", a.stats_json, "Print JSON");
+  AddCephConf(stats, a);
   return stats;
 }
 
@@ -63,6 +71,7 @@ CLI::App* AddFsck(CLI::App& app, Args& a) {
   auto* fsck = app.add_subcommand("fsck", "Verify every checksum of a store; exit 0 clean, 1 corrupt, 2 error");
   fsck->add_option("BACKING", a.fsck_path, "The backing store directory")->required();
   fsck->add_flag("--json", a.fsck_json, "Print JSON");
+  AddCephConf(fsck, a);
   return fsck;
 }
 
@@ -71,6 +80,7 @@ CLI::App* AddGc(CLI::App& app, Args& a) {
                                 "Delete packs nothing needs in an unmounted store (mounts do this themselves); "
                                 "exit 0 done, 1 nothing deleted because objects are unreadable, 2 error");
   gc->add_option("BACKING", a.gc_path, "The backing store directory")->required();
+  AddCephConf(gc, a);
   return gc;
 }
 
@@ -101,9 +111,9 @@ int Mount(Args& a) {
 int RunOperatorCommand(const CLI::App& app, const Commands& c, const Args& a) {
   try {
     if (*c.umount) return RunUmount(a.umount_path, a.lazy, a.timeout);
-    if (*c.stats) return RunStats(a.stats_path, a.stats_json);
-    if (*c.fsck) return RunFsck(a.fsck_path, a.fsck_json);
-    if (*c.gc) return RunGc(a.gc_path);
+    if (*c.stats) return RunStats(a.stats_path, a.stats_json, a.ceph_conf);
+    if (*c.fsck) return RunFsck(a.fsck_path, a.fsck_json, a.ceph_conf);
+    if (*c.gc) return RunGc(a.gc_path, a.ceph_conf);
     if (*c.inspect) return RunInspect(a.inspect_path, a.inspect_json, a.inspect_roles);
   } catch (const std::exception& e) {
     std::cerr << "ckptfs " << app.get_subcommands().front()->get_name() << ": " << e.what() << "\n";

@@ -162,9 +162,11 @@ void StartDaemonLog(const MountOptions& opts, const MountPaths& paths, const Sto
 int ServeMount(FuseMount& mount, Store* store, const MountOptions& opts, const MountPaths& paths) {
   UniqueFd started;
   if (!opts.foreground) {
+    store->ClosePackConnection();
     auto pipe = Daemonize();
     if (!pipe.ok()) return Fail(pipe.status().message());
     started = std::move(pipe).value();
+    if (Status s = store->OpenPackConnection(); !s.ok()) return Fail(s.message());
   }
   Status pid = store->RecordOwnerPid();
   if (!pid.ok()) spdlog::warn("{}", pid.message());

@@ -20,6 +20,7 @@ PKGS=(
   libzstd-dev zstd libxxhash-dev zlib1g-dev
   libcli11-dev nlohmann-json3-dev libspdlog-dev libfmt-dev
   googletest libgtest-dev
+  librados-dev
   python3 python3-venv python3-torch python3-numpy python3-pytest python3-psutil
 )
 

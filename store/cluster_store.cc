@@ -37,7 +37,9 @@ Status Store::OpenCluster(bool shared_already) {
     // A single-node daemon holds LOCK; it must not be serving the store
     // while it becomes shared. Stores are never turned back.
     ASSIGN_OR_RETURN(UniqueFd lock, internal::TakeLock(env_, root_.get(), path_));
-    RETURN_IF_ERROR(internal::WriteSuperblock(env_, root_.get(), path_, opts_.chunk_size, true));
+    ASSIGN_OR_RETURN(internal::Superblock sb, internal::ReadSuperblock(env_, root_.get(), path_));
+    sb.shared = true;
+    RETURN_IF_ERROR(internal::WriteSuperblock(env_, root_.get(), path_, sb));
     spdlog::info("store {} is now shared (cluster mode, format version {})", path_, kStoreFormatVersion);
   }
   RETURN_IF_ERROR(OpenNodeStaging());

@@ -12,8 +12,6 @@
 namespace ckptfs {
 namespace {
 
-std::string PackPath(ObjectId id) { return "packs/" + internal::PackDirName(id) + "/" + internal::PackFileName(id); }
-
 // What is wrong with a pack OpenPack refused (it says when it is missing).
 std::string CannotOpen(const Status& s) {
   return s.message().ends_with(" is missing") ? std::string("is missing")
@@ -24,8 +22,8 @@ std::string CannotOpen(const Status& s) {
 // the way (which packs files and bases need, which staging files stubs name).
 class FsckRun {
  public:
-  FsckRun(Store* store, int staging_fd, int packs_fd, int tmp_fd)
-      : store_(store), env_(store->env()), staging_fd_(staging_fd), packs_fd_(packs_fd), tmp_fd_(tmp_fd) {}
+  FsckRun(Store* store, int staging_fd, int tmp_fd)
+      : store_(store), env_(store->env()), staging_fd_(staging_fd), tmp_fd_(tmp_fd) {}
 
   void CheckSuperblock(int root_fd, const std::string& store_path);
   void CheckFiles(int ns_fd);
@@ -41,12 +39,14 @@ class FsckRun {
   void CheckStaged(const std::string& where, const StubRecord& rec);
   void CheckFilePack(const std::string& where, const std::string& path, const StubRecord& rec);
   void CheckUnneededPack(const std::string& where, ObjectId id);
+  void NoteUnlisted(const PackUnlisted& u);
+  std::string PackPath(ObjectId id) const { return store_->pack_objects().Where(id); }
   // What happens to orphans, said once every object has been read.
   std::string OrphanFate() const;
 
   Store* store_;
   Env* env_;
-  int staging_fd_, packs_fd_, tmp_fd_;
+  int staging_fd_, tmp_fd_;
   FsckReport rep_;
   std::unordered_map<ObjectId, std::string> pack_owner_;
   std::unordered_set<ObjectId> staging_ref_;
@@ -173,33 +173,30 @@ void FsckRun::CheckBasePacks() {
 
 // Packs no readable stub or pack needs.
 void FsckRun::FindOrphanPacks() {
-  Result<std::vector<DirEntry>> dirs = env_->ListDir(packs_fd_);
-  if (!dirs.ok()) {
+  Result<PackListing> listing = store_->pack_objects().List(ListDetail::kNames);
+  if (!listing.ok()) {
     ++unknown_refs_;
-    rep_.errors.push_back("packs/: " + dirs.status().message());
+    rep_.errors.push_back(store_->pack_objects().Describe() + ": " + listing.status().message());
     return;
   }
-  for (const DirEntry& d : *dirs) {
-    Result<UniqueFd> dir = env_->OpenAt(packs_fd_, d.name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
-    Result<std::vector<DirEntry>> files =
-        dir.ok() ? env_->ListDir(dir->get()) : Result<std::vector<DirEntry>>(dir.status());
-    if (!files.ok()) {
-      ++unknown_refs_;
-      rep_.errors.push_back("packs/" + d.name +
-                            "/: directory cannot be read (its packs are unknown): " + files.status().message());
-      continue;
-    }
-    for (const DirEntry& f : *files) {
-      std::optional<ObjectId> id = internal::ParseObjectFileName(f.name, internal::kPackSuffix);
-      const std::string where = "packs/" + d.name + "/" + f.name;
-      if (!id || internal::PackDirName(*id) != d.name) {
-        rep_.warnings.push_back(where + ": unexpected file");
-        continue;
-      }
-      if (pack_owner_.count(*id) || needed_.count(*id)) continue;
-      CheckUnneededPack(where, *id);
+  for (const PackUnlisted& u : listing->unlisted) NoteUnlisted(u);
+  for (const std::string& where : listing->unexpected) rep_.warnings.push_back(where + ": unexpected file");
+  for (const PackObjectEntry& e : listing->packs) {
+    if (e.misplaced) {
+      rep_.warnings.push_back(e.where + ": unexpected file");
+    } else if (!e.complete) {
+      rep_.warnings.push_back(e.where + ": left by an interrupted seal, or a seal still writing it (gc removes it)");
+    } else if (!pack_owner_.count(e.id) && !needed_.count(e.id)) {
+      CheckUnneededPack(e.where, e.id);
     }
   }
+}
+
+void FsckRun::NoteUnlisted(const PackUnlisted& u) {
+  ++unknown_refs_;
+  rep_.errors.push_back(u.where + (u.directory ? ": directory cannot be read (its packs are unknown): "
+                                               : ": cannot tell whether it is a published pack: ") +
+                        u.status.message());
 }
 
 // Each pack nothing needs is opened: one that cannot be read may be what a
@@ -267,7 +264,7 @@ void FsckRun::CheckTmpDir() {
 }  // namespace
 
 Result<FsckReport> Store::Fsck() {
-  FsckRun run(this, staging_.get(), packs_.get(), tmp_.get());
+  FsckRun run(this, staging_.get(), tmp_.get());
   run.CheckSuperblock(root_.get(), path_);
   run.CheckFiles(ns_.get());
   run.CheckBasePacks();

@@ -52,10 +52,10 @@ auto CorruptionIn(const std::string& ctx) {
 
 // The header, checked on its own: magic, checksum, a version this build
 // reads, and fields that agree with each other.
-Result<PackHeader> ReadPackHeader(Env* env, int fd, const std::string& ctx) {
+Result<PackHeader> ReadPackHeader(const PackBytes& src, const std::string& ctx) {
   const auto corrupt = CorruptionIn(ctx);
   std::array<uint8_t, kPackHeaderSize> hdr;
-  if (Status s = env->PReadExact(fd, hdr, 0); !s.ok()) return s.WithContext(ctx);
+  if (Status s = src.ReadExact(hdr, 0); !s.ok()) return s.WithContext(ctx);
   if (std::memcmp(hdr.data(), kPackMagic, sizeof(kPackMagic)) != 0) return corrupt("bad header magic");
   if (!ChecksumMatches(Checksum64(std::span<const uint8_t>(hdr.data(), kHdrChecksum), kSeedHeader),
                        le::Get64(hdr, kHdrChecksum))) {
@@ -91,10 +91,10 @@ struct ChunkTable {
 
 // The chunk table the footer points at, just before the footer, checked
 // against the footer's checksum.
-Result<ChunkTable> ReadChunkTable(Env* env, int fd, uint64_t size, const PackHeader& h, const std::string& ctx) {
+Result<ChunkTable> ReadChunkTable(const PackBytes& src, uint64_t size, const PackHeader& h, const std::string& ctx) {
   const auto corrupt = CorruptionIn(ctx);
   std::array<uint8_t, kPackFooterSize> ft;
-  if (Status s = env->PReadExact(fd, ft, size - kPackFooterSize); !s.ok()) return s.WithContext(ctx);
+  if (Status s = src.ReadExact(ft, size - kPackFooterSize); !s.ok()) return s.WithContext(ctx);
   if (std::memcmp(ft.data() + kFtMagic, kPackFooterMagic, sizeof(kPackFooterMagic)) != 0) {
     return corrupt("bad footer magic (truncated pack?)");
   }
@@ -109,7 +109,7 @@ Result<ChunkTable> ReadChunkTable(Env* env, int fd, uint64_t size, const PackHea
                    std::to_string(size));
   }
   ChunkTable table{table_offset, std::vector<uint8_t>(table_bytes)};
-  if (Status s = env->PReadExact(fd, table.bytes, table_offset); !s.ok()) return s.WithContext(ctx);
+  if (Status s = src.ReadExact(table.bytes, table_offset); !s.ok()) return s.WithContext(ctx);
   if (!ChecksumMatches(Checksum64(table.bytes, kSeedTable), le::Get64(ft, kFtTableSum))) {
     return corrupt("chunk table checksum mismatch");
   }
@@ -194,10 +194,10 @@ Result<std::vector<ChunkEntry>> DecodeChunkTable(const PackHeader& h, const Chun
 // when it cannot be read the chunks still can, so the reader opens and
 // says so in meta_status(); who needs the references (recovery, gc,
 // fsck) must check it.
-void ReadMetaBlock(Env* env, int fd, const PackHeader& h, const std::string& ctx, PackMeta* meta, Status* meta_status) {
+void ReadMetaBlock(const PackBytes& src, const PackHeader& h, const std::string& ctx, PackMeta* meta, Status* meta_status) {
   if (h.version < 3) return;
   std::vector<uint8_t> mb(h.meta_len);
-  if (Status s = env->PReadExact(fd, mb, h.meta_offset); !s.ok()) {
+  if (Status s = src.ReadExact(mb, h.meta_offset); !s.ok()) {
     *meta_status = s.WithContext(ctx + ": meta block");
   } else if (Result<PackMeta> m = DecodePackMeta(mb, h.chunk_count); !m.ok()) {
     *meta_status = m.status().WithContext(ctx + ": meta block");
@@ -208,30 +208,28 @@ void ReadMetaBlock(Env* env, int fd, const PackHeader& h, const std::string& ctx
 
 }  // namespace
 
-Result<std::shared_ptr<PackReader>> PackReader::Open(Env* env, UniqueFd fd, std::string name) {
+Result<std::shared_ptr<PackReader>> PackReader::Open(std::unique_ptr<PackBytes> source, std::string name) {
   const std::string ctx = "pack " + name;
   const auto corrupt = CorruptionIn(ctx);
 
-  Result<struct stat> st = env->Fstat(fd.get());
+  Result<uint64_t> st = source->Size();
   if (!st.ok()) return st.status().WithContext(ctx);
-  const uint64_t size = static_cast<uint64_t>(st->st_size);
+  const uint64_t size = *st;
   if (size < kPackHeaderSize + kPackFooterSize) {
     return corrupt("file is " + std::to_string(size) + " bytes, too short for a header and footer");
   }
-  ASSIGN_OR_RETURN(const PackHeader h, ReadPackHeader(env, fd.get(), ctx));
-  ASSIGN_OR_RETURN(const ChunkTable table, ReadChunkTable(env, fd.get(), size, h, ctx));
+  ASSIGN_OR_RETURN(const PackHeader h, ReadPackHeader(*source, ctx));
+  ASSIGN_OR_RETURN(const ChunkTable table, ReadChunkTable(*source, size, h, ctx));
   ASSIGN_OR_RETURN(std::vector<ChunkEntry> chunks, DecodeChunkTable(h, table, ctx));
   PackMeta meta;
   Status meta_status = Status::Ok();
-  ReadMetaBlock(env, fd.get(), h, ctx, &meta, &meta_status);
+  ReadMetaBlock(*source, h, ctx, &meta, &meta_status);
 
   // A small pack (a delta or a file of references) is read whole up front:
   // otherwise every chunk's few stored bytes cost a disk round trip of their own.
   const uint64_t payload_end = PayloadEnd(h, table);
-  if (payload_end <= kReadWholeBelow) {
-    (void)env->Fadvise(fd.get(), 0, payload_end, POSIX_FADV_WILLNEED);
-  }
-  std::shared_ptr<PackReader> r(new PackReader(env, std::move(fd), std::move(name)));
+  if (payload_end <= kReadWholeBelow) source->Prefetch(0, payload_end);
+  std::shared_ptr<PackReader> r(new PackReader(std::move(source), std::move(name)));
   r->header_ = h;
   r->chunks_ = std::move(chunks);
   r->meta_ = std::move(meta);
@@ -259,7 +257,7 @@ Status PackReader::ReadChunk(uint64_t index, std::vector<uint8_t>* out, BaseSour
   std::vector<uint8_t> local;
   std::vector<uint8_t>& stored = needs_base ? local : ScratchBuffer();
   stored.resize(e.stored_len);
-  if (Status s = env_->PReadExact(fd_.get(), stored, e.offset); !s.ok()) return fail(s.WithContext(ctx));
+  if (Status s = source_->ReadExact(stored, e.offset); !s.ok()) return fail(s.WithContext(ctx));
   if (!ChecksumMatches(Checksum64(stored, kSeedChunkStored ^ index), e.stored_checksum)) {
     return fail(Status::Corruption(ctx + ": stored checksum mismatch"));
   }
@@ -297,14 +295,14 @@ Result<std::pair<ObjectId, uint64_t>> PackReader::ChunkBase(uint64_t index) cons
   const ChunkEntry& e = chunks_[index];
   if (!StoredAgainstBase(e.codec)) return Status::Error(ENOENT, "chunk has no base");
   std::array<uint8_t, kBaseRefSize> ref;
-  RETURN_IF_ERROR(env_->PReadExact(fd_.get(), ref, e.offset));
+  RETURN_IF_ERROR(source_->ReadExact(ref, e.offset));
   if (le::Get64(ref, 0) == 0) return Status::Error(ENOENT, "lossy keyframe chunk has no base");
   return std::make_pair(le::Get64(ref, 0), le::Get64(ref, 8));
 }
 
 void PackReader::Prefetch(uint64_t index) const {
   if (index >= chunks_.size() || chunks_[index].stored_len == 0) return;
-  (void)env_->Fadvise(fd_.get(), chunks_[index].offset, chunks_[index].stored_len, POSIX_FADV_WILLNEED);
+  source_->Prefetch(chunks_[index].offset, chunks_[index].stored_len);
 }
 
 Status PackReader::VerifyAll(BaseSource* bases) const {

@@ -19,6 +19,7 @@
 #include "store/object_id.h"
 #include "store/pack_format.h"
 #include "store/pack_meta.h"
+#include "store/pack_bytes.h"
 
 namespace ckptfs {
 
@@ -102,7 +103,11 @@ Result<PackStats> WritePack(Env* env, int src_fd, uint64_t size, int dst_fd, uin
 class PackReader {
  public:
   // Validates header, footer and table checksums. `name` is used in messages.
-  static Result<std::shared_ptr<PackReader>> Open(Env* env, UniqueFd fd, std::string name);
+  static Result<std::shared_ptr<PackReader>> Open(std::unique_ptr<PackBytes> source, std::string name);
+  // A pack file held open, read through Env.
+  static Result<std::shared_ptr<PackReader>> Open(Env* env, UniqueFd fd, std::string name) {
+    return Open(std::make_unique<FdPackBytes>(env, std::move(fd)), std::move(name));
+  }
 
   const PackHeader& header() const { return header_; }
   const std::vector<ChunkEntry>& chunks() const { return chunks_; }
@@ -113,7 +118,6 @@ class PackReader {
   const Status& meta_status() const { return meta_status_; }
   uint64_t stored_size() const { return stored_size_; }
   const std::string& name() const { return name_; }
-  int fd() const { return fd_.get(); }
 
   // Decodes chunk `index` into `out` (resized to raw_len). Corruption names
   // the pack, the chunk and its logical offset. kRef/kDelta chunks read
@@ -121,18 +125,19 @@ class PackReader {
   Status ReadChunk(uint64_t index, std::vector<uint8_t>* out, BaseSource* bases = nullptr) const;
   // The base pack and offset a kRef/kDelta chunk names (fsck, stats).
   Result<std::pair<ObjectId, uint64_t>> ChunkBase(uint64_t index) const;
-  // Asks the kernel to start reading chunk `index` from disk (no-op when
-  // out of range), so a sequential reader finds it in the page cache.
+  // Starts reading chunk `index` ahead (no-op when out of range): the
+  // kernel into its page cache for a file, an asynchronous read for a RADOS
+  // object, so that a sequential reader finds it at hand.
   void Prefetch(uint64_t index) const;
   // Reads and checks every chunk (fsck).
   Status VerifyAll(BaseSource* bases = nullptr) const;
 
  private:
-  PackReader(Env* env, UniqueFd fd, std::string name) : env_(env), fd_(std::move(fd)), name_(std::move(name)) {}
+  PackReader(std::unique_ptr<PackBytes> source, std::string name)
+      : source_(std::move(source)), name_(std::move(name)) {}
   Status DecodeAgainstBase(ChunkCodec codec, std::span<const uint8_t> stored, std::span<uint8_t> out,
                            BaseSource* bases) const;
-  Env* env_;
-  UniqueFd fd_;
+  std::unique_ptr<PackBytes> source_;
   std::string name_;
   PackHeader header_;
   std::vector<ChunkEntry> chunks_;

@@ -126,7 +126,7 @@ void NoteProblem(RecoveryReport* rep, const std::string& line) {
 
 // 1. Packs that never got published. Always safe to delete: nothing names
 // a pack before it is renamed out of tmp/ (stubs and meta blocks name
-// packs/XX/ID.pack only), and the staging file it was coded from stays
+// packs/XX/ID.pack only; in RADOS, before its object is complete), and the staging file it was coded from stays
 // until a stub names the published pack.
 Status RemoveUnpublishedPacks(Env* env, int tmp_fd, RecoveryReport* rep) {
   ASSIGN_OR_RETURN(std::vector<DirEntry> tmp_entries, env->ListDir(tmp_fd));
@@ -291,47 +291,52 @@ Status Store::RemoveOrphanStaging(const std::unordered_set<ObjectId>& referenced
 namespace {
 
 struct FoundPack {
-  std::string dir, file;
+  std::string where;
   std::optional<PackMeta> meta;  // nullopt: references unknown
   uint64_t logical_size = 0;
   uint32_t chunk_size = 0;
 };
 using FoundPacks = std::unordered_map<ObjectId, FoundPack>;
 
-// Every pack file under packs/, with its references where its meta block
-// can be read.
-Result<FoundPacks> FindPacks(Store* store, int packs_fd, RecoveryReport* rep) {
-  Env* env = store->env();
+// An object whose publish never finished (packs in RADOS): nothing names
+// it. A single-node store removes it, as it empties tmp/; in a shared store
+// it may be another node's seal still writing, so cluster GC decides, after
+// its grace period.
+Status RemoveUnfinishedPack(Store* store, const PackObjectEntry& e, RecoveryReport* rep) {
+  if (store->options().cluster.enabled) {
+    spdlog::info("recovery: leaving {} to cluster gc (not published yet, or left by a crash)", e.where);
+    return Status::Ok();
+  }
+  RETURN_IF_ERROR(store->pack_objects().Delete(e.id).WithContext("recovery: removing unpublished " + e.where));
+  ++rep->tmp_files_removed;
+  NoteDone(rep, "removed unpublished " + e.where);
+  return Status::Ok();
+}
+
+// Every pack, with its references where its meta block can be read.
+Result<FoundPacks> FindPacks(Store* store, RecoveryReport* rep) {
   FoundPacks found;
-  ASSIGN_OR_RETURN(std::vector<DirEntry> pack_dirs, env->ListDir(packs_fd));
-  for (const DirEntry& d : pack_dirs) {
-    Result<UniqueFd> dir = env->OpenAt(packs_fd, d.name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
-    Result<std::vector<DirEntry>> files =
-        dir.ok() ? env->ListDir(dir->get()) : Result<std::vector<DirEntry>>(dir.status());
-    if (!files.ok()) {
-      NoteUnreadable(rep, "packs/" + d.name + "/ (directory)", files.status().message());
+  ASSIGN_OR_RETURN(const PackListing listing, store->pack_objects().List(ListDetail::kNames));
+  for (const PackUnlisted& u : listing.unlisted) {
+    NoteUnreadable(rep, u.where + (u.directory ? " (directory)" : " (pack)"), u.status.message());
+  }
+  for (const std::string& where : listing.unexpected) spdlog::warn("recovery: leaving unexpected file {}", where);
+  for (const PackObjectEntry& p : listing.packs) {
+    if (!p.complete) {
+      RETURN_IF_ERROR(RemoveUnfinishedPack(store, p, rep));
       continue;
     }
-    for (const DirEntry& f : *files) {
-      std::optional<ObjectId> id = internal::ParseObjectFileName(f.name, internal::kPackSuffix);
-      const std::string where = "packs/" + d.name + "/" + f.name;
-      if (!id) {
-        spdlog::warn("recovery: leaving unexpected file {}", where);
-        continue;
-      }
-      FoundPack& e = found[*id];
-      e.dir = d.name;
-      e.file = f.name;
-      Result<std::shared_ptr<PackReader>> r = store->OpenPack(*id);
-      if (!r.ok()) {
-        NoteUnreadable(rep, where + " (pack header or chunk table)", r.status().message());
-      } else if (!(*r)->meta_status().ok()) {
-        NoteUnreadable(rep, where + " (meta block)", (*r)->meta_status().message());
-      } else {
-        e.meta = (*r)->meta();
-        e.logical_size = (*r)->header().logical_size;
-        e.chunk_size = (*r)->header().chunk_size;
-      }
+    FoundPack& e = found[p.id];
+    e.where = p.where;
+    Result<std::shared_ptr<PackReader>> r = store->OpenPack(p.id);
+    if (!r.ok()) {
+      NoteUnreadable(rep, p.where + " (pack header or chunk table)", r.status().message());
+    } else if (!(*r)->meta_status().ok()) {
+      NoteUnreadable(rep, p.where + " (meta block)", (*r)->meta_status().message());
+    } else {
+      e.meta = (*r)->meta();
+      e.logical_size = (*r)->header().logical_size;
+      e.chunk_size = (*r)->header().chunk_size;
     }
   }
   return found;
@@ -340,7 +345,7 @@ Result<FoundPacks> FindPacks(Store* store, int packs_fd, RecoveryReport* rep) {
 // Mark: what stubs name, and the bases of those packs, transitively. A
 // pack that is named but absent means its references are lost too.
 std::unordered_set<ObjectId> MarkLive(const std::unordered_map<ObjectId, std::string>& roots, const FoundPacks& found,
-                                      RecoveryReport* rep) {
+                                      const PackObjects& packs, RecoveryReport* rep) {
   std::unordered_set<ObjectId> live;
   std::vector<std::pair<ObjectId, std::string>> todo(roots.begin(), roots.end());  // pack, who needs it
   while (!todo.empty()) {
@@ -349,12 +354,11 @@ std::unordered_set<ObjectId> MarkLive(const std::unordered_map<ObjectId, std::st
     if (!live.insert(id).second) continue;
     auto it = found.find(id);
     if (it == found.end()) {
-      NoteUnreadable(rep, "packs/" + internal::PackDirName(id) + "/" + internal::PackFileName(id),
-                     "missing, but " + needer + " needs it");
+      NoteUnreadable(rep, packs.Where(id), "missing, but " + needer + " needs it");
       continue;
     }
     if (!it->second.meta) continue;
-    for (ObjectId b : it->second.meta->bases) todo.emplace_back(b, "packs/" + it->second.dir + "/" + it->second.file);
+    for (ObjectId b : it->second.meta->bases) todo.emplace_back(b, it->second.where);
   }
   return live;
 }
@@ -362,8 +366,8 @@ std::unordered_set<ObjectId> MarkLive(const std::unordered_map<ObjectId, std::st
 }  // namespace
 
 Status Store::CollectPacks(const std::unordered_map<ObjectId, std::string>& roots, RecoveryReport* rep) {
-  ASSIGN_OR_RETURN(const FoundPacks found, FindPacks(this, packs_.get(), rep));
-  const std::unordered_set<ObjectId> live = MarkLive(roots, found, rep);
+  ASSIGN_OR_RETURN(const FoundPacks found, FindPacks(this, rep));
+  const std::unordered_set<ObjectId> live = MarkLive(roots, found, *pack_objects_, rep);
 
   // Sweep what nothing needs, unless something could not be read; index the
   // packs whose meta blocks were read.
@@ -378,11 +382,9 @@ Status Store::CollectPacks(const std::unordered_map<ObjectId, std::string>& root
     }
     if (!synced) RETURN_IF_ERROR(SyncBeforeDeleting());
     synced = true;
-    Result<UniqueFd> dir = env_->OpenAt(packs_.get(), e.dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
-    if (!dir.ok()) return dir.status().WithContext("recovery: removing orphan pack");
-    RETURN_IF_ERROR(env_->UnlinkAt(dir->get(), e.file).WithContext("recovery: removing orphan pack"));
+    RETURN_IF_ERROR(DeletePack(id).WithContext("recovery: removing orphan pack"));
     ++rep->orphan_packs_removed;
-    NoteDone(rep, "removed orphan pack packs/" + e.dir + "/" + e.file);
+    NoteDone(rep, "removed orphan pack " + e.where);
   }
   index_.RecountUsers();
   for (const auto& [id, path] : roots) index_.AddRoot(id);

@@ -15,16 +15,16 @@
 #include "codec/lossy/file_coder.h"
 #include "codec/tensor_chunk.h"
 #include "store/delta_planner.h"
+#include "store/dir_pack_objects.h"
 #include "store/env_source.h"
 #include "store/lossy_xattrs.h"
 #include "store/private_store.h"
+#include "store/rados_pack_objects.h"
 #include "store/store_internal.h"
 
 namespace ckptfs {
 namespace {
 
-using internal::PackDirName;
-using internal::PackFileName;
 using internal::StagingFileName;
 
 constexpr const char* kLayoutDirs[] = {"ns", "packs", "staging", "tmp"};
@@ -92,6 +92,28 @@ Status WritePid(Env* env, int lock_fd) {
   return env->PWriteAll(lock_fd, std::span(reinterpret_cast<const uint8_t*>(pid.data()), pid.size()), 0);
 }
 
+// What a new store records: packs=rados:POOL gets a RADOS namespace of its
+// own, so that stores sharing a pool never see (nor collect) each other's packs.
+internal::Superblock NewSuperblock(const StoreOptions& opts) {
+  internal::Superblock sb;
+  sb.chunk_size = opts.chunk_size;
+  if (!opts.cluster.packs.empty() && opts.cluster.packs != "dir") {
+    sb.packs = opts.cluster.packs;
+    sb.rados_namespace = "ckptfs-" + ObjectIdHex(NewObjectId());
+  }
+  return sb;
+}
+
+// Where packs live is decided when a store is created: a later packs=
+// must name the same place (or be left out).
+Status CheckPackLocation(const internal::Superblock& sb, const std::string& asked, const std::string& backing) {
+  if (asked.empty() || asked == sb.packs) return Status::Ok();
+  const std::string recorded = sb.packs == "dir" ? "its directory (packs=dir)" : sb.packs;
+  return Status::InvalidArgument("store " + backing + " keeps its packs in " + recorded +
+                                 ", recorded when it was created; it cannot be opened with packs=" + asked +
+                                 " (leave packs= out, or pass packs=" + sb.packs + ")");
+}
+
 }  // namespace
 
 // After a fork the daemon, not the parent that took the lock, holds it.
@@ -102,6 +124,24 @@ Status Store::RecordOwnerPid() {
 }
 
 namespace internal {
+namespace {
+
+Status ReadPackLocation(const nlohmann::json& j, const std::string& where, Superblock* sb) {
+  if (!j.contains("packs")) return Status::Ok();
+  if (!j["packs"].is_string()) return Status::Corruption(where + ": \"packs\" is not a string");
+  sb->packs = j["packs"].get<std::string>();
+  if (sb->packs == "dir") return Status::Ok();
+  if (!sb->packs.starts_with("rados:") || sb->packs.size() == 6) {
+    return Status::Corruption(where + ": \"packs\" is " + sb->packs + ", neither dir nor rados:POOL");
+  }
+  if (!j.contains("rados_namespace") || !j["rados_namespace"].is_string()) {
+    return Status::Corruption(where + ": packs in " + sb->packs + " but no \"rados_namespace\"");
+  }
+  sb->rados_namespace = j["rados_namespace"].get<std::string>();
+  return Status::Ok();
+}
+
+}  // namespace
 
 std::optional<ObjectId> ParseObjectFileName(const std::string& name, const std::string& suffix) {
   if (name.size() != 16 + suffix.size() || name.compare(16, suffix.size(), suffix) != 0) return std::nullopt;
@@ -130,17 +170,27 @@ Result<Superblock> ReadSuperblock(Env* env, int root_fd, const std::string& stor
   if (sb.version < 1) return Status::Corruption(where + " has invalid version " + std::to_string(sb.version));
   if (j.contains("chunk_size") && j["chunk_size"].is_number_unsigned()) sb.chunk_size = j["chunk_size"].get<uint32_t>();
   sb.shared = j.contains("shared") && j["shared"].is_boolean() && j["shared"].get<bool>();
-  if (sb.shared != (sb.version >= 2)) {
-    return Status::Corruption(where + ": \"shared\" and \"version\" disagree (a shared store is version 2)");
+  RETURN_IF_ERROR(ReadPackLocation(j, where, &sb));
+  if ((sb.shared || sb.packs != "dir") && sb.version < 2) {
+    return Status::Corruption(where + ": a shared store, or one with packs outside its directory, is version 2");
   }
   return sb;
 }
 
-Status WriteSuperblock(Env* env, int root_fd, const std::string& backing, uint32_t chunk_size, bool shared) {
+Status WriteSuperblock(Env* env, int root_fd, const std::string& backing, const Superblock& sb) {
+  // An older ckptfs must refuse what it would get wrong: a shared store,
+  // or packs outside the directory. Other stores stay version 1.
+  const bool needs_v2 = sb.shared || sb.packs != "dir";
   nlohmann::json j = {{"format", "ckptfs"},
-                      {"version", shared ? kStoreFormatVersion : kSingleNodeStoreVersion},
-                      {"chunk_size", chunk_size}};
-  if (shared) j["shared"] = true;
+                      {"version", needs_v2 ? kStoreFormatVersion : kSingleNodeStoreVersion},
+                      {"chunk_size", sb.chunk_size}};
+  if (sb.shared) j["shared"] = true;
+  // A store with packs in its directory says nothing: its superblock is
+  // what it always was.
+  if (sb.packs != "dir") {
+    j["packs"] = sb.packs;
+    j["rados_namespace"] = sb.rados_namespace;
+  }
   const std::string text = j.dump() + "\n";
   // tmp + fsync + rename + dir fsync: a crash leaves either no superblock
   // (an empty store, initialised again) or a complete one.
@@ -203,16 +253,19 @@ Result<std::unique_ptr<Store>> Store::Open(Env* env, const std::string& backing,
     if (!opts.create_if_missing) {
       return Status::Error(ENOENT, "backing directory " + backing + " is not a ckptfs store (no CKPTFS superblock)");
     }
-    RETURN_IF_ERROR(internal::WriteSuperblock(env, root_fd, backing, opts.chunk_size, false));
+    sb = NewSuperblock(opts);
+    RETURN_IF_ERROR(internal::WriteSuperblock(env, root_fd, backing, *sb));
     spdlog::info("initialised ckptfs store in {}", backing);
   }
-  const bool shared = sb.ok() && sb->shared;
+  RETURN_IF_ERROR(CheckPackLocation(*sb, opts.cluster.packs, backing));
+  const bool shared = sb->shared;
   if (shared) store->opts_.cluster.enabled = true;
 
   if (opts.take_lock && !store->cluster()) {
     ASSIGN_OR_RETURN(store->lock_, internal::TakeLock(env, root_fd, backing));
   }
   RETURN_IF_ERROR(store->InitLayout());
+  RETURN_IF_ERROR(store->OpenPackObjects(sb->packs, sb->rados_namespace));
   if (store->cluster()) RETURN_IF_ERROR(store->OpenCluster(shared));
   if (opts.take_lock) {
     ASSIGN_OR_RETURN(store->made_private_, MakeStorePrivate(env, root_fd, backing));
@@ -246,18 +299,34 @@ Status Store::InitLayout() {
   return Status::Ok();
 }
 
-Result<UniqueFd> Store::PackDir(ObjectId id, bool create) {
-  const std::string name = PackDirName(id);
-  Result<UniqueFd> fd = env_->OpenAt(packs_.get(), name, O_RDONLY | O_DIRECTORY);
-  if (fd.ok() || !create || fd.status().code() != ENOENT) return fd;
-  Status mk = env_->MkdirAt(packs_.get(), name, kPrivateDirMode);
-  if (mk.ok()) {
-    // The new directory entry must be durable before a pack inside it is.
-    RETURN_IF_ERROR(env_->Fsync(packs_.get()));
-  } else if (mk.code() != EEXIST) {  // EEXIST: a concurrent publish made it
-    return mk;
+void Store::ClosePackConnection() {
+  if (opts_.cluster.packs == "dir") return;
+  {
+    std::lock_guard lk(readers_mu_);
+    readers_.clear();
   }
-  return env_->OpenAt(packs_.get(), name, O_RDONLY | O_DIRECTORY);
+  pack_objects_.reset();
+}
+
+Status Store::OpenPackConnection() {
+  if (opts_.cluster.packs == "dir") return Status::Ok();
+  return OpenPackObjects(opts_.cluster.packs, rados_namespace_);
+}
+
+Status Store::OpenPackObjects(const std::string& packs, const std::string& rados_namespace) {
+  opts_.cluster.packs = packs;  // what the store recorded, also when the mount left it out
+  rados_namespace_ = rados_namespace;
+  if (packs == "dir") {
+    pack_objects_ = std::make_unique<DirPackObjects>(env_, packs_.get());
+    return Status::Ok();
+  }
+  const std::string pool = packs.substr(std::string_view("rados:").size());
+  const RadosConnector& connect = opts_.connect_rados ? opts_.connect_rados : RadosConnector(ConnectLibrados);
+  Result<std::unique_ptr<RadosClient>> client = connect(opts_.cluster.ceph_conf, pool, rados_namespace);
+  if (!client.ok()) return client.status().WithContext("store " + path_ + " keeps its packs in " + packs);
+  pack_objects_ = std::make_unique<RadosPackObjects>(env_, std::move(client).value(), packs);
+  spdlog::debug("store {}: packs in RADOS pool {} (namespace {})", path_, pool, rados_namespace);
+  return Status::Ok();
 }
 
 namespace {
@@ -354,14 +423,7 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
   Result<PackStats> stats = WritePack(env_, src_fd, size, tmp->get(), opts_.chunk_size, opts_.encoder, cancel, tensors,
                                       PackWorkers{workers, planner_ptrs});
   if (!stats.ok()) return fail(stats.status());
-  Result<UniqueFd> dir = PackDir(id, /*create=*/true);
-  Status published = dir.ok() ? env_->RenameAt(tmp_.get(), tmpname, dir->get(), PackFileName(id)) : dir.status();
-  if (!published.ok()) return fail(published);
-  if (Status s = env_->Fsync(dir->get()); !s.ok()) {
-    // Not durable, and no stub refers to it yet: drop it.
-    (void)env_->UnlinkAt(dir->get(), PackFileName(id));
-    return s.WithContext(ctx);
-  }
+  if (Status s = pack_objects_->Publish(id, tmp_.get(), tmpname, tmp->get()); !s.ok()) return fail(s);
   if (index_loaded_) index_.Add(id, stats->meta, size, opts_.chunk_size);
   if (planner && (stats->ref_chunks > 0 || stats->delta_chunks > 0)) {
     spdlog::debug("{}: {} chunks, {} shared, {} deltas against {}", ctx, stats->chunk_count, stats->ref_chunks,
@@ -384,9 +446,9 @@ Status Store::DeleteDeadPacks(const std::vector<ObjectId>& dead) {
     // objects recovery could not read refer to (ARCHITECTURE.md, Recovery).
     for (ObjectId id : dead) {
       spdlog::warn(
-          "keeping pack packs/{}/{} although no file needs it: recovery found unreadable objects "
+          "keeping pack {} although no file needs it: recovery found unreadable objects "
           "(see `ckptfs fsck`); `ckptfs gc` deletes it once they are repaired",
-          PackDirName(id), PackFileName(id));
+          pack_objects_->Where(id));
     }
     return Status::Ok();
   }
@@ -551,65 +613,37 @@ Result<std::shared_ptr<PackReader>> Store::OpenPack(ObjectId id) {
   // store, so its absence is damage: EIO for readers (invariant 3), not a
   // file "not found" that exists in the namespace.
   auto missing = [&](const Status& s) {
-    const std::string where = "packs/" + PackDirName(id) + "/" + PackFileName(id);
+    const std::string where = pack_objects_->Where(id);
     return s.code() == ENOENT ? Status::Error(EIO, "pack " + where + " is missing") : s.WithContext(where);
   };
-  Result<UniqueFd> dir = PackDir(id, false);
-  if (!dir.ok()) return missing(dir.status());
-  Result<UniqueFd> fd = env_->OpenAt(dir->get(), PackFileName(id), O_RDONLY);
-  if (!fd.ok()) return missing(fd.status());
-  return PackReader::Open(env_, std::move(fd).value(), ObjectIdHex(id));
+  Result<std::unique_ptr<PackBytes>> source = pack_objects_->Open(id);
+  if (!source.ok()) return missing(source.status());
+  return PackReader::Open(std::move(source).value(), ObjectIdHex(id));
 }
 
 Status Store::DeletePack(ObjectId id) {
   if (id == 0) return Status::Ok();
-  Result<UniqueFd> dir = PackDir(id, false);
-  if (!dir.ok()) return dir.status().code() == ENOENT ? Status::Ok() : dir.status();
-  Status s = env_->UnlinkAt(dir->get(), PackFileName(id));
-  return IsErr(s, ENOENT) ? Status::Ok() : s;
+  return pack_objects_->Delete(id);
 }
 
-Result<uint64_t> Store::PackFileSize(ObjectId id) {
-  ASSIGN_OR_RETURN(UniqueFd dir, PackDir(id, false));
-  ASSIGN_OR_RETURN(struct stat st, env_->FstatAt(dir.get(), PackFileName(id), 0));
-  return static_cast<uint64_t>(st.st_size);
-}
+Result<uint64_t> Store::PackFileSize(ObjectId id) { return pack_objects_->Size(id); }
 
 Result<std::vector<Store::PackStat>> Store::ListPacks() {
+  ASSIGN_OR_RETURN(PackListing listing, pack_objects_->List(ListDetail::kSizes));
+  if (!listing.unlisted.empty()) {
+    return listing.unlisted.front().status.WithContext("listing " + listing.unlisted.front().where);
+  }
   std::vector<PackStat> out;
-  ASSIGN_OR_RETURN(std::vector<DirEntry> dirs, env_->ListDir(packs_.get()));
-  for (const DirEntry& d : dirs) {
-    Result<UniqueFd> dir = env_->OpenAt(packs_.get(), d.name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
-    if (!dir.ok()) return dir.status().WithContext("listing packs/" + d.name + "/");
-    ASSIGN_OR_RETURN(std::vector<DirEntry> files, env_->ListDir(dir->get()));
-    for (const DirEntry& f : files) {
-      std::optional<ObjectId> id = internal::ParseObjectFileName(f.name, internal::kPackSuffix);
-      if (!id) continue;
-      Result<struct stat> st = env_->FstatAt(dir->get(), f.name, AT_SYMLINK_NOFOLLOW);
-      if (!st.ok()) {
-        if (st.status().code() == ENOENT) continue;  // deleted meanwhile
-        return st.status().WithContext("listing packs/" + d.name + "/" + f.name);
-      }
-      out.push_back({*id, static_cast<uint64_t>(st->st_size),
-                     static_cast<uint64_t>(st->st_mtim.tv_sec) * 1000000000ull + st->st_mtim.tv_nsec});
-    }
+  for (const PackObjectEntry& e : listing.packs) {
+    out.push_back({.id = e.id, .bytes = e.bytes, .mtime_ns = e.mtime_ns, .complete = e.complete});
   }
   return out;
 }
 
 Result<uint64_t> Store::AllPackBytes() {
+  ASSIGN_OR_RETURN(PackListing listing, pack_objects_->List(ListDetail::kSizes));
   uint64_t total = 0;
-  ASSIGN_OR_RETURN(std::vector<DirEntry> dirs, env_->ListDir(packs_.get()));
-  for (const DirEntry& d : dirs) {
-    Result<UniqueFd> dir = env_->OpenAt(packs_.get(), d.name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
-    if (!dir.ok()) continue;
-    ASSIGN_OR_RETURN(std::vector<DirEntry> files, env_->ListDir(dir->get()));
-    for (const DirEntry& f : files) {
-      if (Result<struct stat> st = env_->FstatAt(dir->get(), f.name, AT_SYMLINK_NOFOLLOW); st.ok()) {
-        total += static_cast<uint64_t>(st->st_size);
-      }
-    }
-  }
+  for (const PackObjectEntry& e : listing.packs) total += e.bytes;
   return total;
 }
 

@@ -3,10 +3,12 @@
 //   BACKING/LOCK          flock'd by the one daemon that serves the store
 //   BACKING/ns/           namespace mirror: dirs, symlinks, stubs (store/stub.h)
 //   BACKING/packs/XX/ID.pack   sealed file versions, XX = first 2 hex digits of ID
+//                         (or objects ID.pack in a RADOS pool: store/pack_objects.h)
 //   BACKING/staging/ID.stage   bytes of files being written (plain sparse files)
 //   BACKING/tmp/          packs being written; emptied by recovery
 // Publishing a pack: write tmp/ID.pack.tmp, fdatasync, rename into packs/XX/,
-// fsync packs/XX/. A stub is switched to the pack only after that.
+// fsync packs/XX/ (in RADOS: write the object, marked complete last). A
+// stub is switched to the pack only after that.
 #pragma once
 
 #include <atomic>
@@ -35,6 +37,8 @@
 #include "store/object_id.h"
 #include "store/pack.h"
 #include "store/pack_index.h"
+#include "store/pack_objects.h"
+#include "store/rados_client.h"
 #include "store/stub.h"
 
 namespace ckptfs {
@@ -72,6 +76,9 @@ struct StoreOptions {
   uint32_t lossy_keyframe_every = 32;
   // Several nodes' daemons on one store (store/cluster_options.h).
   ClusterOptions cluster;
+  // How a store with packs in RADOS reaches its pool; empty: librados
+  // (ConnectLibrados). Tests put a fake pool here.
+  RadosConnector connect_rados;
 };
 
 struct RecoveryReport {
@@ -231,11 +238,24 @@ class Store : public BaseSource {
     ObjectId id = 0;
     uint64_t bytes = 0;
     uint64_t mtime_ns = 0;
+    // False for a RADOS object whose publish never finished (a crash, or a
+    // seal still writing it): no stub names it, and it is no readable pack.
+    bool complete = true;
   };
   Result<std::vector<PackStat>> ListPacks();
   // Bytes of every pack in the store: with deltas, packs of deleted files
   // can stay as bases of others, so this can exceed the files' own packs.
   Result<uint64_t> AllPackBytes();
+  // Where the packs are: the store directory or a RADOS pool (recorded in
+  // the superblock when the store was created).
+  PackObjects& pack_objects() { return *pack_objects_; }
+  // librados's threads do not survive fork(2): a process that opened a
+  // store with packs in RADOS and then forks (the daemon) closes the
+  // connection before the fork, dropping the packs it holds open, and
+  // opens a new one after it in the child. Nothing may use packs in
+  // between. No-ops for packs in the store directory.
+  void ClosePackConnection();
+  Status OpenPackConnection();
 
   // --- staging ---
   Result<UniqueFd> CreateStaging(ObjectId* id);  // new empty file, O_RDWR
@@ -293,7 +313,10 @@ class Store : public BaseSource {
   // and points tmp_ and staging_ at this node's own directories.
   Status OpenCluster(bool shared_already);
   Status OpenNodeStaging();
-  Result<UniqueFd> PackDir(ObjectId id, bool create);
+  // After InitLayout: `packs` is "dir" or "rados:POOL", `rados_namespace`
+  // the store's namespace in that pool.
+  Status OpenPackObjects(const std::string& packs, const std::string& rados_namespace);
+  std::string rados_namespace_;
   Result<std::shared_ptr<PackReader>> CachedPack(ObjectId id);
   Status DecodePackInto(ObjectId id, uint64_t keep_bytes, int dst_fd);
   Status DeleteDeadPacks(const std::vector<ObjectId>& dead);
@@ -328,6 +351,7 @@ class Store : public BaseSource {
   uint64_t node_id_ = 0;
   std::mutex refresh_mu_;
   uint64_t last_refresh_ns_ = 0;
+  std::unique_ptr<PackObjects> pack_objects_;  // after packs_, which the dir one uses
   std::vector<std::string> made_private_;
   PackIndex index_;
   bool index_loaded_ = false;

@@ -34,11 +34,15 @@ struct Superblock {
   int version = 0;
   uint32_t chunk_size = 0;
   bool shared = false;  // version 2: served by several nodes (cluster mode)
+  // "packs": where packs live, "dir" (also when absent) or "rados:POOL";
+  // "rados_namespace": the store's RADOS namespace in that pool.
+  std::string packs = "dir";
+  std::string rados_namespace;
 };
 
-// Writes BACKING/CKPTFS (tmp + fsync + rename + dir fsync); a shared store
-// is version 2.
-Status WriteSuperblock(Env* env, int root_fd, const std::string& backing, uint32_t chunk_size, bool shared);
+// Writes BACKING/CKPTFS (tmp + fsync + rename + dir fsync); a shared store,
+// or one with packs in RADOS, is version 2.
+Status WriteSuperblock(Env* env, int root_fd, const std::string& backing, const Superblock& sb);
 
 // One single-node daemon per store: flock on LOCK (EBUSY naming the pid
 // when another process holds it).

@@ -67,6 +67,9 @@ std::vector<SetterCase> SetterCases() {
          EXPECT_TRUE(o.foreground);  // libfuse traces to the terminal
        }},
       {"nonempty", [](const MountOptions& o) { EXPECT_TRUE(o.nonempty); }},
+      {"packs=rados:ckpt", [](const MountOptions& o) { EXPECT_EQ(o.store.cluster.packs, "rados:ckpt"); }},
+      {"ceph_conf=/etc/ceph/c.conf",
+       [](const MountOptions& o) { EXPECT_EQ(o.store.cluster.ceph_conf, "/etc/ceph/c.conf"); }},
   };
 }
 

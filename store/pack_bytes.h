@@ -1,0 +1,51 @@
+// Where a PackReader reads a pack's bytes from: a file through Env (the
+// store directory's packs, so FaultEnv's faults reach them), or an object
+// in a RADOS pool (store/rados_pack_objects.h). The bytes are the same.
+#pragma once
+
+#include <fcntl.h>
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "base/status.h"
+#include "base/unique_fd.h"
+#include "store/env.h"
+
+namespace ckptfs {
+
+// Positioned reads of one immutable pack. Safe to call from several
+// threads at once.
+class PackBytes {
+ public:
+  virtual ~PackBytes() = default;
+  virtual Result<uint64_t> Size() = 0;
+  // Reads exactly out.size() bytes at `off`, or fails (EIO "short read").
+  virtual Status ReadExact(std::span<uint8_t> out, uint64_t off) const = 0;
+  // Asks for [off, off+len) to be read ahead, so that a ReadExact of it
+  // soon after finds it at hand. Advice only.
+  virtual void Prefetch(uint64_t off, uint64_t len) const = 0;
+};
+
+// A pack file held open; reads go through Env.
+class FdPackBytes : public PackBytes {
+ public:
+  FdPackBytes(Env* env, UniqueFd fd) : env_(env), fd_(std::move(fd)) {}
+  Result<uint64_t> Size() override {
+    ASSIGN_OR_RETURN(struct stat st, env_->Fstat(fd_.get()));
+    return static_cast<uint64_t>(st.st_size);
+  }
+  Status ReadExact(std::span<uint8_t> out, uint64_t off) const override { return env_->PReadExact(fd_.get(), out, off); }
+  // The kernel reads it into the page cache.
+  void Prefetch(uint64_t off, uint64_t len) const override {
+    (void)env_->Fadvise(fd_.get(), off, len, POSIX_FADV_WILLNEED);
+  }
+
+ private:
+  Env* env_;
+  UniqueFd fd_;
+};
+
+}  // namespace ckptfs
