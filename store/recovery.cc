@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include "base/log.h"
+#include "store/live_packs.h"
 #include "store/store.h"
 #include "store/store_internal.h"
 
@@ -333,35 +334,34 @@ Result<FoundPacks> FindPacks(Store* store, int packs_fd, RecoveryReport* rep) {
 
 // Mark: what stubs name, and the bases of those packs, transitively. A
 // pack that is named but absent means its references are lost too.
-std::unordered_set<ObjectId> MarkLive(const std::unordered_map<ObjectId, std::string>& roots, const FoundPacks& found,
-                                      RecoveryReport* rep) {
-  std::unordered_set<ObjectId> live;
-  std::vector<std::pair<ObjectId, std::string>> todo(roots.begin(), roots.end());  // pack, who needs it
-  while (!todo.empty()) {
-    const auto [id, needer] = todo.back();
-    todo.pop_back();
-    if (!live.insert(id).second) continue;
+std::unordered_set<ObjectId> MarkFoundLive(const std::unordered_map<ObjectId, std::string>& roots,
+                                           const FoundPacks& found, RecoveryReport* rep) {
+  auto lookup = [&](ObjectId id) {
+    internal::PackBases pack;
     auto it = found.find(id);
-    if (it == found.end()) {
-      NoteUnreadable(rep, "packs/" + internal::PackDirName(id) + "/" + internal::PackFileName(id),
-                     "missing, but " + needer + " needs it");
-      continue;
-    }
-    if (!it->second.meta) continue;
-    for (ObjectId b : it->second.meta->bases) todo.emplace_back(b, "packs/" + it->second.dir + "/" + it->second.file);
-  }
-  return live;
+    if (it == found.end()) return pack;
+    pack.exists = true;
+    if (it->second.meta) pack.bases = it->second.meta->bases;
+    pack.where = "packs/" + it->second.dir + "/" + it->second.file;
+    return pack;
+  };
+  auto missing = [&](ObjectId id, const std::string& needer) {
+    NoteUnreadable(rep, "packs/" + internal::PackDirName(id) + "/" + internal::PackFileName(id),
+                   "missing, but " + needer + " needs it");
+  };
+  return internal::MarkLive({roots.begin(), roots.end()}, lookup, missing);
 }
 
 }  // namespace
 
 Status Store::CollectPacks(const std::unordered_map<ObjectId, std::string>& roots, RecoveryReport* rep) {
   ASSIGN_OR_RETURN(const FoundPacks found, FindPacks(this, packs_.get(), rep));
-  const std::unordered_set<ObjectId> live = MarkLive(roots, found, rep);
+  const std::unordered_set<ObjectId> live = MarkFoundLive(roots, found, rep);
 
   // Sweep what nothing needs, unless something could not be read; index the
   // packs whose meta blocks were read.
-  const bool sweep = rep->unreadable.empty();
+  // In cluster mode only cluster GC deletes packs (store/cluster_gc.h).
+  const bool sweep = rep->unreadable.empty() && !options().cluster.enabled;
   bool synced = false;
   for (const auto& [id, e] : found) {
     if (!sweep || live.count(id)) {
