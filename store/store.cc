@@ -17,7 +17,9 @@
 #include "store/delta_planner.h"
 #include "store/env_source.h"
 #include "store/lossy_xattrs.h"
+#include "store/membership.h"
 #include "store/private_store.h"
+#include "store/seal_pin.h"
 #include "store/store_internal.h"
 
 namespace ckptfs {
@@ -232,6 +234,22 @@ Status Store::InitLayout() {
     }
     *fds[i] = std::move(fd).value();
   }
+  return opts_.cluster.enabled && opts_.create_if_missing ? InitClusterDirs() : Status::Ok();
+}
+
+Status Store::InitClusterDirs() {
+  std::string node = opts_.cluster.node;
+  if (node.empty()) {
+    char host[256] = {};
+    node = ::gethostname(host, sizeof(host) - 1) == 0 ? host : "unknown-host";
+  }
+  const std::string dirs[] = {kNodesDirName, std::string(kNodesDirName) + "/" + node,
+                              std::string(kNodesDirName) + "/" + node + "/" + kNodePinsDirName};
+  for (const std::string& d : dirs) {
+    Status s = env_->MkdirAt(root_.get(), d, kPrivateDirMode);
+    if (!s.ok() && s.code() != EEXIST) return s.WithContext("store " + path_ + ": creating " + d + "/");
+  }
+  ASSIGN_OR_RETURN(pins_, env_->OpenAt(root_.get(), dirs[2], O_RDONLY | O_DIRECTORY | O_NOFOLLOW));
   return Status::Ok();
 }
 
@@ -247,6 +265,35 @@ Result<UniqueFd> Store::PackDir(ObjectId id, bool create) {
     return mk;
   }
   return env_->OpenAt(packs_.get(), name, O_RDONLY | O_DIRECTORY);
+}
+
+Result<std::unique_ptr<SealPin>> Store::StartSealPin(ObjectId new_pack) {
+  if (!pins_.valid()) return std::unique_ptr<SealPin>();
+  ASSIGN_OR_RETURN(std::unique_ptr<SealPin> pin, SealPin::Create(env_, pins_.get()));
+  const ObjectId ids[] = {new_pack};
+  RETURN_IF_ERROR(pin->Add(ids));
+  return pin;
+}
+
+bool Store::UsableAsBase(ObjectId id) {
+  const std::string marker = std::string(kGcDirName) + "/" + kGcDoomedDirName + "/" + ObjectIdHex(id);
+  Result<struct stat> doomed = env_->FstatAt(root_.get(), marker, AT_SYMLINK_NOFOLLOW);
+  if (doomed.ok() || doomed.status().code() != ENOENT) return false;
+  // Checked after the marker: GC deletes a pack before its marker, so a
+  // pack found here was not deleted before the marker was looked for.
+  return PackFileSize(id).ok();
+}
+
+std::unique_ptr<BaseAdmission> Store::AdmissionFor(SealPin* pin) {
+  if (pin == nullptr) return nullptr;
+  PinnedBases::Probe probe{
+      .bases_of = [this](ObjectId id) -> Result<std::vector<ObjectId>> {
+        ASSIGN_OR_RETURN(std::shared_ptr<PackReader> r, CachedPack(id));
+        RETURN_IF_ERROR(r->meta_status());
+        return r->meta().bases;
+      },
+      .usable = [this](ObjectId id) { return UsableAsBase(id); }};
+  return std::make_unique<PinnedBases>(pin, std::move(probe));
 }
 
 namespace {
@@ -274,10 +321,16 @@ class PlannerPins {
 }  // namespace
 
 Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic<bool>* cancel,
-                                    const LossyPolicy& policy, SiblingSource* siblings) {
+                                    const LossyPolicy& policy, SiblingSource* siblings,
+                                    std::unique_ptr<SealPin>* keep_pin) {
   const ObjectId id = NewObjectId();
   const std::string ctx = "publishing pack " + ObjectIdHex(id);
   const auto started = std::chrono::steady_clock::now();
+  // Cluster mode: pinned before it exists, so GC never finds it unpinned
+  // before a stub names it.
+  Result<std::unique_ptr<SealPin>> pin = StartSealPin(id);
+  if (!pin.ok()) return pin.status().WithContext(ctx);
+  const std::unique_ptr<BaseAdmission> admission = AdmissionFor(pin->get());
   const std::string tmpname = ObjectIdHex(id) + internal::kTmpPackSuffix;
   Result<UniqueFd> tmp = env_->OpenAt(tmp_.get(), tmpname, O_CREAT | O_EXCL | O_RDWR, kPrivateFileMode);
   if (!tmp.ok()) return tmp.status().WithContext(ctx);
@@ -326,7 +379,7 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
   if ((opts_.delta && index_loaded_) || lossy) {
     for (unsigned w = 0; w < workers; ++w) {
       planners.push_back(std::make_unique<DeltaPlanner>(&index_, this, tensors, opts_.encoder,
-                                                        opts_.delta ? opts_.keyframe_every : 0));
+                                                        opts_.delta ? opts_.keyframe_every : 0, admission.get()));
     }
   }
   DeltaPlanner* planner = planners.empty() ? nullptr : planners[0].get();
@@ -342,6 +395,7 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
   Result<PackStats> stats = WritePack(env_, src_fd, size, tmp->get(), opts_.chunk_size, opts_.encoder, cancel, tensors,
                                       PackWorkers{workers, planner_ptrs});
   if (!stats.ok()) return fail(stats.status());
+  WaitWhileExists(env_, opts_.seal_hold);
   Result<UniqueFd> dir = PackDir(id, /*create=*/true);
   Status published = dir.ok() ? env_->RenameAt(tmp_.get(), tmpname, dir->get(), PackFileName(id)) : dir.status();
   if (!published.ok()) return fail(published);
@@ -359,11 +413,14 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
   spdlog::debug("{}: {} bytes stored in {} ({:.3f}x), {:.3f} s with {} worker(s), {:.0f} MB/s", ctx, size,
                 stats->stored_size, stats->stored_size ? double(size) / double(stats->stored_size) : 0.0, secs, workers,
                 secs > 0 ? double(size) / 1e6 / secs : 0.0);
+  if (keep_pin != nullptr) *keep_pin = std::move(pin).value();
   return id;
 }
 
 Status Store::DeleteDeadPacks(const std::vector<ObjectId>& dead) {
-  if (dead.empty()) return Status::Ok();
+  // Cluster mode: another node's stub or seal may need what this node's
+  // index thinks dead; only cluster GC, which sees them all, deletes.
+  if (dead.empty() || opts_.cluster.enabled) return Status::Ok();
   if (deletion_blocked()) {
     // The index says nothing needs them, but it does not know what the
     // objects recovery could not read refer to (ARCHITECTURE.md, Recovery).
@@ -441,7 +498,7 @@ Status Store::ReleasePack(ObjectId id) {
 }
 
 void Store::DiscardNewPack(ObjectId id) {
-  if (id == 0) return;
+  if (id == 0 || opts_.cluster.enabled) return;  // cluster GC deletes it (DeleteDeadPacks says why)
   std::vector<ObjectId> dead = index_loaded_ ? index_.DropRoot(id) : std::vector<ObjectId>{};
   std::erase(dead, id);
   if (Status s = DeletePack(id); !s.ok()) {
@@ -666,9 +723,12 @@ Result<StubRecord> Store::SealStub(int stub_fd, const StubRecord& staged, int st
   const uint64_t size = static_cast<uint64_t>(sst.st_size);
   // An empty file needs no pack: object 0 already means "no bytes".
   ObjectId pack = 0;
+  // Cluster mode: holds the new pack and its bases until the stub names it
+  // durably (or the seal is abandoned), on every path out of here.
+  std::unique_ptr<SealPin> pin;
   if (size > 0) {
     const std::unique_ptr<SiblingSource> siblings = SiblingsOf(stub_fd, sst.st_mtim);
-    ASSIGN_OR_RETURN(pack, PublishPack(staging_fd, size, nullptr, PolicyFor(stub_fd), siblings.get()));
+    ASSIGN_OR_RETURN(pack, PublishPack(staging_fd, size, nullptr, PolicyFor(stub_fd), siblings.get(), &pin));
   }
 
   if (still_current && !still_current()) {
