@@ -1,6 +1,7 @@
 // The operator commands behind the ckptfs CLI. Each returns an exit code.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "mount-tools/mount_options.h"
@@ -20,7 +21,9 @@ int RunStats(const std::string& path, bool json);
 int RunFsck(const std::string& backing, bool json);
 // Full garbage collection of an unmounted store (the mark-and-sweep that
 // recovery runs at every mount). 0 done, 2 could not run (e.g. mounted).
-int RunGc(const std::string& backing);
+// A shared store gets cluster GC (with `grace` seconds, else the store's
+// default), run beside its mounted daemons; any other gets recovery's sweep.
+int RunGc(const std::string& backing, std::optional<uint32_t> grace = std::nullopt);
 // Runs the content-based format parsers on FILE and prints format, note and
 // tensor regions. 0 ok (an unrecognised file is format "unknown"), 2 error.
 // `roles` adds each tensor's label, order and lossy role to the JSON (kept

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <unordered_map>
 #include <unordered_set>
@@ -378,6 +379,40 @@ Result<ClusterGcReport> Store::CollectClusterGarbage(const ClusterGcOptions& gc)
   ClusterGcReport rep;
   RETURN_IF_ERROR(ClusterGc(this, gc, &rep).Run());
   return rep;
+}
+
+PeriodicClusterGc::PeriodicClusterGc(Store* store, uint32_t interval_seconds, ClusterGcOptions gc)
+    : store_(store), interval_seconds_(std::max(1u, interval_seconds)), gc_(std::move(gc)) {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+PeriodicClusterGc::~PeriodicClusterGc() {
+  {
+    std::lock_guard lk(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void PeriodicClusterGc::Loop() {
+  std::unique_lock lk(mu_);
+  while (!cv_.wait_for(lk, std::chrono::seconds(interval_seconds_), [this] { return stop_; })) {
+    lk.unlock();
+    Result<ClusterGcReport> rep = store_->CollectClusterGarbage(gc_);
+    if (!rep.ok()) {
+      if (rep.status().code() == EBUSY) {
+        spdlog::info("gc: skipped this run: {}", rep.status().message());
+      } else {
+        spdlog::error("gc: {}", rep.status().message());
+      }
+    } else {
+      spdlog::info("gc: deleted {} pack(s) ({} bytes); kept {} needed, {} pinned, {} young, {} doomed{}",
+                   rep->deleted.size(), rep->bytes_deleted, rep->kept_referenced, rep->kept_pinned, rep->kept_young,
+                   rep->kept_doomed, rep->swept() ? "" : "; stopped early or changed nothing (see above)");
+    }
+    lk.lock();
+  }
 }
 
 }  // namespace ckptfs

@@ -16,8 +16,11 @@
 // An object that cannot be read stops all changes, as in recovery.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "store/object_id.h"
@@ -50,6 +53,31 @@ struct ClusterGcReport {
   std::vector<std::string> unreadable;  // as RecoveryReport::unreadable: any there, nothing changed
   bool lease_lost = false;              // the lease was lost mid-run: the run stopped
   bool swept() const { return unreadable.empty() && !lease_lost; }
+};
+
+class Store;
+
+// The daemon's cluster GC (-o gc_interval=SECS): a run every interval on a
+// thread of its own, started after the daemon forks; destruction (at
+// unmount) stops it, waiting for a run in progress. A run that finds the
+// lease held by another collector is skipped.
+class PeriodicClusterGc {
+ public:
+  PeriodicClusterGc(Store* store, uint32_t interval_seconds, ClusterGcOptions gc);
+  PeriodicClusterGc(const PeriodicClusterGc&) = delete;
+  PeriodicClusterGc& operator=(const PeriodicClusterGc&) = delete;
+  ~PeriodicClusterGc();
+
+ private:
+  void Loop();
+
+  Store* store_;
+  uint32_t interval_seconds_;
+  ClusterGcOptions gc_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;
 };
 
 }  // namespace ckptfs

@@ -67,6 +67,9 @@ std::vector<SetterCase> SetterCases() {
          EXPECT_TRUE(o.foreground);  // libfuse traces to the terminal
        }},
       {"nonempty", [](const MountOptions& o) { EXPECT_TRUE(o.nonempty); }},
+      {"gc_grace=0", [](const MountOptions& o) { EXPECT_EQ(o.store.cluster.gc_grace_seconds, 0u); }},
+      {"gc_interval=300", [](const MountOptions& o) { EXPECT_EQ(o.store.cluster.gc_interval_seconds, 300u); }},
+      {"seal_hold=/tmp/hold", [](const MountOptions& o) { EXPECT_EQ(o.store.seal_hold, "/tmp/hold"); }},
   };
 }
 
