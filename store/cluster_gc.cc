@@ -79,8 +79,9 @@ class ClusterGc {
     rep_->unreadable.push_back(where + ": " + why);
     Note("cannot read " + where + ": " + why);
   }
+  // Logged at debug: `ckptfs gc` prints the actions, the daemon logs them.
   void Note(const std::string& line) {
-    spdlog::info("gc: {}", line);
+    spdlog::debug("gc: {}", line);
     rep_->actions.push_back(line);
   }
   uint64_t grace_ns() const { return opts_.grace_seconds * kNsPerSecond; }
@@ -407,6 +408,7 @@ void PeriodicClusterGc::Loop() {
         spdlog::error("gc: {}", rep.status().message());
       }
     } else {
+      for (const std::string& line : rep->actions) spdlog::info("gc: {}", line);
       spdlog::info("gc: deleted {} pack(s) ({} bytes); kept {} needed, {} pinned, {} young, {} doomed{}",
                    rep->deleted.size(), rep->bytes_deleted, rep->kept_referenced, rep->kept_pinned, rep->kept_young,
                    rep->kept_doomed, rep->swept() ? "" : "; stopped early or changed nothing (see above)");

@@ -276,9 +276,16 @@ Result<std::unique_ptr<SealPin>> Store::StartSealPin(ObjectId new_pack) {
 }
 
 bool Store::UsableAsBase(ObjectId id) {
-  const std::string marker = std::string(kGcDirName) + "/" + kGcDoomedDirName + "/" + ObjectIdHex(id);
-  Result<struct stat> doomed = env_->FstatAt(root_.get(), marker, AT_SYMLINK_NOFOLLOW);
-  if (doomed.ok() || doomed.status().code() != ENOENT) return false;
+  // Opened afresh for each look: an NFS client revalidates a directory it
+  // opens, so a marker another node just made is not hidden by a cached
+  // negative lookup.
+  const std::string dir = std::string(kGcDirName) + "/" + kGcDoomedDirName;
+  Result<UniqueFd> doomed_dir = env_->OpenAt(root_.get(), dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
+  if (!doomed_dir.ok() && doomed_dir.status().code() != ENOENT) return false;
+  if (doomed_dir.ok()) {
+    Result<struct stat> doomed = env_->FstatAt(doomed_dir->get(), ObjectIdHex(id), AT_SYMLINK_NOFOLLOW);
+    if (doomed.ok() || doomed.status().code() != ENOENT) return false;
+  }
   // Checked after the marker: GC deletes a pack before its marker, so a
   // pack found here was not deleted before the marker was looked for.
   return PackFileSize(id).ok();
