@@ -85,6 +85,11 @@ class ClusterGc {
     rep_->actions.push_back(line);
   }
   uint64_t grace_ns() const { return opts_.grace_seconds * kNsPerSecond; }
+  // Renews the lease through the long phases (the walk, the mark); whether
+  // it is still ours is what step 5 checks.
+  void KeepLease() {
+    if (lease_->RenewalDue()) (void)lease_->Hold();
+  }
 
   Store* store_;
   Env* env_;
@@ -144,7 +149,8 @@ Status ClusterGc::ListPacksAndMarkers() {
     if (!id) continue;
     Result<std::string> text = ReadText(env_, doomed_dir_.get(), e.name);
     if (!text.ok() && text.status().code() == ENOENT) continue;
-    // A marker whose time cannot be read (torn by a crash) starts its wait now.
+    // A marker that cannot be read waits from now; one whose time does not
+    // parse (torn by a crash) is removed, and made again in step 5.
     uint64_t when = env_->WallTimeNs();
     if (text.ok()) {
       try {
@@ -236,6 +242,7 @@ Status ClusterGc::ReadStubs() {
   stub_roots_.clear();
   std::unordered_set<ino_t> seen;
   auto visit = [this](const std::string& path, int fd, const Status& open_status) {
+    KeepLease();
     const std::string where = "ns/" + path;
     if (path.ends_with('/')) {
       Unreadable(where + " (directory)", open_status.message());
@@ -256,6 +263,7 @@ Status ClusterGc::ReadStubs() {
 
 internal::PackBases ClusterGc::BasesOf(ObjectId id) {
   if (auto it = bases_.find(id); it != bases_.end()) return it->second;
+  KeepLease();
   internal::PackBases pack;
   pack.where = PackPath(id);
   if (Result<uint64_t> size = store_->PackFileSize(id); !size.ok() && size.status().code() == ENOENT) {

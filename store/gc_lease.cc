@@ -141,6 +141,12 @@ Status GcLease::Hold() {
                                           : std::string(now >= mine_.expires_ns ? " (it expired)" : "")) +
                                      "; stopped deleting");
   }
+  // Renewing is a rename over the record, safe only while nobody may take
+  // it over: not in the last moments of the term, whatever the clocks say.
+  if (mine_.expires_ns - now < term_ns_ / 8) {
+    held_ = false;
+    return Status::Error(ENOLCK, "the GC lease gc/lease was about to expire before it was renewed; stopped deleting");
+  }
   if (mine_.expires_ns - now < term_ns_ / 2) return Renew();
   return Status::Ok();
 }

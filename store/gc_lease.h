@@ -40,6 +40,9 @@ class GcLease {
   // half its term is left; an error once it was lost (taken over, removed,
   // or expired): the caller must stop deleting.
   Status Hold();
+  // Whether Hold would renew now: callers in a long phase (the stub walk)
+  // call Hold when this says so, and do no lease I/O otherwise.
+  bool RenewalDue() const { return held_ && env_->WallTimeNs() + term_ns_ / 2 >= mine_.expires_ns; }
   Status Release();
   const std::string& token() const { return mine_.token; }
 
