@@ -304,6 +304,25 @@ TEST_F(ClusterGcTest, CrashAtEachMutationOfARunDeletesNothingLive) {
   }
 }
 
+TEST_F(ClusterGcTest, DaemonCollectsEveryIntervalUntilStopped) {
+  const ObjectId p = Seal(a_.get(), "f", test::MixedContent(kChunk, 8));
+  Unlink("f");
+  {
+    PeriodicClusterGc gc(b_.get(), 1, ClusterGcOptions{.grace_seconds = 0, .holder = "b"});
+    for (int i = 0; i < 6000 && HasPack(p); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }  // stops the thread, waiting for a run in progress
+  EXPECT_FALSE(HasPack(p));
+  EXPECT_FALSE(std::filesystem::exists(dir_.Sub("gc/lease")));
+}
+
+TEST(PinFileTest, ALineStillBeingAppendedIsSkipped) {
+  const std::string a = ObjectIdHex(0x1111), b = ObjectIdHex(0x2222);
+  EXPECT_EQ(ParsePinFile(a + "\n" + b + "\n"), (std::vector<ObjectId>{0x1111, 0x2222}));
+  EXPECT_EQ(ParsePinFile(a + "\n" + b.substr(0, 7)), (std::vector<ObjectId>{0x1111}));
+  EXPECT_EQ(ParsePinFile("junk\n" + a + "\n"), (std::vector<ObjectId>{0x1111}));
+  EXPECT_TRUE(ParsePinFile("").empty());
+}
+
 class GcLeaseTest : public ::testing::Test {
  protected:
   void SetUp() override {
