@@ -323,6 +323,49 @@ TEST(PinFileTest, ALineStillBeingAppendedIsSkipped) {
   EXPECT_TRUE(ParsePinFile("").empty());
 }
 
+// An Env on which node c, dead when GC reads the membership, rejoins right
+// as GC opens its pins directory (and so may pin bases from then on).
+class RejoinEnv : public FaultEnv {
+ public:
+  Result<UniqueFd> OpenAt(int dirfd, const std::string& path, int flags, mode_t mode) override {
+    if (path == "c/pins" && root_fd_ >= 0 && !member_) {
+      auto m = Membership::Join(this, root_fd_, MemberRecord{.node = "c", .lease_seconds = 30});
+      EXPECT_TRUE(m.ok()) << m.status().ToString();
+      if (m.ok()) member_ = std::move(m).value();
+    }
+    return FaultEnv::OpenAt(dirfd, path, flags, mode);
+  }
+  int root_fd_ = -1;
+  std::unique_ptr<Membership> member_;
+};
+
+TEST(ClusterGcRejoin, ANodeThatRejoinsDuringARunKeepsItsPins) {
+  TempDir dir;
+  RejoinEnv env;
+  StoreOptions o = test::SmallChunks(kChunk);
+  o.take_lock = false;
+  o.cluster.enabled = true;
+  o.cluster.node = "c";
+  auto s = Store::Open(&env, dir.path(), o);
+  ASSERT_TRUE(s.ok());
+  ASSERT_TRUE((*s)->Recover().ok());
+  const auto p = test::MakeSealedFile(s->get(), "f", test::MixedContent(kChunk, 9));
+  ASSERT_TRUE(p.ok());
+  ASSERT_EQ(::unlink(dir.Sub("ns/f").c_str()), 0);
+  auto pin = SealPin::Create(&env, (*s)->pins_dir_fd());  // node c has no record: dead
+  ASSERT_TRUE(pin.ok());
+  const ObjectId ids[] = {p->object};
+  ASSERT_OK((*pin)->Add(ids));
+  env.root_fd_ = (*s)->root_fd();
+  auto rep = (*s)->CollectClusterGarbage(ClusterGcOptions{.grace_seconds = 0, .holder = "gc"});
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  ASSERT_TRUE(env.member_);
+  EXPECT_EQ(rep->dead_pins_removed, 0u);
+  EXPECT_TRUE(std::filesystem::exists(dir.Sub("nodes/c/pins/" + (*pin)->name())));
+  EXPECT_TRUE(rep->deleted.empty());
+  EXPECT_TRUE((*s)->PackFileSize(p->object).ok());
+}
+
 class GcLeaseTest : public ::testing::Test {
  protected:
   void SetUp() override {
