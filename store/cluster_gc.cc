@@ -85,6 +85,10 @@ class ClusterGc {
     rep_->actions.push_back(line);
   }
   uint64_t grace_ns() const { return opts_.grace_seconds * kNsPerSecond; }
+  Status Stopping() const {
+    if (opts_.stop == nullptr || !opts_.stop->load()) return Status::Ok();
+    return Status::Error(ECANCELED, "gc: stopped (unmounting)");
+  }
   // Renews the lease through the long phases (the walk, the mark); whether
   // it is still ours is what step 5 checks.
   void KeepLease() {
@@ -125,9 +129,13 @@ Status ClusterGc::Run() {
 
 Status ClusterGc::Round() {
   RETURN_IF_ERROR(ListPacksAndMarkers());
+  RETURN_IF_ERROR(Stopping());
   RETURN_IF_ERROR(ReadPins());
+  RETURN_IF_ERROR(Stopping());
   RETURN_IF_ERROR(ReadStubs());
+  RETURN_IF_ERROR(Stopping());
   Mark();
+  RETURN_IF_ERROR(Stopping());
   if (!rep_->unreadable.empty()) {
     Note("changed nothing: " + std::to_string(rep_->unreadable.size()) +
          " object(s) could not be read, and any pack may be what they need");
@@ -242,6 +250,7 @@ Status ClusterGc::ReadStubs() {
   stub_roots_.clear();
   std::unordered_set<ino_t> seen;
   auto visit = [this](const std::string& path, int fd, const Status& open_status) {
+    RETURN_IF_ERROR(Stopping());
     KeepLease();
     const std::string where = "ns/" + path;
     if (path.ends_with('/')) {
@@ -343,6 +352,7 @@ Status ClusterGc::DeleteDoomed(const std::vector<ObjectId>& doomed) {
   // come back after a power cut naming deleted packs.
   RETURN_IF_ERROR(env_->SyncFs(store_->root_fd()).WithContext("gc: making the namespace durable before deleting"));
   for (ObjectId id : doomed) {
+    RETURN_IF_ERROR(Stopping());
     if (Status held = lease_->Hold(); !held.ok()) {
       rep_->lease_lost = true;
       Note(held.message());
@@ -392,10 +402,12 @@ Result<ClusterGcReport> Store::CollectClusterGarbage(const ClusterGcOptions& gc)
 
 PeriodicClusterGc::PeriodicClusterGc(Store* store, uint32_t interval_seconds, ClusterGcOptions gc)
     : store_(store), interval_seconds_(std::max(1u, interval_seconds)), gc_(std::move(gc)) {
+  gc_.stop = &stopping_;
   thread_ = std::thread([this] { Loop(); });
 }
 
 PeriodicClusterGc::~PeriodicClusterGc() {
+  stopping_ = true;
   {
     std::lock_guard lk(mu_);
     stop_ = true;
@@ -410,7 +422,9 @@ void PeriodicClusterGc::Loop() {
     lk.unlock();
     Result<ClusterGcReport> rep = store_->CollectClusterGarbage(gc_);
     if (!rep.ok()) {
-      if (rep.status().code() == EBUSY) {
+      if (rep.status().code() == ECANCELED) {
+        spdlog::info("gc: stopped for the unmount");
+      } else if (rep.status().code() == EBUSY) {
         spdlog::info("gc: skipped this run: {}", rep.status().message());
       } else {
         spdlog::error("gc: {}", rep.status().message());

@@ -16,6 +16,7 @@
 // An object that cannot be read stops all changes, as in recovery.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
@@ -32,6 +33,9 @@ struct ClusterGcOptions {
   // Who collects, recorded in the lease: a node name, or "gc@host:pid".
   std::string holder;
   uint64_t lease_seconds = 60;
+  // When set and true, the run stops at the next step or deletion, with
+  // ECANCELED (the daemon unmounting). What it did so far stays done.
+  const std::atomic<bool>* stop = nullptr;
 };
 
 struct ClusterGcReport {
@@ -77,6 +81,7 @@ class PeriodicClusterGc {
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;
+  std::atomic<bool> stopping_{false};  // what gc_.stop points at
   std::thread thread_;
 };
 

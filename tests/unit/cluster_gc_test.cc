@@ -315,6 +315,17 @@ TEST_F(ClusterGcTest, DaemonCollectsEveryIntervalUntilStopped) {
   EXPECT_FALSE(std::filesystem::exists(dir_.Sub("gc/lease")));
 }
 
+TEST_F(ClusterGcTest, AStoppedRunEndsWithECANCELEDAndReleasesTheLease) {
+  const ObjectId p = Seal(a_.get(), "f", test::MixedContent(kChunk, 12));
+  Unlink("f");
+  const std::atomic<bool> stop{true};
+  auto rep = a_->CollectClusterGarbage(ClusterGcOptions{.grace_seconds = 0, .holder = "a", .stop = &stop});
+  ASSERT_FALSE(rep.ok());
+  EXPECT_EQ(rep.status().code(), ECANCELED);
+  EXPECT_TRUE(HasPack(p));
+  EXPECT_FALSE(std::filesystem::exists(dir_.Sub("gc/lease")));
+}
+
 TEST(PinFileTest, ALineStillBeingAppendedIsSkipped) {
   const std::string a = ObjectIdHex(0x1111), b = ObjectIdHex(0x2222);
   EXPECT_EQ(ParsePinFile(a + "\n" + b + "\n"), (std::vector<ObjectId>{0x1111, 0x2222}));
