@@ -63,7 +63,7 @@ class Store;
 
 // The daemon's cluster GC (-o gc_interval=SECS): a run every interval on a
 // thread of its own, started after the daemon forks; destruction (at
-// unmount) stops it, waiting for a run in progress. A run that finds the
+// unmount) stops it: a run in progress ends at its next step or deletion. A run that finds the
 // lease held by another collector is skipped.
 class PeriodicClusterGc {
  public:

@@ -310,7 +310,7 @@ TEST_F(ClusterGcTest, DaemonCollectsEveryIntervalUntilStopped) {
   {
     PeriodicClusterGc gc(b_.get(), 1, ClusterGcOptions{.grace_seconds = 0, .holder = "b"});
     for (int i = 0; i < 6000 && HasPack(p); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }  // stops the thread, waiting for a run in progress
+  }  // stops the thread, ending a run in progress
   EXPECT_FALSE(HasPack(p));
   EXPECT_FALSE(std::filesystem::exists(dir_.Sub("gc/lease")));
 }
