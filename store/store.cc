@@ -521,12 +521,35 @@ Status Store::RetirePack(ObjectId id) {
   if (id == 0) return Status::Ok();
   if (!index_loaded_ || !index_.Contains(id)) return ReleasePack(id);
   index_.Retire(id);
+  PinRetired(id);
   return Status::Ok();
 }
 
 Status Store::ReleaseRetired(ObjectId id) {
   if (id == 0 || !index_loaded_) return Status::Ok();
+  {
+    std::lock_guard lk(retired_pins_mu_);
+    if (auto it = retired_pins_.find(id); it != retired_pins_.end() && --it->second.count == 0) retired_pins_.erase(it);
+  }
   return DeleteDeadPacks(index_.Unretire(id));
+}
+
+// Cluster mode: no stub names a retired pack while its file is rewritten,
+// and cluster GC would mark it doomed, costing the next version its delta.
+// A pin keeps it live until the next seal (whose own pin then takes over).
+void Store::PinRetired(ObjectId id) {
+  if (!pins_.valid()) return;
+  std::lock_guard lk(retired_pins_mu_);
+  RetiredPin& held = retired_pins_[id];
+  if (held.count++ > 0) return;
+  Result<std::unique_ptr<SealPin>> pin = SealPin::Create(env_, pins_.get());
+  const ObjectId ids[] = {id};
+  Status added = pin.ok() ? (*pin)->Add(ids) : pin.status();
+  if (!added.ok()) {
+    spdlog::warn("cannot pin retired pack {} (its successor may be stored without it): {}", ObjectIdHex(id),
+                 added.message());
+  }
+  if (pin.ok()) held.pin = std::move(pin).value();
 }
 
 Result<std::shared_ptr<PackReader>> Store::CachedPack(ObjectId id) {

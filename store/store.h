@@ -302,6 +302,7 @@ class Store : public BaseSource {
   std::unique_ptr<BaseAdmission> AdmissionFor(SealPin* pin);
   // Whether `id` is usable as a base: no gc/doomed marker and present.
   bool UsableAsBase(ObjectId id);
+  void PinRetired(ObjectId id);
   // Recovery step 3: marks what stubs need (through pack bases), deletes the
   // rest, and fills index_ with what is kept.
   // `roots` maps each pack stubs name to one stub's path (for messages).
@@ -333,6 +334,14 @@ class Store : public BaseSource {
   std::vector<ObjectId> gc_queue_;
   bool gc_stop_ = false;
   std::thread gc_thread_;
+  // Cluster mode: the pins of retired packs (RetirePack), by pack, with
+  // how many retirements each one holds.
+  struct RetiredPin {
+    std::shared_ptr<SealPin> pin;  // shared_ptr: SealPin is incomplete here
+    uint32_t count = 0;
+  };
+  std::mutex retired_pins_mu_;
+  std::unordered_map<ObjectId, RetiredPin> retired_pins_;
 };
 
 }  // namespace ckptfs

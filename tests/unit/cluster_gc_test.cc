@@ -227,6 +227,32 @@ TEST_F(ClusterGcTest, SealInFlightKeepsItsBaseThroughGc) {
   EXPECT_TRUE(std::filesystem::is_empty(pins));
 }
 
+// A file rewritten in place: its previous version, which no stub names
+// while it is staged, stays pinned as the predecessor of the next seal.
+TEST_F(ClusterGcTest, RewriteInPlaceKeepsItsPredecessorThroughGc) {
+  const auto v = Versions(2);
+  const ObjectId p0 = Seal(a_.get(), "f", v[0]);
+  auto stub = env_.OpenAt(a_->ns_fd(), "f", O_RDWR);
+  ASSERT_TRUE(stub.ok());
+  auto rec = ReadStub(&env_, stub->get());
+  ASSERT_TRUE(rec.ok());
+  auto staged = a_->StageStub(stub->get(), *rec, 0);  // an O_TRUNC open
+  ASSERT_TRUE(staged.ok()) << staged.status().ToString();
+  ASSERT_EQ(staged->retired, p0);
+  Advance(601);
+  const ClusterGcReport r = Gc(b_.get(), 600);
+  EXPECT_EQ(r.kept_pinned, 1u);
+  EXPECT_FALSE(Doomed(p0));
+  ASSERT_OK(env_.PWriteAll(staged->fd.get(), v[1], 0));
+  auto sealed = a_->SealStub(stub->get(), staged->rec, staged->fd.get());
+  ASSERT_TRUE(sealed.ok()) << sealed.status().ToString();
+  ASSERT_OK(a_->ReleaseRetired(p0));
+  EXPECT_EQ(UsageOf(a_.get(), "f").base, p0);
+  EXPECT_TRUE(std::filesystem::is_empty(dir_.Sub("nodes/a/pins")));
+  EXPECT_TRUE(Gc(b_.get(), 0).deleted.empty());
+  ExpectContent(b_.get(), "f", v[1]);
+}
+
 TEST_F(ClusterGcTest, DeadNodesPinsAndTmpLeftoversAreCollected) {
   const ObjectId p = Seal(a_.get(), "f", test::MixedContent(kChunk, 5));
   Unlink("f");
