@@ -271,7 +271,8 @@ bool StoreIsShared(const std::string& backing) {
   Result<UniqueFd> fd = Env::Default()->OpenAt(AT_FDCWD, backing + "/CKPTFS", O_RDONLY);
   if (!fd.ok()) return false;
   std::string text(64 * 1024, '\0');
-  Result<size_t> n = Env::Default()->PRead(fd->get(), std::span(reinterpret_cast<uint8_t*>(text.data()), text.size()), 0);
+  Result<size_t> n =
+      Env::Default()->PRead(fd->get(), std::span(reinterpret_cast<uint8_t*>(text.data()), text.size()), 0);
   if (!n.ok()) return false;
   text.resize(*n);
   const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);

@@ -26,9 +26,7 @@ namespace {
 
 constexpr uint64_t kNsPerSecond = 1000000000ull;
 
-std::string PackPath(ObjectId id) {
-  return "packs/" + internal::PackDirName(id) + "/" + internal::PackFileName(id);
-}
+std::string PackPath(ObjectId id) { return "packs/" + internal::PackDirName(id) + "/" + internal::PackFileName(id); }
 
 std::string HostName() {
   char host[256] = {};
@@ -114,7 +112,8 @@ Status ClusterGc::Run() {
   ASSIGN_OR_RETURN(gc_dir_, OpenOrMakeDir(env_, root, kGcDirName));
   ASSIGN_OR_RETURN(doomed_dir_, OpenOrMakeDir(env_, gc_dir_.get(), kGcDoomedDirName));
   ASSIGN_OR_RETURN(nodes_dir_, OpenOrMakeDir(env_, root, kNodesDirName));
-  const std::string holder = opts_.holder.empty() ? "gc@" + HostName() + ":" + std::to_string(::getpid()) : opts_.holder;
+  const std::string holder =
+      opts_.holder.empty() ? "gc@" + HostName() + ":" + std::to_string(::getpid()) : opts_.holder;
   ASSIGN_OR_RETURN(lease_, GcLease::Acquire(env_, gc_dir_.get(), holder, opts_.lease_seconds * kNsPerSecond));
   RETURN_IF_ERROR(Round());
   // A marker made in this run's round counts only for a later round (whose
@@ -191,7 +190,8 @@ Status ClusterGc::ReadNodePins(const MemberRecord& m, bool alive, std::vector<De
   const std::string dir = std::string(kNodesDirName) + "/" + m.node + "/";
   DeadNode left{m.node, {}, {}};
   Result<UniqueFd> pins = env_->OpenAt(nodes_dir_.get(), m.node + "/" + kNodePinsDirName, O_RDONLY | O_DIRECTORY);
-  Result<std::vector<DirEntry>> names = pins.ok() ? env_->ListDir(pins->get()) : Result<std::vector<DirEntry>>(pins.status());
+  Result<std::vector<DirEntry>> names =
+      pins.ok() ? env_->ListDir(pins->get()) : Result<std::vector<DirEntry>>(pins.status());
   if (!names.ok() && names.status().code() != ENOENT) {
     Unreadable(dir + kNodePinsDirName + "/", names.status().message());
   }

@@ -50,9 +50,9 @@ struct ClusterGcReport {
   uint64_t kept_young = 0;       // within the grace period of being written, otherwise unneeded
   uint64_t kept_doomed = 0;      // unneeded and marked doomed: deleted once the grace period is over
   uint64_t markers_created = 0;
-  uint64_t markers_removed = 0;   // live again, or of a pack already gone
-  uint64_t dead_pins_removed = 0;  // pin files of dead nodes
-  uint64_t dead_tmp_removed = 0;   // unpublished packs in dead nodes' tmp/
+  uint64_t markers_removed = 0;         // live again, or of a pack already gone
+  uint64_t dead_pins_removed = 0;       // pin files of dead nodes
+  uint64_t dead_tmp_removed = 0;        // unpublished packs in dead nodes' tmp/
   std::vector<std::string> actions;     // one human line per thing done or kept
   std::vector<std::string> unreadable;  // as RecoveryReport::unreadable: any there, nothing changed
   bool lease_lost = false;              // the lease was lost mid-run: the run stopped

@@ -30,8 +30,7 @@ class GcLease {
  public:
   // Takes gc/lease in `gc_dir_fd` for `term_ns`. EBUSY, naming the holder,
   // while another holder's lease has not expired.
-  static Result<std::unique_ptr<GcLease>> Acquire(Env* env, int gc_dir_fd, const std::string& holder,
-                                                  uint64_t term_ns);
+  static Result<std::unique_ptr<GcLease>> Acquire(Env* env, int gc_dir_fd, const std::string& holder, uint64_t term_ns);
   GcLease(const GcLease&) = delete;
   GcLease& operator=(const GcLease&) = delete;
   ~GcLease();  // releases it, if still held

@@ -293,16 +293,15 @@ bool Store::UsableAsBase(ObjectId id) {
 
 std::unique_ptr<BaseAdmission> Store::AdmissionFor(SealPin* pin) {
   if (pin == nullptr) return nullptr;
-  PinnedBases::Probe probe{
-      .bases_of = [this](ObjectId id) -> Result<std::vector<ObjectId>> {
-        // Meta blocks never change: the index's copy saves reading the
-        // whole lineage of a file's predecessor at every seal.
-        if (std::optional<std::vector<ObjectId>> bases = index_.BasesOf(id)) return *std::move(bases);
-        ASSIGN_OR_RETURN(std::shared_ptr<PackReader> r, CachedPack(id));
-        RETURN_IF_ERROR(r->meta_status());
-        return r->meta().bases;
-      },
-      .usable = [this](ObjectId id) { return UsableAsBase(id); }};
+  auto bases_of = [this](ObjectId id) -> Result<std::vector<ObjectId>> {
+    // Meta blocks never change: the index's copy saves reading the whole
+    // lineage of a file's predecessor at every seal.
+    if (std::optional<std::vector<ObjectId>> bases = index_.BasesOf(id)) return *std::move(bases);
+    ASSIGN_OR_RETURN(std::shared_ptr<PackReader> r, CachedPack(id));
+    RETURN_IF_ERROR(r->meta_status());
+    return r->meta().bases;
+  };
+  PinnedBases::Probe probe{.bases_of = bases_of, .usable = [this](ObjectId id) { return UsableAsBase(id); }};
   return std::make_unique<PinnedBases>(pin, std::move(probe));
 }
 

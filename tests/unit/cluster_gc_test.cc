@@ -1,6 +1,8 @@
 // Cluster GC (store/cluster_gc.h): two Store instances on one directory
 // stand for two nodes' daemons, each with its own node name. The wall
 // clock is a FaultEnv's, so grace periods and leases pass without waiting.
+#include "store/cluster_gc.h"
+
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -10,7 +12,6 @@
 #include <random>
 #include <thread>
 
-#include "store/cluster_gc.h"
 #include "store/gc_lease.h"
 #include "store/membership.h"
 #include "store/seal_pin.h"
