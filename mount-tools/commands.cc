@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "fuse/mount.h"
+#include "store/cluster_gc.h"
 #include "store/store.h"
 
 namespace ckptfs {
@@ -263,7 +264,77 @@ int RunStats(const std::string& path, bool json, const std::string& ceph_conf) {
   return 0;
 }
 
-int RunGc(const std::string& backing, const std::string& ceph_conf) {
+namespace {
+
+// Whether the superblock records the store as shared by several nodes
+// ("shared": true). Unreadable: not shared; Store::Open then says why.
+bool StoreIsShared(const std::string& backing) {
+  Result<UniqueFd> fd = Env::Default()->OpenAt(AT_FDCWD, backing + "/CKPTFS", O_RDONLY);
+  if (!fd.ok()) return false;
+  std::string text(64 * 1024, '\0');
+  Result<size_t> n =
+      Env::Default()->PRead(fd->get(), std::span(reinterpret_cast<uint8_t*>(text.data()), text.size()), 0);
+  if (!n.ok()) return false;
+  text.resize(*n);
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  return j.is_object() && j.contains("shared") && j["shared"].is_boolean() && j["shared"].get<bool>();
+}
+
+void PrintClusterGcSummary(const ClusterGcReport& r, uint64_t grace) {
+  std::cout << "gc: deleted " << r.deleted.size() << " pack(s), " << Human(r.bytes_deleted) << "; kept "
+            << r.kept_referenced << " that files need, " << r.kept_pinned << " pinned by seals in flight, "
+            << r.kept_young << " written less than the grace period (" << grace << " s) ago, " << r.kept_doomed
+            << " marked doomed and waiting out the grace period\n";
+  if (r.dead_pins_removed + r.dead_tmp_removed > 0) {
+    std::cout << "gc: removed " << r.dead_pins_removed << " pin(s) and " << r.dead_tmp_removed
+              << " unpublished pack(s) of dead nodes\n";
+  }
+}
+
+// Cluster GC beside the mounted daemons: no LOCK (they do not hold it
+// either), one collector at a time through the GC lease.
+int RunClusterGc(const std::string& backing, std::optional<uint32_t> grace, const std::string& ceph_conf) {
+  StoreOptions so;
+  so.cluster.ceph_conf = ceph_conf;
+  so.create_if_missing = false;
+  so.take_lock = false;
+  so.cluster.enabled = true;
+  auto store = Store::Open(Env::Default(), backing, so);
+  if (!store.ok()) {
+    std::cerr << "ckptfs gc: " << store.status().message() << "\n";
+    return 2;
+  }
+  const uint64_t g = grace.value_or((*store)->options().cluster.gc_grace_seconds);
+  auto rep = (*store)->CollectClusterGarbage(ClusterGcOptions{.grace_seconds = g});
+  if (!rep.ok()) {
+    std::cerr << "ckptfs gc: " << rep.status().message() << "\n";
+    return 2;
+  }
+  for (const std::string& line : rep->actions) std::cout << line << "\n";
+  PrintClusterGcSummary(*rep, g);
+  if (rep->lease_lost) {
+    std::cerr << "ckptfs gc: stopped early: the GC lease was lost (another collector took it over)\n";
+    return 2;
+  }
+  if (!rep->unreadable.empty()) {
+    std::cerr << "ckptfs gc: changed nothing: " << rep->unreadable.size()
+              << " object(s) could not be read, and any pack may be what they need:\n";
+    for (const std::string& u : rep->unreadable) std::cerr << "  " << u << "\n";
+    std::cerr << "ckptfs gc: run `ckptfs fsck " << backing << "`, repair or restore what it names, then run gc again\n";
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int RunGc(const std::string& backing, std::optional<uint32_t> grace, const std::string& ceph_conf) {
+  if (StoreIsShared(Normal(backing))) return RunClusterGc(Normal(backing), grace, ceph_conf);
+  if (grace) {
+    std::cerr << "ckptfs gc: --grace applies to shared (cluster) stores only; " << Normal(backing)
+              << " is a single-node store, whose gc deletes what nothing needs at once\n";
+    return 2;
+  }
   StoreOptions so;
   so.cluster.ceph_conf = ceph_conf;
   so.create_if_missing = false;

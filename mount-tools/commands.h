@@ -1,6 +1,7 @@
 // The operator commands behind the ckptfs CLI. Each returns an exit code.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "mount-tools/mount_options.h"
@@ -22,7 +23,9 @@ int RunStats(const std::string& path, bool json, const std::string& ceph_conf);
 int RunFsck(const std::string& backing, bool json, const std::string& ceph_conf);
 // Full garbage collection of an unmounted store (the mark-and-sweep that
 // recovery runs at every mount). 0 done, 2 could not run (e.g. mounted).
-int RunGc(const std::string& backing, const std::string& ceph_conf);
+// A shared store gets cluster GC (with `grace` seconds, else the store's
+// default), run beside its mounted daemons; any other gets recovery's sweep.
+int RunGc(const std::string& backing, std::optional<uint32_t> grace, const std::string& ceph_conf);
 // Runs the content-based format parsers on FILE and prints format, note and
 // tensor regions. 0 ok (an unrecognised file is format "unknown"), 2 error.
 // `roles` adds each tensor's label, order and lossy role to the JSON (kept

@@ -1,6 +1,7 @@
 // ckptfs: mount a checkpoint store, and the operator commands around it.
 #include <CLI/CLI.hpp>
 #include <iostream>
+#include <optional>
 
 #include "mount-tools/commands.h"
 
@@ -19,6 +20,7 @@ struct Args {
   std::string fsck_path;
   bool fsck_json = false;
   std::string gc_path;
+  std::optional<uint32_t> gc_grace;
   std::string inspect_path;
   bool inspect_json = false;
   bool inspect_roles = false;
@@ -77,10 +79,15 @@ CLI::App* AddFsck(CLI::App& app, Args& a) {
 
 CLI::App* AddGc(CLI::App& app, Args& a) {
   auto* gc = app.add_subcommand("gc",
-                                "Delete packs nothing needs in an unmounted store (mounts do this themselves); "
-                                "exit 0 done, 1 nothing deleted because objects are unreadable, 2 error");
+                                "Delete packs nothing needs in an unmounted store (mounts do this themselves), or "
+                                "in a shared store while its daemons stay mounted (cluster GC); exit 0 done, 1 "
+                                "nothing deleted because objects are unreadable, 2 error");
   gc->add_option("BACKING", a.gc_path, "The backing store directory")->required();
   AddCephConf(gc, a);
+  gc->add_option("--grace", a.gc_grace,
+                 "Shared store: seconds a pack must have been unneeded before it is deleted (default: the "
+                 "store's, 600)")
+      ->check(CLI::Range(0u, 30u * 86400u));
   return gc;
 }
 
@@ -113,7 +120,7 @@ int RunOperatorCommand(const CLI::App& app, const Commands& c, const Args& a) {
     if (*c.umount) return RunUmount(a.umount_path, a.lazy, a.timeout);
     if (*c.stats) return RunStats(a.stats_path, a.stats_json, a.ceph_conf);
     if (*c.fsck) return RunFsck(a.fsck_path, a.fsck_json, a.ceph_conf);
-    if (*c.gc) return RunGc(a.gc_path, a.ceph_conf);
+    if (*c.gc) return RunGc(a.gc_path, a.gc_grace, a.ceph_conf);
     if (*c.inspect) return RunInspect(a.inspect_path, a.inspect_json, a.inspect_roles);
   } catch (const std::exception& e) {
     std::cerr << "ckptfs " << app.get_subcommands().front()->get_name() << ": " << e.what() << "\n";

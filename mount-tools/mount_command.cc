@@ -13,6 +13,7 @@
 #include "fuse/mount.h"
 #include "mount-tools/commands.h"
 #include "mount-tools/daemon.h"
+#include "store/cluster_gc.h"
 #include "store/private_store.h"
 
 namespace ckptfs {
@@ -172,6 +173,14 @@ int ServeMount(FuseMount& mount, Store* store, const MountOptions& opts, const M
   if (!pid.ok()) spdlog::warn("{}", pid.message());
   UseDevice(store, opts.device, opts.cuda);
   mount.StartSealing();
+  // Threads do not survive the fork above: started here, stopped at unmount.
+  std::unique_ptr<PeriodicClusterGc> gc;
+  const ClusterOptions& cluster = store->options().cluster;
+  if (cluster.enabled && cluster.gc_interval_seconds > 0) {
+    gc = std::make_unique<PeriodicClusterGc>(
+        store, cluster.gc_interval_seconds,
+        ClusterGcOptions{.grace_seconds = cluster.gc_grace_seconds, .holder = cluster.node});
+  }
   spdlog::info("mounted {} on {}", paths.backing, paths.mountpoint);
   ReportStarted(&started);
   return mount.Serve();

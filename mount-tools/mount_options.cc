@@ -211,6 +211,10 @@ const MountOptionSpec kTable[] = {
      },
      "run cluster GC from this daemon this often (0: never; `ckptfs gc` does)",
      [](const MountOptions& d) { return std::to_string(d.store.cluster.gc_interval_seconds); }},
+    {"seal_hold", Takes::kValue, "PATH",
+     [](const OptionArg& a, MountOptions* o) { return Into(AbsolutePath(a), &o->store.seal_hold); },
+     "a testing aid: each seal, once it has pinned its bases and coded its pack, waits while PATH exists before "
+     "it publishes (to run cluster GC against a seal in flight)"},
     {"packs", Takes::kValue, "dir|rados:POOL",
      [](const OptionArg& a, MountOptions* o) { return Into(PackLocation(a), &o->store.cluster.packs); },
      "where packs live: dir (the store directory) or rados:POOL (a RADOS pool through librados; the namespace "

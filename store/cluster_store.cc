@@ -4,7 +4,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include <filesystem>
+#include <string>
 
 #include "base/hash.h"
 #include "base/log.h"
@@ -16,14 +16,13 @@ namespace ckptfs {
 namespace {
 
 // mkdir -p through Env, each new component private to the daemon.
-Status MakeDirs(Env* env, const std::filesystem::path& dir) {
-  std::filesystem::path at = "/";
-  for (const auto& part : dir.relative_path()) {
-    at /= part;
-    Status s = env->MkdirAt(AT_FDCWD, at.string(), kPrivateDirMode);
-    if (!s.ok() && s.code() != EEXIST) return s.WithContext("creating staging directory " + dir.string());
+Status MakeDirs(Env* env, const std::string& dir) {
+  for (size_t slash = dir.find('/', 1);; slash = dir.find('/', slash + 1)) {
+    const std::string at = dir.substr(0, slash);
+    Status s = env->MkdirAt(AT_FDCWD, at, kPrivateDirMode);
+    if (!s.ok() && s.code() != EEXIST) return s.WithContext("creating staging directory " + dir);
+    if (slash == std::string::npos) return Status::Ok();
   }
-  return Status::Ok();
 }
 
 }  // namespace
@@ -32,7 +31,7 @@ Status Store::OpenCluster(bool shared_already) {
   ClusterOptions& c = opts_.cluster;
   if (c.node.empty()) c.node = ThisHostName();
   node_id_ = NodeId(c.node);
-  if (!opts_.take_lock) return Status::Ok();  // read-only tools do not join
+  if (!opts_.take_lock) return OpenPinsWithoutJoining();
   if (!shared_already) {
     // A single-node daemon holds LOCK; it must not be serving the store
     // while it becomes shared. Stores are never turned back.
@@ -46,7 +45,23 @@ Status Store::OpenCluster(bool shared_already) {
   MemberRecord self{.node = c.node, .staging = c.staging_dir, .lease_seconds = c.lease_seconds};
   ASSIGN_OR_RETURN(membership_, Membership::Join(env_, root_.get(), self));
   ASSIGN_OR_RETURN(tmp_, env_->OpenAt(membership_->tmp_dir_fd(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  ASSIGN_OR_RETURN(pins_, env_->OpenAt(membership_->pins_dir_fd(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   spdlog::info("cluster: node {} (id {:016x}) joined store {}, staging in {}", c.node, node_id_, path_, c.staging_dir);
+  return Status::Ok();
+}
+
+// A store opened without joining (tools, library users that manage a
+// Membership themselves) still pins what its seals use, in the node's pins
+// directory, when it may create it; `ckptfs gc` seals nothing and skips it.
+Status Store::OpenPinsWithoutJoining() {
+  if (!opts_.create_if_missing) return Status::Ok();
+  const std::string node_dir = std::string(kNodesDirName) + "/" + opts_.cluster.node;
+  for (const std::string& d : {std::string(kNodesDirName), node_dir, node_dir + "/" + kNodePinsDirName}) {
+    Status s = env_->MkdirAt(root_.get(), d, kPrivateDirMode);
+    if (!s.ok() && s.code() != EEXIST) return s.WithContext("store " + path_ + ": creating " + d + "/");
+  }
+  ASSIGN_OR_RETURN(pins_, env_->OpenAt(root_.get(), node_dir + "/" + kNodePinsDirName,
+                                       O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   return Status::Ok();
 }
 

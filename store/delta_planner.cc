@@ -10,18 +10,21 @@
 namespace ckptfs {
 
 DeltaPlanner::DeltaPlanner(PackIndex* index, BaseSource* bases, std::span<const TensorRange> tensors,
-                           const ChunkEncoderOptions& enc, uint32_t keyframe_every)
+                           const ChunkEncoderOptions& enc, uint32_t keyframe_every, BaseAdmission* admission)
     : index_(index),
       bases_(bases),
       tensors_(tensors),
       topts_{enc.zstd_level, enc.planes},
-      keyframe_every_(keyframe_every) {
+      keyframe_every_(keyframe_every),
+      admission_(admission) {
   if (keyframe_every_ > 0 && enc.tensor_codec) FindPredecessor();
 }
 
 void DeltaPlanner::FindPredecessor() {
   base_ = index_->FindBase(tensors_);
-  if (base_) pins_.push_back(base_->pack);
+  if (!base_) return;
+  pins_.push_back(base_->pack);
+  if (!Admitted(base_->pack)) base_.reset();
 }
 
 void DeltaPlanner::SetLossy(LossyCoder* coder, uint32_t keyframe_every) {
@@ -108,6 +111,7 @@ std::optional<ChunkPlan> DeltaPlanner::PlanDedup(std::span<const uint8_t> raw, u
   std::optional<std::pair<ObjectId, uint64_t>> hit = index_->FindChunk(content_hash, raw.size());
   if (!hit) return std::nullopt;
   pins_.push_back(hit->first);
+  if (!Admitted(hit->first)) return std::nullopt;
   // A hash match is a hint, not a proof: compare the bytes.
   std::vector<uint8_t> stored(raw.size());
   if (!bases_->ReadPackRange(hit->first, hit->second, stored).ok()) return std::nullopt;
@@ -185,7 +189,8 @@ std::optional<ChunkPlan> DeltaPlanner::PlanAgainstKeyframe(uint64_t offset, std:
     if (!next) break;
     std::tie(pack, pack_offset) = *next;
   }
-  if (pack == base_->pack || !index_->Contains(pack) || index_->RangeDepth(pack, pack_offset, raw.size()) != 0) {
+  if (pack == base_->pack || !index_->Contains(pack) || index_->RangeDepth(pack, pack_offset, raw.size()) != 0 ||
+      !Admitted(pack)) {
     return std::nullopt;
   }
   std::vector<uint8_t> root(raw.size());

@@ -15,11 +15,19 @@
 
 namespace ckptfs {
 
+// Cluster mode (store/seal_pin.h): a pack is used as a base only once it is
+// admitted, which pins it for the seal; one that is not admitted is not used.
+class BaseAdmission {
+ public:
+  virtual ~BaseAdmission() = default;
+  virtual bool Admit(ObjectId pack) = 0;
+};
+
 class DeltaPlanner : public ChunkPlanner {
  public:
   // `tensors`: the new file's ranges, the same span WritePack gets.
   DeltaPlanner(PackIndex* index, BaseSource* bases, std::span<const TensorRange> tensors,
-               const ChunkEncoderOptions& enc, uint32_t keyframe_every);
+               const ChunkEncoderOptions& enc, uint32_t keyframe_every, BaseAdmission* admission = nullptr);
   DeltaPlanner(const DeltaPlanner&) = delete;
   DeltaPlanner& operator=(const DeltaPlanner&) = delete;
 
@@ -63,6 +71,7 @@ class DeltaPlanner : public ChunkPlanner {
   // Where the predecessor holds the bytes of this chunk, judged by the tensor
   // that covers most of it.
   std::optional<uint64_t> BaseOffset(uint64_t offset, size_t len, std::span<const TensorRange> ranges) const;
+  bool Admitted(ObjectId pack) { return admission_ == nullptr || admission_->Admit(pack); }
   static ChunkPlan RefPlan(ChunkCodec codec, ObjectId base, uint64_t base_offset, uint8_t depth);
   // Picks the predecessor (lineage) and pins it.
   void FindPredecessor();
@@ -76,6 +85,7 @@ class DeltaPlanner : public ChunkPlanner {
   std::span<const TensorRange> tensors_;
   TensorChunkOptions topts_;
   uint32_t keyframe_every_;
+  BaseAdmission* admission_;
   std::optional<BaseChoice> base_;
   std::vector<ObjectId> pins_;
   // LoadBaseBytes' result for the chunk being planned.

@@ -41,6 +41,13 @@ bool PackIndex::Contains(ObjectId id) const {
   return packs_.count(id) != 0;
 }
 
+std::optional<std::vector<ObjectId>> PackIndex::BasesOf(ObjectId id) const {
+  std::lock_guard lk(mu_);
+  auto it = packs_.find(id);
+  if (it == packs_.end()) return std::nullopt;
+  return it->second.meta.bases;
+}
+
 void PackIndex::AddRoot(ObjectId id) {
   std::lock_guard lk(mu_);
   auto it = packs_.find(id);

@@ -34,6 +34,8 @@ class PackIndex {
   // After adding packs in any order (at mount): counts users afresh.
   void RecountUsers();
   bool Contains(ObjectId id) const;
+  // The packs `id` stores chunks against (its meta block's), when indexed.
+  std::optional<std::vector<ObjectId>> BasesOf(ObjectId id) const;
   // A stub names (root) / stops naming (drop) the pack. Returns the packs
   // that nothing needs any more, to delete: the pack itself and, in turn,
   // bases only it kept alive.

@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include "base/log.h"
+#include "store/live_packs.h"
 #include "store/store.h"
 #include "store/store_internal.h"
 
@@ -344,35 +345,33 @@ Result<FoundPacks> FindPacks(Store* store, RecoveryReport* rep) {
 
 // Mark: what stubs name, and the bases of those packs, transitively. A
 // pack that is named but absent means its references are lost too.
-std::unordered_set<ObjectId> MarkLive(const std::unordered_map<ObjectId, std::string>& roots, const FoundPacks& found,
-                                      const PackObjects& packs, RecoveryReport* rep) {
-  std::unordered_set<ObjectId> live;
-  std::vector<std::pair<ObjectId, std::string>> todo(roots.begin(), roots.end());  // pack, who needs it
-  while (!todo.empty()) {
-    const auto [id, needer] = todo.back();
-    todo.pop_back();
-    if (!live.insert(id).second) continue;
+std::unordered_set<ObjectId> MarkFoundLive(const std::unordered_map<ObjectId, std::string>& roots,
+                                           const FoundPacks& found, const PackObjects& packs, RecoveryReport* rep) {
+  auto lookup = [&](ObjectId id) {
+    internal::PackBases pack;
     auto it = found.find(id);
-    if (it == found.end()) {
-      NoteUnreadable(rep, packs.Where(id), "missing, but " + needer + " needs it");
-      continue;
-    }
-    if (!it->second.meta) continue;
-    for (ObjectId b : it->second.meta->bases) todo.emplace_back(b, it->second.where);
-  }
-  return live;
+    if (it == found.end()) return pack;
+    pack.exists = true;
+    if (it->second.meta) pack.bases = it->second.meta->bases;
+    pack.where = it->second.where;
+    return pack;
+  };
+  auto missing = [&](ObjectId id, const std::string& needer) {
+    NoteUnreadable(rep, packs.Where(id), "missing, but " + needer + " needs it");
+  };
+  return internal::MarkLive({roots.begin(), roots.end()}, lookup, missing);
 }
 
 }  // namespace
 
 Status Store::CollectPacks(const std::unordered_map<ObjectId, std::string>& roots, RecoveryReport* rep) {
   ASSIGN_OR_RETURN(const FoundPacks found, FindPacks(this, rep));
-  const std::unordered_set<ObjectId> live = MarkLive(roots, found, *pack_objects_, rep);
+  const std::unordered_set<ObjectId> live = MarkFoundLive(roots, found, *pack_objects_, rep);
 
   // Sweep what nothing needs, unless something could not be read; index the
   // packs whose meta blocks were read.
   // In cluster mode another node's seal may be using any pack: only
-  // cluster GC, with its pins and grace period, deletes them.
+  // cluster GC, with its pins and grace period, deletes them (store/cluster_gc.h).
   const bool sweep = rep->unreadable.empty() && !cluster();
   bool synced = false;
   for (const auto& [id, e] : found) {

@@ -18,8 +18,10 @@
 #include "store/dir_pack_objects.h"
 #include "store/env_source.h"
 #include "store/lossy_xattrs.h"
+#include "store/membership.h"
 #include "store/private_store.h"
 #include "store/rados_pack_objects.h"
+#include "store/seal_pin.h"
 #include "store/store_internal.h"
 
 namespace ckptfs {
@@ -299,6 +301,7 @@ Status Store::InitLayout() {
   return Status::Ok();
 }
 
+
 void Store::ClosePackConnection() {
   if (opts_.cluster.packs == "dir") return;
   {
@@ -329,6 +332,44 @@ Status Store::OpenPackObjects(const std::string& packs, const std::string& rados
   return Status::Ok();
 }
 
+Result<std::unique_ptr<SealPin>> Store::StartSealPin(ObjectId new_pack) {
+  if (!pins_.valid()) return std::unique_ptr<SealPin>();
+  ASSIGN_OR_RETURN(std::unique_ptr<SealPin> pin, SealPin::Create(env_, pins_.get()));
+  const ObjectId ids[] = {new_pack};
+  RETURN_IF_ERROR(pin->Add(ids));
+  return pin;
+}
+
+bool Store::UsableAsBase(ObjectId id) {
+  // Opened afresh for each look: an NFS client revalidates a directory it
+  // opens, so a marker another node just made is not hidden by a cached
+  // negative lookup.
+  const std::string dir = std::string(kGcDirName) + "/" + kGcDoomedDirName;
+  Result<UniqueFd> doomed_dir = env_->OpenAt(root_.get(), dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
+  if (!doomed_dir.ok() && doomed_dir.status().code() != ENOENT) return false;
+  if (doomed_dir.ok()) {
+    Result<struct stat> doomed = env_->FstatAt(doomed_dir->get(), ObjectIdHex(id), AT_SYMLINK_NOFOLLOW);
+    if (doomed.ok() || doomed.status().code() != ENOENT) return false;
+  }
+  // Checked after the marker: GC deletes a pack before its marker, so a
+  // pack found here was not deleted before the marker was looked for.
+  return PackFileSize(id).ok();
+}
+
+std::unique_ptr<BaseAdmission> Store::AdmissionFor(SealPin* pin) {
+  if (pin == nullptr) return nullptr;
+  auto bases_of = [this](ObjectId id) -> Result<std::vector<ObjectId>> {
+    // Meta blocks never change: the index's copy saves reading the whole
+    // lineage of a file's predecessor at every seal.
+    if (std::optional<std::vector<ObjectId>> bases = index_.BasesOf(id)) return *std::move(bases);
+    ASSIGN_OR_RETURN(std::shared_ptr<PackReader> r, CachedPack(id));
+    RETURN_IF_ERROR(r->meta_status());
+    return r->meta().bases;
+  };
+  PinnedBases::Probe probe{.bases_of = bases_of, .usable = [this](ObjectId id) { return UsableAsBase(id); }};
+  return std::make_unique<PinnedBases>(pin, std::move(probe));
+}
+
 namespace {
 
 // Ends the pins a publish's planners hold when the publish is over, on
@@ -354,11 +395,17 @@ class PlannerPins {
 }  // namespace
 
 Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic<bool>* cancel,
-                                    const LossyPolicy& policy, SiblingSource* siblings) {
+                                    const LossyPolicy& policy, SiblingSource* siblings,
+                                    std::unique_ptr<SealPin>* keep_pin) {
   RefreshIndexFromOtherNodes();
   const ObjectId id = NewObjectId();
   const std::string ctx = "publishing pack " + ObjectIdHex(id);
   const auto started = std::chrono::steady_clock::now();
+  // Cluster mode: pinned before it exists, so GC never finds it unpinned
+  // before a stub names it.
+  Result<std::unique_ptr<SealPin>> pin = StartSealPin(id);
+  if (!pin.ok()) return pin.status().WithContext(ctx);
+  const std::unique_ptr<BaseAdmission> admission = AdmissionFor(pin->get());
   const std::string tmpname = ObjectIdHex(id) + internal::kTmpPackSuffix;
   Result<UniqueFd> tmp = env_->OpenAt(tmp_.get(), tmpname, O_CREAT | O_EXCL | O_RDWR, kPrivateFileMode);
   if (!tmp.ok()) return tmp.status().WithContext(ctx);
@@ -407,7 +454,7 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
   if ((opts_.delta && index_loaded_) || lossy) {
     for (unsigned w = 0; w < workers; ++w) {
       planners.push_back(std::make_unique<DeltaPlanner>(&index_, this, tensors, opts_.encoder,
-                                                        opts_.delta ? opts_.keyframe_every : 0));
+                                                        opts_.delta ? opts_.keyframe_every : 0, admission.get()));
     }
   }
   DeltaPlanner* planner = planners.empty() ? nullptr : planners[0].get();
@@ -423,6 +470,7 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
   Result<PackStats> stats = WritePack(env_, src_fd, size, tmp->get(), opts_.chunk_size, opts_.encoder, cancel, tensors,
                                       PackWorkers{workers, planner_ptrs});
   if (!stats.ok()) return fail(stats.status());
+  WaitWhileExists(env_, opts_.seal_hold);
   if (Status s = pack_objects_->Publish(id, tmp_.get(), tmpname, tmp->get()); !s.ok()) return fail(s);
   if (index_loaded_) index_.Add(id, stats->meta, size, opts_.chunk_size);
   if (planner && (stats->ref_chunks > 0 || stats->delta_chunks > 0)) {
@@ -433,14 +481,14 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
   spdlog::debug("{}: {} bytes stored in {} ({:.3f}x), {:.3f} s with {} worker(s), {:.0f} MB/s", ctx, size,
                 stats->stored_size, stats->stored_size ? double(size) / double(stats->stored_size) : 0.0, secs, workers,
                 secs > 0 ? double(size) / 1e6 / secs : 0.0);
+  if (keep_pin != nullptr) *keep_pin = std::move(pin).value();
   return id;
 }
 
 Status Store::DeleteDeadPacks(const std::vector<ObjectId>& dead) {
-  if (dead.empty()) return Status::Ok();
-  // Another node's file may use any of them as a base, which this index
-  // cannot know: in cluster mode only cluster GC deletes packs.
-  if (cluster()) return Status::Ok();
+  // Cluster mode: another node's stub or seal may need what this node's
+  // index thinks dead; only cluster GC, which sees them all, deletes.
+  if (dead.empty() || opts_.cluster.enabled) return Status::Ok();
   if (deletion_blocked()) {
     // The index says nothing needs them, but it does not know what the
     // objects recovery could not read refer to (ARCHITECTURE.md, Recovery).
@@ -518,7 +566,7 @@ Status Store::ReleasePack(ObjectId id) {
 }
 
 void Store::DiscardNewPack(ObjectId id) {
-  if (id == 0) return;
+  if (id == 0 || opts_.cluster.enabled) return;  // cluster GC deletes it (DeleteDeadPacks says why)
   std::vector<ObjectId> dead = index_loaded_ ? index_.DropRoot(id) : std::vector<ObjectId>{};
   std::erase(dead, id);
   if (cluster()) return;  // another node may have picked it as a base already: cluster GC decides
@@ -532,12 +580,35 @@ Status Store::RetirePack(ObjectId id) {
   if (id == 0) return Status::Ok();
   if (!index_loaded_ || !index_.Contains(id)) return ReleasePack(id);
   index_.Retire(id);
+  PinRetired(id);
   return Status::Ok();
 }
 
 Status Store::ReleaseRetired(ObjectId id) {
   if (id == 0 || !index_loaded_) return Status::Ok();
+  {
+    std::lock_guard lk(retired_pins_mu_);
+    if (auto it = retired_pins_.find(id); it != retired_pins_.end() && --it->second.count == 0) retired_pins_.erase(it);
+  }
   return DeleteDeadPacks(index_.Unretire(id));
+}
+
+// Cluster mode: no stub names a retired pack while its file is rewritten,
+// and cluster GC would mark it doomed, costing the next version its delta.
+// A pin keeps it live until the next seal (whose own pin then takes over).
+void Store::PinRetired(ObjectId id) {
+  if (!pins_.valid()) return;
+  std::lock_guard lk(retired_pins_mu_);
+  RetiredPin& held = retired_pins_[id];
+  if (held.count++ > 0) return;
+  Result<std::unique_ptr<SealPin>> pin = SealPin::Create(env_, pins_.get());
+  const ObjectId ids[] = {id};
+  Status added = pin.ok() ? (*pin)->Add(ids) : pin.status();
+  if (!added.ok()) {
+    spdlog::warn("cannot pin retired pack {} (its successor may be stored without it): {}", ObjectIdHex(id),
+                 added.message());
+  }
+  if (pin.ok()) held.pin = std::move(pin).value();
 }
 
 Result<std::shared_ptr<PackReader>> Store::CachedPack(ObjectId id) {
@@ -716,9 +787,12 @@ Result<StubRecord> Store::SealStub(int stub_fd, const StubRecord& staged, int st
   const uint64_t size = static_cast<uint64_t>(sst.st_size);
   // An empty file needs no pack: object 0 already means "no bytes".
   ObjectId pack = 0;
+  // Cluster mode: holds the new pack and its bases until the stub names it
+  // durably (or the seal is abandoned), on every path out of here.
+  std::unique_ptr<SealPin> pin;
   if (size > 0) {
     const std::unique_ptr<SiblingSource> siblings = SiblingsOf(stub_fd, sst.st_mtim);
-    ASSIGN_OR_RETURN(pack, PublishPack(staging_fd, size, nullptr, PolicyFor(stub_fd), siblings.get()));
+    ASSIGN_OR_RETURN(pack, PublishPack(staging_fd, size, nullptr, PolicyFor(stub_fd), siblings.get(), &pin));
   }
 
   if (still_current && !still_current()) {

@@ -79,7 +79,16 @@ struct StoreOptions {
   // How a store with packs in RADOS reaches its pool; empty: librados
   // (ConnectLibrados). Tests put a fake pool here.
   RadosConnector connect_rados;
+  // A testing aid (-o seal_hold=PATH): a seal, once it has picked and
+  // pinned its bases and coded the pack, waits while PATH exists before it
+  // publishes, so a test can run cluster GC against a seal in flight.
+  std::string seal_hold;
 };
+
+class BaseAdmission;
+class SealPin;
+struct ClusterGcReport;
+struct ClusterGcOptions;
 
 struct RecoveryReport {
   uint64_t stubs_scanned = 0;
@@ -176,8 +185,12 @@ class Store : public BaseSource {
   // Encodes [0,size) of src_fd and publishes it as a new pack; under a
   // lossy policy, lossily (codec/lossy/file_coder.h), asking `siblings`
   // for the optimizer file of a file of weights alone.
+  // In cluster mode the seal's pin (store/seal_pin.h) lists the new pack
+  // and its bases; it is handed to `keep_pin` when given (the caller drops
+  // it once a stub names the pack), else removed on return.
   Result<ObjectId> PublishPack(int src_fd, uint64_t size, const std::atomic<bool>* cancel = nullptr,
-                               const LossyPolicy& policy = {}, SiblingSource* siblings = nullptr);
+                               const LossyPolicy& policy = {}, SiblingSource* siblings = nullptr,
+                               std::unique_ptr<SealPin>* keep_pin = nullptr);
   // The files that may hold the Adam second moments of the model file
   // whose stub is `stub_fd`, last written at `written`, read as they are
   // when the coder asks: other files of the same directory with the same
@@ -304,6 +317,12 @@ class Store : public BaseSource {
   // everything.
   Result<RecoveryReport> Recover();
   Result<FsckReport> Fsck();
+  // Cluster GC (store/cluster_gc.h), under the GC lease: deletes packs that
+  // no stub on any node, no pin of a live node and no live pack's bases
+  // need, once they have been marked doomed for the grace period.
+  Result<ClusterGcReport> CollectClusterGarbage(const ClusterGcOptions& gc);
+  // nodes/NODE/pins/ of this node (cluster mode; -1 otherwise).
+  int pins_dir_fd() const { return pins_.get(); }
   Result<std::vector<FileUsage>> Usage(const std::string& subpath = "");
 
  private:
@@ -313,6 +332,7 @@ class Store : public BaseSource {
   // and points tmp_ and staging_ at this node's own directories.
   Status OpenCluster(bool shared_already);
   Status OpenNodeStaging();
+  Status OpenPinsWithoutJoining();
   // After InitLayout: `packs` is "dir" or "rados:POOL", `rados_namespace`
   // the store's namespace in that pool.
   Status OpenPackObjects(const std::string& packs, const std::string& rados_namespace);
@@ -330,6 +350,12 @@ class Store : public BaseSource {
   // deletion_blocked(); what it kept alive goes through DeleteDeadPacks.
   void DiscardNewPack(ObjectId id);
   void GcLoop();
+  // Cluster mode: this node's pins directory, and the pin of a seal that
+  Result<std::unique_ptr<SealPin>> StartSealPin(ObjectId new_pack);
+  std::unique_ptr<BaseAdmission> AdmissionFor(SealPin* pin);
+  // Whether `id` is usable as a base: no gc/doomed marker and present.
+  bool UsableAsBase(ObjectId id);
+  void PinRetired(ObjectId id);
   // Recovery step 3: marks what stubs need (through pack bases), deletes the
   // rest, and fills index_ with what is kept.
   // `roots` maps each pack stubs name to one stub's path (for messages).
@@ -346,7 +372,7 @@ class Store : public BaseSource {
   std::string path_;
   StoreOptions opts_;
   std::shared_ptr<const ComputeDevice> device_;  // what opts_.encoder.planes.device points at
-  UniqueFd root_, ns_, packs_, staging_, tmp_, lock_;
+  UniqueFd root_, ns_, packs_, staging_, tmp_, lock_, pins_;
   std::unique_ptr<Membership> membership_;
   uint64_t node_id_ = 0;
   std::mutex refresh_mu_;
@@ -366,6 +392,14 @@ class Store : public BaseSource {
   std::vector<ObjectId> gc_queue_;
   bool gc_stop_ = false;
   std::thread gc_thread_;
+  // Cluster mode: the pins of retired packs (RetirePack), by pack, with
+  // how many retirements each one holds.
+  struct RetiredPin {
+    std::shared_ptr<SealPin> pin;  // shared_ptr: SealPin is incomplete here
+    uint32_t count = 0;
+  };
+  std::mutex retired_pins_mu_;
+  std::unordered_map<ObjectId, RetiredPin> retired_pins_;
 };
 
 }  // namespace ckptfs

@@ -70,6 +70,13 @@ std::vector<SetterCase> SetterCases() {
       {"packs=rados:ckpt", [](const MountOptions& o) { EXPECT_EQ(o.store.cluster.packs, "rados:ckpt"); }},
       {"ceph_conf=/etc/ceph/c.conf",
        [](const MountOptions& o) { EXPECT_EQ(o.store.cluster.ceph_conf, "/etc/ceph/c.conf"); }},
+      {"gc_grace=0", [](const MountOptions& o) { EXPECT_EQ(o.store.cluster.gc_grace_seconds, 0u); }},
+      {"gc_interval=300", [](const MountOptions& o) { EXPECT_EQ(o.store.cluster.gc_interval_seconds, 300u); }},
+      {"seal_hold=/tmp/hold", [](const MountOptions& o) { EXPECT_EQ(o.store.seal_hold, "/tmp/hold"); }},
+      {"cluster", [](const MountOptions& o) { EXPECT_TRUE(o.store.cluster.enabled); }},
+      {"node=gpu-07.rack_2", [](const MountOptions& o) { EXPECT_EQ(o.store.cluster.node, "gpu-07.rack_2"); }},
+      {"staging=/local/ckptfs", [](const MountOptions& o) { EXPECT_EQ(o.store.cluster.staging_dir, "/local/ckptfs"); }},
+      {"lease=5", [](const MountOptions& o) { EXPECT_EQ(o.store.cluster.lease_seconds, 5u); }},
   };
 }
 

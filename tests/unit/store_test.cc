@@ -129,11 +129,11 @@ TEST(StoreOpenTest, SecondDaemonGetsEBUSY) {
 
 TEST(StoreOpenTest, RefusesNewerFormat) {
   TempDir dir;
-  std::ofstream(dir.Sub("CKPTFS")) << R"({"format":"ckptfs","version":2,"chunk_size":4096})";
+  std::ofstream(dir.Sub("CKPTFS")) << R"({"format":"ckptfs","version":3,"chunk_size":4096})";
   auto r = Store::Open(Env::Default(), dir.path(), SmallChunks());
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), ENOTSUP);
-  EXPECT_NE(r.status().message().find("format version 2"), std::string::npos);
+  EXPECT_NE(r.status().message().find("format version 3"), std::string::npos);
   EXPECT_NE(r.status().message().find("upgrade ckptfs"), std::string::npos);
 }
 
