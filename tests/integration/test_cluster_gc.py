@@ -21,6 +21,7 @@ def packs(backing) -> list[str]:
 def make_shared(backing) -> None:
     sb = json.loads((backing / "CKPTFS").read_text())
     sb["shared"] = True
+    sb["version"] = 2
     (backing / "CKPTFS").write_text(json.dumps(sb) + "\n")
 
 
