@@ -14,7 +14,7 @@ namespace ckptfs {
 
 Result<std::shared_ptr<FileContent>> FileContent::Load(Store* store, ChunkCache* cache, UniqueFd stub_fd,
                                                        std::string label) {
-  auto rec = ReadStub(store->env(), stub_fd.get());
+  auto rec = store->ReadStubFresh(stub_fd.get());
   if (!rec.ok()) return rec.status().WithContext("stub of " + label);
   std::shared_ptr<FileContent> fc(new FileContent(store, cache, std::move(stub_fd), std::move(label)));
   fc->rec_ = rec.value();
@@ -344,7 +344,7 @@ Status FileContent::Refresh() {
   if (!store_->cluster()) return Status::Ok();
   std::lock_guard lk(mu_);
   if (staging_ || open_handles_ > 0 || writes_in_flight_ > 0 || unlinked_) return Status::Ok();
-  ASSIGN_OR_RETURN(StubRecord now, ReadStub(store_->env(), stub_fd_.get()));
+  ASSIGN_OR_RETURN(StubRecord now, store_->ReadStubFresh(stub_fd_.get()));
   if (now == rec_) return Status::Ok();
   if (now.state == StubState::kStaged && now.node == store_->node_id()) {
     // Ours: only recovery leaves one, and it seals them. Serve it as Load does.

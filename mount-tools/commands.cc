@@ -1,4 +1,5 @@
 #include "mount-tools/commands.h"
+#include "mount-tools/daemon.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -142,7 +143,7 @@ int RunUmount(const std::string& mountpoint, bool lazy, double timeout_s) {
       return 1;
     }
   }
-  if (!WaitForStoreRelease(backing, timeout_s)) {
+  if (!WaitForStoreRelease(backing, timeout_s) || !WaitForMountLock(abs, timeout_s)) {
     std::cerr << "ckptfs umount: unmounted " << abs << ", but the daemon is still sealing files after " << timeout_s
               << " s; it will finish in the background\n";
     return 1;

@@ -1,12 +1,18 @@
 #include "mount-tools/daemon.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <string>
+#include <thread>
 
+#include "base/hash.h"
 #include "base/log.h"
+#include "store/object_id.h"
 #include "gpu/device_select.h"
 
 namespace ckptfs {
@@ -79,6 +85,32 @@ void UseDevice(Store* store, DeviceRequest request, const gpu::CudaOptions& cuda
   }
   spdlog::info("{}", c->why);
   store->SetComputeDevice(c->device);
+}
+
+std::string MountLockPath(const std::string& mountpoint) {
+  const uint64_t h = Checksum64(std::span(reinterpret_cast<const uint8_t*>(mountpoint.data()), mountpoint.size()));
+  return "/run/ckptfs/" + ObjectIdHex(h) + ".lock";
+}
+
+Result<UniqueFd> HoldMountLock(const std::string& mountpoint) {
+  if (::mkdir("/run/ckptfs", 0700) != 0 && errno != EEXIST) return Status::FromErrno(errno, "mkdir /run/ckptfs");
+  const std::string path = MountLockPath(mountpoint);
+  UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
+  if (!fd.valid()) return Status::FromErrno(errno, "open " + path);
+  if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) return Status::FromErrno(errno, "flock " + path);
+  return fd;
+}
+
+bool WaitForMountLock(const std::string& mountpoint, double timeout_s) {
+  UniqueFd fd(::open(MountLockPath(mountpoint).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (!fd.valid()) return true;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ::flock(fd.get(), LOCK_UN);
+  return true;
 }
 
 }  // namespace ckptfs

@@ -16,6 +16,15 @@ Result<UniqueFd> Daemonize();
 // Tells the waiting parent (if any) that the daemon serves, and closes the pipe.
 void ReportStarted(UniqueFd* pipe);
 
+// A shared store's daemons hold no LOCK (no lock is assumed across
+// nodes), so `ckptfs umount` waits for a cluster daemon to drain its seals
+// through a node-local lock of the mount point: /run/ckptfs/<hash>.lock,
+// flock'd by the daemon until it exits.
+std::string MountLockPath(const std::string& mountpoint);
+Result<UniqueFd> HoldMountLock(const std::string& mountpoint);
+// Waits until no process holds the mount point's lock (or `timeout_s`).
+bool WaitForMountLock(const std::string& mountpoint, double timeout_s);
+
 // Chooses the compute device in a short-lived child; an error says why
 // device=gpu cannot be had. The daemon forks later, and a CUDA context does
 // not survive a fork: so the parent never initialises CUDA, yet an

@@ -171,6 +171,11 @@ int ServeMount(FuseMount& mount, Store* store, const MountOptions& opts, const M
   }
   Status pid = store->RecordOwnerPid();
   if (!pid.ok()) spdlog::warn("{}", pid.message());
+  Result<UniqueFd> mount_lock = UniqueFd();
+  if (store->cluster()) {
+    mount_lock = HoldMountLock(paths.mountpoint);
+    if (!mount_lock.ok()) spdlog::warn("`ckptfs umount` will not wait for sealing: {}", mount_lock.status().message());
+  }
   UseDevice(store, opts.device, opts.cuda);
   mount.StartSealing();
   // Threads do not survive the fork above: started here, stopped at unmount.

@@ -98,13 +98,21 @@ Result<StubRecord> Store::MarkStubClosed(int stub_fd, const StubRecord& rec, uin
 Result<StubRecord> Store::MarkStubOpen(int stub_fd, const StubRecord& rec) {
   StubRecord next = rec;
   next.closed = false;
-  return WriteStub(env_, stub_fd, rec, next);
+  ASSIGN_OR_RETURN(StubRecord written, WriteStub(env_, stub_fd, rec, next));
+  RETURN_IF_ERROR(env_->Fdatasync(stub_fd));
+  return written;
+}
+
+Result<StubRecord> Store::ReadStubFresh(int stub_fd) {
+  // Advice only: a failure leaves the read as it would have been.
+  if (cluster()) (void)env_->Fadvise(stub_fd, 0, 0, POSIX_FADV_DONTNEED);
+  return ReadStub(env_, stub_fd);
 }
 
 bool Store::HiddenOnThisNode(int dir_fd, const std::string& name) {
   Result<UniqueFd> fd = env_->OpenAt(dir_fd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   if (!fd.ok()) return false;
-  Result<StubRecord> rec = ReadStub(env_, fd->get());
+  Result<StubRecord> rec = ReadStubFresh(fd->get());
   return rec.ok() && rec->state == StubState::kStaged && rec->node != node_id_ && !rec->closed;
 }
 

@@ -770,6 +770,10 @@ Result<Store::Staged> Store::StageStub(int stub_fd, const StubRecord& sealed, ui
     (void)DeleteStaging(id);
     return written.status();
   }
+  // Other nodes must read the record (it hides the file) before anything else.
+  if (cluster()) {
+    if (Status s = env_->Fdatasync(stub_fd); !s.ok()) spdlog::warn("staged stub not yet visible to other nodes: {}", s.message());
+  }
   Staged staged{.rec = *written, .fd = std::move(fd)};
   // Drop the old pack only once no durable record can point at it.
   if (sealed.object != 0 && env_->Fsync(stub_fd).ok()) {
