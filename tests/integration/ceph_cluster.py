@@ -72,9 +72,32 @@ def _free_port() -> int:
 
 
 def _mounted(path: Path) -> bool:
+    return _fuse_connection(path) is not None
+
+
+def _fuse_connection(path: Path) -> int | None:
+    """The FUSE connection id (the device minor) of the mount on PATH, or None."""
     target = os.path.abspath(path)
+    found = None
     with open("/proc/self/mountinfo") as f:
-        return any(line.split()[4] == target for line in f)
+        for line in f:
+            parts = line.split()
+            if parts[4] == target:
+                found = int(parts[2].split(":")[1])
+    return found
+
+
+def _abort_fuse_connection(conn: int) -> None:
+    """Fails every request pending on a FUSE connection. A ceph-fuse told to
+    stop while a reader waits on it can hang in its exit on a page that
+    reader holds locked; the abort frees both."""
+    ctl = Path("/sys/fs/fuse/connections")
+    if not any(ctl.iterdir()):
+        subprocess.run(["mount", "-t", "fusectl", "none", str(ctl)], capture_output=True, timeout=30)
+    try:
+        (ctl / str(conn) / "abort").write_text("1")
+    except OSError:
+        pass  # gone already
 
 
 def _tail(path: Path, lines: int = 25) -> str:
@@ -143,11 +166,14 @@ class CephCluster:
         self._stopped = True
         problems = []
         for mnt in reversed(self._fuse_mounts):
-            if _mounted(mnt):
-                p = subprocess.run(["fusermount3", "-u", str(mnt)], capture_output=True, text=True, timeout=60)
-                if p.returncode != 0:
-                    problems.append(f"fusermount3 -u {mnt}: {p.stderr.strip()}; detached lazily")
-                    subprocess.run(["fusermount3", "-u", "-z", str(mnt)], capture_output=True, timeout=60)
+            conn = _fuse_connection(mnt)
+            if conn is None:
+                continue
+            p = subprocess.run(["fusermount3", "-u", str(mnt)], capture_output=True, text=True, timeout=60)
+            if p.returncode != 0:
+                problems.append(f"fusermount3 -u {mnt}: {p.stderr.strip()}; aborted and detached")
+                _abort_fuse_connection(conn)
+                subprocess.run(["fusermount3", "-u", "-z", str(mnt)], capture_output=True, timeout=60)
         # Clients and the MDS first, the monitor last: a daemon whose
         # monitor is gone hangs in its shutdown instead of exiting.
         for name, p in reversed(self._procs):

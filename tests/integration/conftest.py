@@ -290,8 +290,14 @@ class Mount:
                 raise AssertionError(f"files still staged after {timeout}s: {staged[:20]}")
             time.sleep(0.1)
 
+    def tool_args(self) -> list[str]:
+        """What stats, fsck and gc need besides the store: where the Ceph
+        configuration is, for packs in RADOS."""
+        confs = [o.split("=", 1)[1] for o in self.opts if o.startswith("ceph_conf=")]
+        return ["--ceph-conf", confs[-1]] if confs else []
+
     def fsck(self, *extra) -> subprocess.CompletedProcess:
-        return run_ckptfs("fsck", *extra, self.backing)
+        return run_ckptfs("fsck", *self.tool_args(), *extra, self.backing)
 
     def log_text(self) -> str:
         try:
