@@ -210,13 +210,17 @@ class CephCluster:
         data). `ceph df` and `rados df` report nothing without a ceph-mgr,
         which this cluster does not run, and the OSD's own statfs counter
         lags by a heartbeat. Flushes the CephFS clients' dirty data first."""
+        self.flush_clients()
+        return sum(self.pool_bytes(pool) for pool in self.pools())
+
+    def flush_clients(self) -> None:
+        """syncfs on every ceph-fuse mount: their dirty data reaches the OSD."""
         for mnt in self._fuse_mounts:
             fd = os.open(mnt, os.O_RDONLY | os.O_DIRECTORY)
             try:
                 _libc.syncfs(fd)
             finally:
                 os.close(fd)
-        return sum(self.pool_bytes(pool) for pool in self.pools())
 
     def pools(self) -> list[str]:
         return self.rados("lspools").stdout.split()
