@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything ckptfs needs to build and test (Debian 12, run as root
 # or via sudo). Idempotent and silent when everything is already present.
-#   - apt packages (only missing ones; `apt-get update` only if something is missing)
+#   - apt packages (only missing ones; `apt-get update` only if something is missing),
+#     Ceph's among them (mon, OSD, MDS, ceph-fuse, librados)
 #   - project-local venv .venv-debian from Debian's /usr/bin/python3 with
 #     --system-site-packages, so it sees Debian's python3-torch / numpy / pytest
 #   - project-local venv .venv-pypi from /usr/bin/python3 WITHOUT system site
@@ -22,6 +23,9 @@ PKGS=(
   googletest libgtest-dev
   librados-dev
   python3 python3-venv python3-torch python3-numpy python3-pytest python3-psutil
+  # cluster mode (issue 16): packs in RADOS through librados, and the one-machine
+  # Ceph cluster the cluster tests start (tests/integration/ceph_cluster.py)
+  ceph-mon ceph-osd ceph-mds ceph-fuse ceph-common librados-dev python3-rados
 )
 
 SUDO=()

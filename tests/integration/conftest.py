@@ -18,6 +18,7 @@ import faulthandler
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -195,7 +196,7 @@ class Mount:
             assert is_mounted(self.mnt), describe(p, "returned 0 but nothing is mounted")
             self.pid = self.wait_live_pid()
             self.crashed = False
-            assert self.pid, (f"no live daemon pid in {self.backing / 'LOCK'} "
+            assert self.pid, (f"no live daemon pid in {self.pid_file()} "
                               f"(it says {self.daemon_pid()})")
         return p
 
@@ -214,12 +215,31 @@ class Mount:
         self.umount()
         self.mount(opts)
 
+    def node(self) -> str | None:
+        """The node name of a cluster-mode mount (-o cluster), else None."""
+        names = [o.split("=", 1)[1] for o in self.opts if o.startswith("node=")]
+        if names:
+            return names[-1]
+        return socket.gethostname() if "cluster" in self.opts else None
+
     def daemon_pid(self) -> int | None:
+        """The pid the daemon records: in LOCK for a single-node store, in its
+        membership record (nodes/NODE/member) in cluster mode."""
+        node = self.node()
+        if node is not None:
+            try:
+                return int(json.loads((self.backing / "nodes" / node / "member").read_text())["pid"])
+            except (OSError, ValueError, KeyError, TypeError):
+                return None
         try:
             txt = (self.backing / "LOCK").read_text().strip()
             return int(txt.split()[0]) if txt else None
         except (OSError, ValueError, IndexError):
             return None
+
+    def pid_file(self) -> Path:
+        node = self.node()
+        return self.backing / "nodes" / node / "member" if node is not None else self.backing / "LOCK"
 
     def live_pid(self) -> int | None:
         if self.pid and pid_alive(self.pid) and pid_is_ckptfs(self.pid):
@@ -243,7 +263,7 @@ class Mount:
     def kill9(self):
         """kill -9 the daemon (leaves a stale ENOTCONN mount behind)."""
         pid = self.live_pid()
-        assert pid, f"no live daemon to kill (LOCK says {self.daemon_pid()})"
+        assert pid, f"no live daemon to kill ({self.pid_file()} says {self.daemon_pid()})"
         os.kill(pid, signal.SIGKILL)
         self.crashed = True
         assert wait_pid_exit(pid, 30), f"daemon {pid} survived SIGKILL"
@@ -270,8 +290,14 @@ class Mount:
                 raise AssertionError(f"files still staged after {timeout}s: {staged[:20]}")
             time.sleep(0.1)
 
+    def tool_args(self) -> list[str]:
+        """What stats, fsck and gc need besides the store: where the Ceph
+        configuration is, for packs in RADOS."""
+        confs = [o.split("=", 1)[1] for o in self.opts if o.startswith("ceph_conf=")]
+        return ["--ceph-conf", confs[-1]] if confs else []
+
     def fsck(self, *extra) -> subprocess.CompletedProcess:
-        return run_ckptfs("fsck", *extra, self.backing)
+        return run_ckptfs("fsck", *self.tool_args(), *extra, self.backing)
 
     def log_text(self) -> str:
         try:
@@ -434,3 +460,36 @@ def plain_dir(tmp_path) -> Path:
     d = tmp_path / "plain"
     d.mkdir()
     return d
+
+
+@pytest.fixture(scope="session")
+def ceph():
+    """A one-machine Ceph cluster (ceph_cluster.CephCluster: mon, memstore
+    OSD, MDS, CephFS mounted by ceph-fuse, the RADOS pool `ckptfs`), started
+    once for every test that asks for it (about half a minute) and stopped
+    at the end of the run, also when it is interrupted. Missing Ceph
+    packages are a failure; CKPTFS_SKIP_CEPH=1 skips these tests instead."""
+    from ceph_cluster import CephCluster, CephError, missing_binaries
+
+    if os.environ.get("CKPTFS_SKIP_CEPH") == "1":
+        pytest.skip("CKPTFS_SKIP_CEPH=1: tests on a Ceph cluster skipped")
+    missing = missing_binaries()
+    if missing:
+        pytest.fail(f"Ceph is not installed (missing {', '.join(missing)}); run scripts/install-deps.sh, "
+                    f"or set CKPTFS_SKIP_CEPH=1 to skip the tests on a Ceph cluster", pytrace=False)
+    cluster = CephCluster()
+    # A run ended by SIGTERM (a CI time-out) unwinds like ^C, through stop().
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        try:
+            cluster.start()
+        except CephError as e:
+            pytest.fail(str(e), pytrace=False)
+        yield cluster
+    finally:
+        problems = cluster.stop()
+        signal.signal(signal.SIGTERM, previous)
+    if problems:
+        pytest.fail("stopping the Ceph cluster:\n" + "\n".join(problems), pytrace=False)
