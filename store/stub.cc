@@ -1,5 +1,7 @@
 #include "store/stub.h"
 
+#include <fcntl.h>
+
 #include <algorithm>
 #include <array>
 #include <cstring>
@@ -81,6 +83,10 @@ Result<StubRecord> ReadStub(Env* env, int stub_fd) {
 
 Result<StubSlots> ReadStubSlots(Env* env, int stub_fd) {
   std::array<uint8_t, kStubFileSize> buf{};
+  // On a shared store another node rewrites stubs in place, and a network
+  // file system's client need not invalidate pages it cached (ceph-fuse
+  // kept stale stubs for minutes): read from the file system, not the cache.
+  (void)env->Fadvise(stub_fd, 0, 0, POSIX_FADV_DONTNEED);
   ASSIGN_OR_RETURN(size_t n, env->PRead(stub_fd, buf, 0));
   if (n == 0) return StubSlots{};  // what O_CREAT leaves: an empty file
   if (n < kStubSlotSize) {

@@ -174,7 +174,9 @@ TEST_F(FormatDocTest, StubSlot) {
   const StubRecord rec{.gen = 0x0807060504030201ull,
                        .state = StubState::kStaged,
                        .size = 0x1817161514131211ull,
-                       .object = 0x2827262524232221ull};
+                       .object = 0x2827262524232221ull,
+                       .node = 0x3837363534333231ull,
+                       .closed = true};
   std::array<uint8_t, kStubSlotSize> slot;
   EncodeStubSlot(rec, slot);
   EXPECT_NE(
@@ -184,6 +186,8 @@ TEST_F(FormatDocTest, StubSlot) {
                    {{"magic `CKST`", Bytes(kStubMagic, 4)},
                     {"stub format version (1)", uint64_t{kStubFormatVersion}},
                     {"state", uint64_t{2}},
+                    {"flags: bit 0 = closed", uint64_t{1}},
+                    {"node", rec.node},
                     {"reserved (0)", uint64_t{0}},
                     {"gen", rec.gen},
                     {"size", rec.size},
