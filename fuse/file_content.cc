@@ -359,8 +359,16 @@ Status FileContent::Refresh() {
 }
 
 bool FileContent::HiddenHere() {
-  std::lock_guard lk(mu_);
-  return RemoteStagedLocked() && !rec_.closed;
+  uint64_t node = 0;
+  {
+    std::lock_guard lk(mu_);
+    if (!RemoteStagedLocked()) return false;
+    if (!rec_.closed) return true;
+    node = rec_.node;
+  }
+  // Closed on a node that died before sealing it: its bytes are on that
+  // node's disk until it remounts, so the file is not there yet.
+  return !store_->NodeAlive(node);
 }
 
 bool FileContent::StagingNodeAlive() {
@@ -369,12 +377,7 @@ bool FileContent::StagingNodeAlive() {
     std::lock_guard lk(mu_);
     node = rec_.node;
   }
-  Result<std::vector<MemberRecord>> members = ReadMembers(store_->env(), store_->root_fd());
-  if (!members.ok()) return true;  // cannot tell: keep waiting
-  for (const MemberRecord& m : *members) {
-    if (NodeId(m.node) == node) return MemberIsAlive(m, store_->env()->WallTimeNs(), ThisHostName());
-  }
-  return false;
+  return store_->NodeAlive(node);
 }
 
 Status FileContent::WaitUntilServable() {
@@ -392,7 +395,8 @@ Status FileContent::WaitUntilServable() {
     if (now >= deadline) return Status::Error(EAGAIN, "another node closed this file but has not sealed it yet");
     if (now >= next_liveness_check) {
       if (!StagingNodeAlive()) {
-        return Status::Error(EIO, "the node that wrote this file is down; its content comes back when it remounts");
+        return Status::Error(ENOENT, "the node that wrote this file went down before sealing it; the file comes "
+                                     "back when that node mounts again");
       }
       next_liveness_check = now + std::chrono::seconds(1);
     }

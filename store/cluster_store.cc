@@ -109,18 +109,36 @@ Result<StubRecord> Store::ReadStubFresh(int stub_fd) {
   return ReadStub(env_, stub_fd);
 }
 
+bool Store::NodeAlive(uint64_t node_id) {
+  std::lock_guard lk(members_mu_);
+  const uint64_t now = env_->WallTimeNs();
+  if (now >= members_read_ns_ + 1000000000ull) {
+    Result<std::vector<MemberRecord>> members = ReadMembers(env_, root_.get());
+    if (!members.ok()) return true;  // cannot tell: treat as alive, and look again next time
+    alive_nodes_.clear();
+    for (const MemberRecord& m : *members) {
+      if (MemberIsAlive(m, now, ThisHostName())) alive_nodes_.insert(NodeId(m.node));
+    }
+    members_read_ns_ = now;
+  }
+  return alive_nodes_.count(node_id) != 0;
+}
+
 bool Store::HiddenOnThisNode(int dir_fd, const std::string& name) {
   Result<UniqueFd> fd = env_->OpenAt(dir_fd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   if (!fd.ok()) return false;
   Result<StubRecord> rec = ReadStubFresh(fd->get());
-  return rec.ok() && rec->state == StubState::kStaged && rec->node != node_id_ && !rec->closed;
+  return rec.ok() && rec->state == StubState::kStaged && rec->node != node_id_ &&
+         (!rec->closed || !NodeAlive(rec->node));
 }
 
 void Store::RefreshIndexFromOtherNodes() {
   if (!cluster() || !index_loaded_) return;
   std::lock_guard lk(refresh_mu_);
   const uint64_t now = env_->WallTimeNs();
-  if (now < last_refresh_ns_ + 1000000000ull) return;
+  // Checkpoint steps can follow each other within a second, and a step's
+  // shards must find the last step's, sealed on other nodes a moment ago.
+  if (now < last_refresh_ns_ + 100000000ull) return;
   last_refresh_ns_ = now;
   Result<std::vector<PackStat>> packs = ListPacks();
   if (!packs.ok()) {

@@ -175,6 +175,9 @@ class Store : public BaseSource {
   // node and not yet closed there (not shown here). False when unreadable:
   // opening it then reports why.
   bool HiddenOnThisNode(int dir_fd, const std::string& name);
+  // Whether the node with this id holds a live membership lease (the
+  // records are read at most once a second).
+  bool NodeAlive(uint64_t node_id);
   // Cluster mode: the directory under which a file is created before it is
   // linked into ns/ with a staged record, so that other nodes never see it
   // empty (this node's nodes/NODE/tmp/); -1 in a single-node store.
@@ -383,6 +386,9 @@ class Store : public BaseSource {
   uint64_t node_id_ = 0;
   std::mutex refresh_mu_;
   uint64_t last_refresh_ns_ = 0;
+  std::mutex members_mu_;
+  uint64_t members_read_ns_ = 0;
+  std::unordered_set<uint64_t> alive_nodes_;
   std::unique_ptr<PackObjects> pack_objects_;  // after packs_, which the dir one uses
   std::vector<std::string> made_private_;
   PackIndex index_;

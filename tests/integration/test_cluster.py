@@ -468,14 +468,24 @@ def test_gc_on_one_node_while_another_seals_a_delta(cluster_factory, tmp_path):
     collection."""
     hold = tmp_path / "seal-hold"
     c = cluster_factory([f"seal_hold={hold}"])
-    rng = random.Random(7)
-    base = float_like(rng, 12 << 20)
+    # An .npy file: a recognised format, whose tensor finds its predecessor
+    # (raw bytes of unknown format are stored on their own).
+    import io
+    import numpy as np
+    g = np.random.default_rng(7)
+    w = (g.standard_normal(3 << 20) * 0.02).astype(np.float32)
+
+    def npy(a) -> bytes:
+        buf = io.BytesIO()
+        np.save(buf, a)
+        return buf.getvalue()
+
+    base = npy(w)
     c.path(1, "step1").mkdir()
     c.path(1, "step1/model.bin").write_bytes(base)
     c.wait_sealed()
-    nxt = bytearray(base)
-    nxt[::8192] = bytes(len(nxt[::8192]))
-    nxt = bytes(nxt)
+    w[::2048] += np.float32(1e-3)
+    nxt = npy(w)
     c.path(1, "step2").mkdir()
     hold.touch()
     try:
