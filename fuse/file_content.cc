@@ -14,7 +14,7 @@ namespace ckptfs {
 
 Result<std::shared_ptr<FileContent>> FileContent::Load(Store* store, ChunkCache* cache, UniqueFd stub_fd,
                                                        std::string label) {
-  auto rec = store->ReadStubFresh(stub_fd.get());
+  auto rec = ReadStub(store->env(), stub_fd.get());
   if (!rec.ok()) return rec.status().WithContext("stub of " + label);
   std::shared_ptr<FileContent> fc(new FileContent(store, cache, std::move(stub_fd), std::move(label)));
   fc->rec_ = rec.value();
@@ -344,7 +344,7 @@ Status FileContent::Refresh() {
   if (!store_->cluster()) return Status::Ok();
   std::lock_guard lk(mu_);
   if (staging_ || open_handles_ > 0 || writes_in_flight_ > 0 || unlinked_) return Status::Ok();
-  ASSIGN_OR_RETURN(StubRecord now, store_->ReadStubFresh(stub_fd_.get()));
+  ASSIGN_OR_RETURN(StubRecord now, ReadStub(store_->env(), stub_fd_.get()));
   if (now == rec_) return Status::Ok();
   if (now.state == StubState::kStaged && now.node == store_->node_id()) {
     // Ours: only recovery leaves one, and it seals them. Serve it as Load does.
@@ -371,34 +371,26 @@ bool FileContent::HiddenHere() {
   return !store_->NodeAlive(node);
 }
 
-bool FileContent::StagingNodeAlive() {
-  uint64_t node = 0;
-  {
-    std::lock_guard lk(mu_);
-    node = rec_.node;
-  }
-  return store_->NodeAlive(node);
-}
 
 Status FileContent::WaitUntilServable() {
   if (!store_->cluster()) return Status::Ok();
   const auto deadline = std::chrono::steady_clock::now() + kRemoteSealWait;
-  auto next_liveness_check = std::chrono::steady_clock::now();
   for (;;) {
     RETURN_IF_ERROR(Refresh());
+    uint64_t node = 0;
     {
       std::lock_guard lk(mu_);
       if (!RemoteStagedLocked()) return Status::Ok();
       if (!rec_.closed) return Status::Error(ENOENT, "file is being written on another node");
+      node = rec_.node;
     }
-    const auto now = std::chrono::steady_clock::now();
-    if (now >= deadline) return Status::Error(EAGAIN, "another node closed this file but has not sealed it yet");
-    if (now >= next_liveness_check) {
-      if (!StagingNodeAlive()) {
-        return Status::Error(ENOENT, "the node that wrote this file went down before sealing it; the file comes "
-                                     "back when that node mounts again");
-      }
-      next_liveness_check = now + std::chrono::seconds(1);
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return Status::Error(EAGAIN, "another node closed this file but has not sealed it yet");
+    }
+    // NodeAlive reads the membership records at most once a second.
+    if (!store_->NodeAlive(node)) {
+      return Status::Error(ENOENT, "the node that wrote this file went down before sealing it; the file comes "
+                                   "back when that node mounts again");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }

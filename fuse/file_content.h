@@ -115,8 +115,7 @@ class FileContent {
   bool RemoteStagedLocked() const { return rec_.state == StubState::kStaged && rec_.node != store_->node_id(); }
   // A write or size change after a FLUSH marked the stub closed.
   Status ReopenStubLocked();
-  // Whether the node that staged `rec_` still holds its lease.
-  bool StagingNodeAlive();
+
   Status Fail(const Status& st, const char* what, uint64_t off);
 
   Store* const store_;

@@ -28,11 +28,6 @@ constexpr uint64_t kNsPerSecond = 1000000000ull;
 
 std::string PackPath(ObjectId id) { return "packs/" + internal::PackDirName(id) + "/" + internal::PackFileName(id); }
 
-std::string HostName() {
-  char host[256] = {};
-  return ::gethostname(host, sizeof(host) - 1) == 0 ? host : "unknown-host";
-}
-
 Result<UniqueFd> OpenOrMakeDir(Env* env, int parent, const std::string& name) {
   Status mk = env->MkdirAt(parent, name, kPrivateDirMode);
   if (!mk.ok() && mk.code() != EEXIST) return mk.WithContext("creating " + name + "/");
@@ -113,7 +108,7 @@ Status ClusterGc::Run() {
   ASSIGN_OR_RETURN(doomed_dir_, OpenOrMakeDir(env_, gc_dir_.get(), kGcDoomedDirName));
   ASSIGN_OR_RETURN(nodes_dir_, OpenOrMakeDir(env_, root, kNodesDirName));
   const std::string holder =
-      opts_.holder.empty() ? "gc@" + HostName() + ":" + std::to_string(::getpid()) : opts_.holder;
+      opts_.holder.empty() ? "gc@" + ThisHostName() + ":" + std::to_string(::getpid()) : opts_.holder;
   ASSIGN_OR_RETURN(lease_, GcLease::Acquire(env_, gc_dir_.get(), holder, opts_.lease_seconds * kNsPerSecond));
   RETURN_IF_ERROR(Round());
   // A marker made in this run's round counts only for a later round (whose
@@ -176,7 +171,7 @@ Status ClusterGc::ListPacksAndMarkers() {
 Status ClusterGc::ReadPins() {
   pin_roots_.clear();
   ASSIGN_OR_RETURN(std::vector<MemberRecord> members, ReadMembers(env_, store_->root_fd()));
-  const std::string host = HostName();
+  const std::string host = ThisHostName();
   std::vector<DeadNode> dead;
   for (const MemberRecord& m : members) {
     RETURN_IF_ERROR(ReadNodePins(m, MemberIsAlive(m, env_->WallTimeNs(), host), &dead));
@@ -223,7 +218,7 @@ Status ClusterGc::ReadNodePins(const MemberRecord& m, bool alive, std::vector<De
 Status ClusterGc::CollectDeadNodes(const std::vector<DeadNode>& dead) {
   if (dead.empty()) return Status::Ok();
   ASSIGN_OR_RETURN(std::vector<MemberRecord> members, ReadMembers(env_, store_->root_fd()));
-  const std::string host = HostName();
+  const std::string host = ThisHostName();
   for (const DeadNode& d : dead) {
     auto m = std::find_if(members.begin(), members.end(), [&](const MemberRecord& r) { return r.node == d.node; });
     if (m != members.end() && MemberIsAlive(*m, env_->WallTimeNs(), host)) continue;

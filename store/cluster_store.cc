@@ -103,12 +103,6 @@ Result<StubRecord> Store::MarkStubOpen(int stub_fd, const StubRecord& rec) {
   return written;
 }
 
-Result<StubRecord> Store::ReadStubFresh(int stub_fd) {
-  // Advice only: a failure leaves the read as it would have been.
-  if (cluster()) (void)env_->Fadvise(stub_fd, 0, 0, POSIX_FADV_DONTNEED);
-  return ReadStub(env_, stub_fd);
-}
-
 bool Store::NodeAlive(uint64_t node_id) {
   std::lock_guard lk(members_mu_);
   const uint64_t now = env_->WallTimeNs();
@@ -127,7 +121,7 @@ bool Store::NodeAlive(uint64_t node_id) {
 bool Store::HiddenOnThisNode(int dir_fd, const std::string& name) {
   Result<UniqueFd> fd = env_->OpenAt(dir_fd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   if (!fd.ok()) return false;
-  Result<StubRecord> rec = ReadStubFresh(fd->get());
+  Result<StubRecord> rec = ReadStub(env_, fd->get());
   return rec.ok() && rec->state == StubState::kStaged && rec->node != node_id_ &&
          (!rec->closed || !NodeAlive(rec->node));
 }

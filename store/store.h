@@ -159,12 +159,6 @@ class Store : public BaseSource {
   // Writes `rec` with `closed` set (cluster mode: the writer closed the file,
   // its size is final) and makes it visible to other nodes.
   Result<StubRecord> MarkStubClosed(int stub_fd, const StubRecord& rec, uint64_t size);
-  // The stub's current record as the shared store has it now: in cluster
-  // mode the kernel's cached pages of the stub are dropped first, since
-  // another node may have rewritten it in place and a network file
-  // system's client need not have invalidated them (ceph-fuse, NFS with a
-  // long-open fd).
-  Result<StubRecord> ReadStubFresh(int stub_fd);
   // Writes `rec` with `closed` cleared (a write after a close).
   Result<StubRecord> MarkStubOpen(int stub_fd, const StubRecord& rec);
   // Cluster mode: adds to the pack index the packs other nodes published

@@ -28,18 +28,7 @@ constexpr uint32_t kChunk = 64 * 1024;
 constexpr uint64_t kSecond = 1000000000ull;
 
 // Training-like versions of one .npy tensor: each nudges half the weights.
-std::vector<std::vector<uint8_t>> Versions(int n, size_t elems = 100000) {
-  std::mt19937 rng(11);
-  std::normal_distribution<float> init(0.f, 0.02f), step(0.f, 1e-5f);
-  std::vector<float> w(elems);
-  for (float& x : w) x = init(rng);
-  std::vector<std::vector<uint8_t>> out;
-  for (int v = 0; v < n; ++v) {
-    out.push_back(test::NpyF32({reinterpret_cast<const uint8_t*>(w.data()), 4 * w.size()}));
-    for (size_t i = 0; i < elems / 2; ++i) w[i] += step(rng);
-  }
-  return out;
-}
+std::vector<std::vector<uint8_t>> Versions(int n) { return test::NpyVersions(n, 100000, 11); }
 
 class ClusterGcTest : public ::testing::Test {
  protected:

@@ -25,20 +25,6 @@ using test::TempDir;
 
 constexpr uint32_t kChunk = 64 * 1024;
 
-// Training-like .npy versions: each nudges half of the weights, so the
-// second is stored as deltas against the first.
-std::vector<std::vector<uint8_t>> Versions(int n, size_t elems, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> init(0.f, 0.02f), step(0.f, 1e-5f);
-  std::vector<float> w(elems);
-  for (float& x : w) x = init(rng);
-  std::vector<std::vector<uint8_t>> out;
-  for (int v = 0; v < n; ++v) {
-    out.push_back(test::NpyF32({reinterpret_cast<const uint8_t*>(w.data()), 4 * w.size()}));
-    for (size_t i = 0; i < elems / 2; ++i) w[i] += step(rng);
-  }
-  return out;
-}
 
 std::string PackRel(ObjectId id) { return "packs/" + ObjectIdHex(id).substr(0, 2) + "/" + ObjectIdHex(id) + ".pack"; }
 
@@ -121,7 +107,7 @@ class RecoveryTest : public ::testing::Test {
   // The scene of the issue: B is stored as deltas against A, and A was
   // deleted, so A's pack stays only as B's base. C stands apart.
   void BuildScene() {
-    const auto v = Versions(2, 50000, 3);
+    const auto v = test::NpyVersions(2, 50000, 3);
     Seal("a", v[0]);
     a_pack_ = PackOf("a");
     Seal("b", v[1]);
@@ -203,7 +189,7 @@ TEST_F(RecoveryTest, FlippedMetaOfDeltaFileKeepsItsDeletedBase) {
 // and footer, corrupted here as "index".
 TEST_F(RecoveryTest, CorruptingAnyObjectLosesNoOtherFile) {
   BuildScene();
-  Seal("d", Versions(1, 30000, 11)[0]);
+  Seal("d", test::NpyVersions(1, 30000, 11)[0]);
   const ObjectId d_pack = PackOf("d");
   store_.reset();
   const std::set<std::string> objects = StoredObjects(dir_.path());

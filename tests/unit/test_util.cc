@@ -187,6 +187,19 @@ std::vector<uint8_t> BuildSafetensors(const std::vector<SafetensorsTensor>& tens
   return w.b;
 }
 
+std::vector<std::vector<uint8_t>> NpyVersions(int n, size_t elems, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> init(0.f, 0.02f), step(0.f, 1e-5f);
+  std::vector<float> w(elems);
+  for (float& x : w) x = init(rng);
+  std::vector<std::vector<uint8_t>> out;
+  for (int v = 0; v < n; ++v) {
+    out.push_back(NpyF32({reinterpret_cast<const uint8_t*>(w.data()), 4 * w.size()}));
+    for (size_t i = 0; i < elems / 2; ++i) w[i] += step(rng);
+  }
+  return out;
+}
+
 std::vector<uint8_t> NpyF32(std::span<const uint8_t> f32) {
   std::string hdr = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + std::to_string(f32.size() / 4) + ",), }";
   while ((10 + hdr.size() + 1) % 64 != 0) hdr += ' ';

@@ -100,6 +100,9 @@ std::vector<uint8_t> BuildSafetensors(const std::vector<SafetensorsTensor>& tens
 // A 1-D .npy file of little-endian f32 elements (`f32`: their bytes), which
 // the format parsers recognise, so its tensor is coded by element type.
 std::vector<uint8_t> NpyF32(std::span<const uint8_t> f32);
+// Training-like .npy versions of one float32 tensor (`seed` draws it): each
+// nudges half of the weights, so each is stored as deltas of the last.
+std::vector<std::vector<uint8_t>> NpyVersions(int n, size_t elems, uint32_t seed);
 
 // Creates ns/<name> STAGED with `bytes` in a fresh staging file, all fsync'd.
 // Returns the stub record.
