@@ -13,7 +13,7 @@ three ways on the same run and with the same state:
 
   direct    straight into a directory on CephFS (each rank through its node's client)
   lossless  through three ckptfs daemons (-o cluster, node-local staging) over one store on CephFS
-  lossy     the same with -o lossy
+  lossy     the same with -o lossy (--lossy picks the policy, e.g. lossy=0.05)
 
 and reports per way: the aggregate save time (what the ranks wait for, the
 slowest rank's dcp.save), the time until the bytes have left the nodes
@@ -277,6 +277,7 @@ def main():
     ap.add_argument("--vocab", type=int, default=8192)
     ap.add_argument("--memstore-gib", type=float, default=6)
     ap.add_argument("-o", dest="opts", default="", help="extra mount options for both ckptfs ways")
+    ap.add_argument("--lossy", default="lossy", help="the lossy way's policy option (default: lossy; e.g. lossy=0.05)")
     ap.add_argument("--ways", default=",".join(WAYS), help="a subset of direct,lossless,lossy (default: all)")
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--keep", action="store_true")
@@ -301,7 +302,7 @@ def main():
     try:
         clients = [ceph.mount_cephfs(os.path.join(ceph.dir, f"client-n{i}")) for i in range(3)]
         extra = [o for o in args.opts.split(",") if o]
-        way_opts = {w: o for w, o in (("lossless", extra), ("lossy", extra + ["lossy"])) if w in ways}
+        way_opts = {w: o for w, o in (("lossless", extra), ("lossy", extra + [args.lossy])) if w in ways}
         mnt = {"direct": [os.path.join(c, "direct") for c in clients]}
         os.makedirs(mnt["direct"][0], exist_ok=True)
         backing = {}

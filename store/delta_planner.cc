@@ -5,24 +5,31 @@
 #include <tuple>
 
 #include "codec/delta_chunk.h"
+#include "store/base_closeness.h"
 #include "base/le.h"
 
 namespace ckptfs {
 
 DeltaPlanner::DeltaPlanner(PackIndex* index, BaseSource* bases, std::span<const TensorRange> tensors,
-                           const ChunkEncoderOptions& enc, uint32_t keyframe_every, BaseAdmission* admission)
+                           const ChunkEncoderOptions& enc, uint32_t keyframe_every, BaseAdmission* admission,
+                           const ByteSource* file)
     : index_(index),
       bases_(bases),
       tensors_(tensors),
       topts_{enc.zstd_level, enc.planes},
       keyframe_every_(keyframe_every),
-      admission_(admission) {
+      admission_(admission),
+      file_(file) {
   if (keyframe_every_ > 0 && enc.tensor_codec) FindPredecessor();
 }
 
 void DeltaPlanner::FindPredecessor() {
-  base_ = index_->FindBase(tensors_);
-  if (!base_) return;
+  std::vector<BaseChoice> candidates =
+      index_->FindBaseCandidates(tensors_, kCloseCandidateShare, file_ != nullptr ? kMaxComparedBases : 1);
+  if (candidates.empty()) return;
+  const size_t pick = file_ != nullptr ? ClosestBase(*file_, tensors_, candidates, *bases_) : 0;
+  if (!index_->PinCandidate(candidates[pick].pack)) return;
+  base_ = std::move(candidates[pick]);
   pins_.push_back(base_->pack);
   if (!Admitted(base_->pack)) base_.reset();
 }

@@ -26,8 +26,11 @@ class BaseAdmission {
 class DeltaPlanner : public ChunkPlanner {
  public:
   // `tensors`: the new file's ranges, the same span WritePack gets.
+  // `file`, when given (it outlives the planner), tells apart predecessors
+  // that match its layout equally well by content (store/base_closeness.h).
   DeltaPlanner(PackIndex* index, BaseSource* bases, std::span<const TensorRange> tensors,
-               const ChunkEncoderOptions& enc, uint32_t keyframe_every, BaseAdmission* admission = nullptr);
+               const ChunkEncoderOptions& enc, uint32_t keyframe_every, BaseAdmission* admission = nullptr,
+               const ByteSource* file = nullptr);
   DeltaPlanner(const DeltaPlanner&) = delete;
   DeltaPlanner& operator=(const DeltaPlanner&) = delete;
 
@@ -86,6 +89,7 @@ class DeltaPlanner : public ChunkPlanner {
   TensorChunkOptions topts_;
   uint32_t keyframe_every_;
   BaseAdmission* admission_;
+  const ByteSource* file_ = nullptr;
   std::optional<BaseChoice> base_;
   std::vector<ObjectId> pins_;
   // LoadBaseBytes' result for the chunk being planned.

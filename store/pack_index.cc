@@ -120,7 +120,37 @@ void PackIndex::UnindexChunksLocked(ObjectId id, const Entry& e) {
 }
 
 std::optional<BaseChoice> PackIndex::FindBase(std::span<const TensorRange> ranges) {
-  if (ranges.empty()) return std::nullopt;
+  std::vector<BaseChoice> best = FindBaseCandidates(ranges, 1.0, 1);
+  if (best.empty() || !PinCandidate(best[0].pack)) return std::nullopt;
+  return std::move(best[0]);
+}
+
+namespace {
+
+// Where `candidate`'s tensors of each signature fall, k-th to k-th, for the
+// new ranges of that signature.
+BaseChoice MatchTensors(ObjectId id, uint64_t logical_size, const std::vector<TensorRange>& candidate,
+                        const std::map<SigKey, std::vector<size_t>>& wanted, size_t n_ranges) {
+  BaseChoice choice{id, logical_size, 0, std::vector<std::optional<uint64_t>>(n_ranges)};
+  std::map<SigKey, size_t> seen;
+  for (const TensorRange& t : candidate) {
+    auto w = wanted.find({static_cast<uint8_t>(t.dtype), t.length});
+    if (w == wanted.end()) continue;
+    size_t& k = seen[w->first];
+    if (k < w->second.size()) {
+      choice.base_offset[w->second[k]] = t.offset;
+      choice.matched_bytes += t.length;
+    }
+    ++k;
+  }
+  return choice;
+}
+
+}  // namespace
+
+std::vector<BaseChoice> PackIndex::FindBaseCandidates(std::span<const TensorRange> ranges, double share, size_t max) {
+  std::vector<BaseChoice> out;
+  if (ranges.empty() || max == 0) return out;
   std::map<SigKey, std::vector<size_t>> wanted;  // new ranges of each signature, in file order
   for (size_t i = 0; i < ranges.size(); ++i) {
     wanted[{static_cast<uint8_t>(ranges[i].dtype), ranges[i].length}].push_back(i);
@@ -132,25 +162,30 @@ std::optional<BaseChoice> PackIndex::FindBase(std::span<const TensorRange> range
   }
   const size_t n = std::min(recent.size(), kMaxBaseCandidates);
   std::partial_sort(recent.begin(), recent.begin() + n, recent.end(), std::greater<>());
-  std::optional<BaseChoice> best;
   for (size_t c = 0; c < n; ++c) {
     const Entry& e = packs_.at(recent[c].second);
-    BaseChoice choice{recent[c].second, e.logical_size, 0, std::vector<std::optional<uint64_t>>(ranges.size())};
-    std::map<SigKey, size_t> seen;
-    for (const TensorRange& t : e.meta.tensors) {
-      auto w = wanted.find({static_cast<uint8_t>(t.dtype), t.length});
-      if (w == wanted.end()) continue;
-      size_t& k = seen[w->first];
-      if (k < w->second.size()) {
-        choice.base_offset[w->second[k]] = t.offset;
-        choice.matched_bytes += t.length;
-      }
-      ++k;
-    }
-    if (choice.matched_bytes > 0 && (!best || choice.matched_bytes > best->matched_bytes)) best = std::move(choice);
+    BaseChoice choice = MatchTensors(recent[c].second, e.logical_size, e.meta.tensors, wanted, ranges.size());
+    if (choice.matched_bytes > 0) out.push_back(std::move(choice));
   }
-  if (best) ++packs_.at(best->pack).pins;
-  return best;
+  // Most matched first; among equals, the most recent (stable: `recent` order).
+  std::stable_sort(out.begin(), out.end(),
+                   [](const BaseChoice& a, const BaseChoice& b) { return a.matched_bytes > b.matched_bytes; });
+  if (!out.empty()) {
+    const double floor = share * static_cast<double>(out[0].matched_bytes);
+    auto cut = std::find_if(out.begin(), out.end(),
+                            [&](const BaseChoice& c) { return static_cast<double>(c.matched_bytes) < floor; });
+    out.erase(cut, out.end());
+  }
+  if (out.size() > max) out.resize(max);
+  return out;
+}
+
+bool PackIndex::PinCandidate(ObjectId pack) {
+  std::lock_guard lk(mu_);
+  auto it = packs_.find(pack);
+  if (it == packs_.end() || !it->second.candidate()) return false;
+  ++it->second.pins;
+  return true;
 }
 
 std::optional<std::pair<ObjectId, uint64_t>> PackIndex::FindChunk(uint64_t hash, uint64_t raw_len) {

@@ -52,6 +52,13 @@ class PackIndex {
   // The most recently sealed live file whose tensors (matched by element
   // type, length and order) cover the most of `ranges`; pinned for the caller.
   std::optional<BaseChoice> FindBase(std::span<const TensorRange> ranges);
+  // The live files whose tensors cover at least `share` of the best one's
+  // matched bytes, at most `max`, most matched first and then most recent;
+  // none pinned. Several shards of one save (DCP ranks) match a successor
+  // equally well by layout alone: the caller tells them apart by content.
+  std::vector<BaseChoice> FindBaseCandidates(std::span<const TensorRange> ranges, double share, size_t max);
+  // Pins `pack` for the caller if it is still a live file's pack.
+  bool PinCandidate(ObjectId pack);
   // A live pack's chunk with this content hash and length, as (pack, logical
   // offset); pinned for the caller.
   std::optional<std::pair<ObjectId, uint64_t>> FindChunk(uint64_t hash, uint64_t raw_len);

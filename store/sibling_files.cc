@@ -9,7 +9,9 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <chrono>
 #include <map>
+#include <thread>
 
 #include "codec/lossy/siblings.h"
 #include "store/env_source.h"
@@ -47,6 +49,11 @@ class StagingSource : public ByteSource {
   EnvSource src_;
 };
 
+// How long after a DCP shard's last write its seal waits for the save's
+// .metadata (written once every rank's shards are), and how often it looks.
+constexpr std::chrono::seconds kDcpMetadataWait{60};
+constexpr std::chrono::milliseconds kDcpMetadataPoll{100};
+
 int64_t SecondsApart(const timespec& a, const timespec& b) {
   const int64_t d = static_cast<int64_t>(a.tv_sec) - static_cast<int64_t>(b.tv_sec);
   return d < 0 ? -d : d;
@@ -61,6 +68,8 @@ class SameSaveFiles : public SiblingSource {
 
   std::vector<std::string> Candidates() override;
   Result<std::shared_ptr<const ByteSource>> Open(const std::string& name) override;
+  std::string SelfName() override;
+  bool WaitForMore() override;
 
  private:
   struct Candidate {
@@ -151,6 +160,24 @@ Result<std::shared_ptr<const ByteSource>> SameSaveFiles::Open(const std::string&
     src = std::make_shared<StagingSource>(env_, std::move(fd), static_cast<uint64_t>(st.st_size));
   }
   return src;
+}
+
+std::string SameSaveFiles::SelfName() {
+  Result<std::string> path = store_->NamespacePathOf(stub_fd_);
+  if (!path.ok()) return {};
+  const size_t slash = path->rfind('/');
+  return slash == std::string::npos ? *path : path->substr(slash + 1);
+}
+
+// Measured from the file's last write, so a seal long after the save
+// (recovery at mount) does not wait at all.
+bool SameSaveFiles::WaitForMore() {
+  const auto written = std::chrono::system_clock::time_point(
+      std::chrono::duration_cast<std::chrono::system_clock::duration>(std::chrono::seconds(written_.tv_sec) +
+                                                                       std::chrono::nanoseconds(written_.tv_nsec)));
+  if (std::chrono::system_clock::now() + kDcpMetadataPoll > written + kDcpMetadataWait) return false;
+  std::this_thread::sleep_for(kDcpMetadataPoll);
+  return true;
 }
 
 }  // namespace

@@ -454,7 +454,8 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
   if ((opts_.delta && index_loaded_) || lossy) {
     for (unsigned w = 0; w < workers; ++w) {
       planners.push_back(std::make_unique<DeltaPlanner>(&index_, this, tensors, opts_.encoder,
-                                                        opts_.delta ? opts_.keyframe_every : 0, admission.get()));
+                                                        opts_.delta ? opts_.keyframe_every : 0, admission.get(),
+                                                        &file));
     }
   }
   DeltaPlanner* planner = planners.empty() ? nullptr : planners[0].get();

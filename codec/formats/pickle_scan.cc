@@ -106,7 +106,7 @@ struct Value {
   // being filled (i: 1 for a collections.OrderedDict, 0 for a plain dict).
   enum Kind : uint8_t { kOther, kNone, kInt, kStr, kGlobal, kTuple, kList, kPid, kTensor, kDict };
   Kind kind = kOther;
-  int64_t i = 0;                              // kInt; kPid, kTensor: index into storages; kDict
+  int64_t i = 0;  // kInt; kPid, kTensor: index into storages; kDict; kStr: serial of its literal
   uint32_t depth = 0;                         // kTuple: nesting depth
   std::shared_ptr<const std::string> s;       // kStr, kGlobal ("module.name")
   std::shared_ptr<std::vector<Value>> items;  // kTuple (immutable), kList (scalars only, so no cycles)
@@ -203,6 +203,7 @@ class Machine {
     if (s.size() <= kMaxKeptString) {
       v.kind = kind;
       v.s = std::make_shared<const std::string>(s);
+      v.i = static_cast<int64_t>(strings_++);
     }
     return Push(std::move(v));
   }
@@ -257,6 +258,7 @@ class Machine {
   // --- semantic hooks
   Status Append(Value list, std::vector<Value> items);
   void SetItems(const Value& dict, const std::vector<Value>& items);
+  void DcpStorageField(const std::string& key, const Value& value);
   Status PersistentId(Value pid);
   std::string PendingKey() const;
   Status Reduce();
@@ -286,6 +288,12 @@ class Machine {
   std::unordered_map<std::string, size_t> by_key_;
   bool seen_state_key_ = false;
   bool seen_param_groups_key_ = false;
+  uint64_t strings_ = 0;  // string literals read so far
+  // DCP metadata: set by its Metadata global; the fields of the
+  // MetadataIndex and _StorageInfo being built.
+  bool dcp_metadata_ = false;
+  DcpItem dcp_pending_;
+  bool dcp_has_path_ = false, dcp_has_offset_ = false;
 };
 
 // Lists keep only scalars: that is all the scanner needs (legacy key lists)
@@ -307,6 +315,7 @@ void Machine::SetItems(const Value& dict, const std::vector<Value>& items) {
   for (size_t k = 0; k + 1 < items.size(); k += 2) {
     const Value& key = items[k];
     const Value& value = items[k + 1];
+    if (key.kind == Value::kStr && dcp_metadata_) DcpStorageField(*key.s, value);
     if (key.kind == Value::kStr) {
       seen_state_key_ |= *key.s == "state";
       seen_param_groups_key_ |= *key.s == "param_groups";
@@ -317,6 +326,29 @@ void Machine::SetItems(const Value& dict, const std::vector<Value>& items) {
     if (value.kind == Value::kTensor && dict.kind == Value::kDict && dict.i == 1) {
       out_.storages[static_cast<size_t>(value.i)].module_entry = true;
     }
+  }
+}
+
+// storage_data maps MetadataIndex(fqn, ...) to _StorageInfo(relative_path,
+// offset, length); both are dataclasses pickled as NEWOBJ + BUILD of their
+// __dict__, key before value, so their fields arrive in that order.
+void Machine::DcpStorageField(const std::string& key, const Value& value) {
+  if (key == "fqn" && value.kind == Value::kStr) {
+    dcp_pending_.fqn = *value.s;
+    dcp_pending_.fqn_order = static_cast<uint64_t>(value.i);
+    dcp_has_path_ = dcp_has_offset_ = false;
+  } else if (key == "relative_path" && value.kind == Value::kStr) {
+    dcp_pending_.relative_path = *value.s;
+    dcp_has_path_ = true;
+    dcp_has_offset_ = false;
+  } else if (key == "offset" && dcp_has_path_ && value.kind == Value::kInt && value.i >= 0) {
+    dcp_pending_.offset = static_cast<uint64_t>(value.i);
+    dcp_has_offset_ = true;
+  } else if (key == "length" && dcp_has_offset_ && value.kind == Value::kInt && value.i >= 0 &&
+             !dcp_pending_.fqn.empty() && out_.dcp_items.size() < kMaxItems) {
+    dcp_pending_.length = static_cast<uint64_t>(value.i);
+    out_.dcp_items.push_back(dcp_pending_);
+    dcp_has_path_ = dcp_has_offset_ = false;
   }
 }
 
@@ -716,12 +748,14 @@ Status Machine::BuildObject(Op op) {
     case Op::kGlobal: {
       ASSIGN_OR_RETURN(std::string_view mod, Line());
       ASSIGN_OR_RETURN(std::string_view name, Line());
+      dcp_metadata_ |= mod == "torch.distributed.checkpoint.metadata" && name == "Metadata";
       return PushStr(std::string(mod) + "." + std::string(name), Value::kGlobal);
     }
     case Op::kStackGlobal: {
       ASSIGN_OR_RETURN(Value name, Pop());
       ASSIGN_OR_RETURN(Value mod, Pop());
       if (name.kind != Value::kStr || mod.kind != Value::kStr) return PushOther();
+      dcp_metadata_ |= *mod.s == "torch.distributed.checkpoint.metadata" && *name.s == "Metadata";
       return PushStr(*mod.s + "." + *name.s, Value::kGlobal);
     }
     case Op::kReduce:

@@ -40,6 +40,19 @@ struct StorageRef {
   bool module_entry = false;
 };
 
+// One entry of the storage_data of DCP's .metadata pickle
+// (torch.distributed.checkpoint.metadata.Metadata): where a saved item of
+// the state dict lives among the shard files.
+struct DcpItem {
+  std::string fqn;  // the state-dict key, e.g. "optim.state.fc.weight.exp_avg"
+  // Rank of the fqn string's first appearance in the pickle: the
+  // state_dict_metadata keys come first, in the state dict's own order.
+  uint64_t fqn_order = 0;
+  std::string relative_path;  // the shard file, e.g. "__0_0.distcp"
+  uint64_t offset = 0;        // the item's torch.save archive within that file
+  uint64_t length = 0;
+};
+
 struct PickleScan {
   std::vector<StorageRef> storages;   // in first-seen order, one per key
   uint64_t end = 0;                   // offset just past STOP
@@ -51,6 +64,8 @@ struct PickleScan {
   // (torch >= 2.6 keeps them for optimizers built from named_parameters()):
   // the name of each parameter the optimizer state is keyed by index.
   std::vector<std::string> param_names;
+  // When the pickle is DCP's .metadata: its storage_data, in pickle order.
+  std::vector<DcpItem> dcp_items;
 };
 
 // Fails on malformed input; a pickle cut short fails with code ENODATA so

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "codec/lossy/dcp_labels.h"
 #include "codec/lossy/float_bits.h"
 
 namespace ckptfs {
@@ -47,7 +48,15 @@ LossyCoder::LossyCoder(const ByteSource& file, const FileLayout& layout, std::sp
     info_.roles[RoleSlot(r)].target = static_cast<float>(TargetFor(r, targets));
   }
   if (!layout.lossy_allowed || fidelity <= 0) return;
-  const std::vector<lossy::RoleAssignment> roles = lossy::AssignRoles(layout, policy.scope);
+  // A DCP shard's tensors are named only in the save's .metadata.
+  std::optional<LabelledShard> named;
+  if (layout.format == "dcp" && siblings != nullptr) named = LabelDcpShard(layout, file.size(), *siblings);
+  if (named) sibling_note_ = "tensor names from " + named->metadata;
+  Classify(named ? named->layout : layout, policy.scope, siblings);
+}
+
+void LossyCoder::Classify(const FileLayout& layout, lossy::LossyScope scope, SiblingSource* siblings) {
+  const std::vector<lossy::RoleAssignment> roles = lossy::AssignRoles(layout, scope);
   // In a zip, a tensor whose member's CRC cannot be rewritten stays exact.
   const bool zip = layout.format == "torch-zip" || layout.format == "npz" || layout.format == "dcp";
   auto crc_covered = [&](const TensorRegion& r) {
@@ -73,7 +82,7 @@ LossyCoder::LossyCoder(const ByteSource& file, const FileLayout& layout, std::sp
     return r.role == TensorRole::kAdamV || r.role == TensorRole::kAdamM;
   });
   // A file of weights alone: its optimizer state may be a sibling file.
-  if (lacks_v && !has_moments && siblings != nullptr) PairWithSibling(layout, policy.scope, *siblings);
+  if (lacks_v && !has_moments && siblings != nullptr) PairWithSibling(layout, scope, *siblings);
   const bool any_weight = std::any_of(tensors_.begin(), tensors_.end(),
                                       [](const Tensor& t) { return t.role == TensorRole::kWeight; });
   const bool own_v = std::any_of(tensors_.begin(), tensors_.end(), [](const Tensor& t) {

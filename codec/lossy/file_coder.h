@@ -80,6 +80,8 @@ class LossyCoder {
     bool v_in_sibling = false;         // ... in sibling_, not in this file
     uint32_t order = 0;
   };
+  // Which tensors are coded how, from `layout` (the shard's labelled one for DCP).
+  void Classify(const FileLayout& layout, lossy::LossyScope scope, SiblingSource* siblings);
   void PairWithSibling(const FileLayout& layout, lossy::LossyScope scope, SiblingSource& siblings);
   Result<std::vector<lossy::ChunkSegment>> Segments(uint64_t offset, uint64_t len) const;
   Result<std::vector<float>> Sensitivity(const Tensor& t, uint64_t begin, uint64_t end) const;

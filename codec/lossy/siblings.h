@@ -32,6 +32,13 @@ class SiblingSource {
   // Candidate `name`'s logical bytes as they are now; they must stay
   // readable while the file is coded. An error skips the candidate.
   virtual Result<std::shared_ptr<const ByteSource>> Open(const std::string& name) = 0;
+  // The coded file's own name in its directory (DCP's .metadata names the
+  // shard files it indexes); empty when unknown.
+  virtual std::string SelfName() { return {}; }
+  // Waits a little for more of the save to appear (the .metadata a DCP
+  // save writes after its shards) and says whether it is still worth
+  // looking again; false once the file's save is surely over.
+  virtual bool WaitForMore() { return false; }
 };
 
 // Parsing further than this many candidates costs more than it helps.

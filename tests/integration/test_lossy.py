@@ -409,6 +409,28 @@ elif mode == "safetensors":
     with safe_open(mnt, framework="pt") as f:
         res["load"] = {k: hashlib.sha256(tb(f.get_tensor(k))).hexdigest() for k in f.keys()}
         res["metadata"] = f.metadata()
+elif mode == "dcp":
+    import warnings
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+    warnings.filterwarnings("ignore")
+    def trained(seed):
+        torch.manual_seed(seed)
+        model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 64))
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        for _ in range(3):
+            loss = model(torch.randn(16, 64)).pow(2).mean()
+            opt.zero_grad(); loss.backward(); opt.step()
+        msd, osd = get_state_dict(model, opt)
+        return {"model": msd, "optim": osd}
+    state = trained(1)
+    res["orig"] = flat(state, "", {})
+    dcp.save(state, checkpoint_id=ref)
+    dcp.save(state, checkpoint_id=mnt)
+    back = trained(2)  # other values, the same structure
+    dcp.load(back, checkpoint_id=mnt)
+    res["load"] = flat(back, "", {})
+    res["params"] = sum(p.numel() for p in state["model"].values())
 print(json.dumps(res))
 '''
 
@@ -502,6 +524,25 @@ def test_torch_checkpoint_lossy(mount_factory, plain_dir, tmp_path, pypi_python)
     before = read_file(mnt_path)
     m.remount()
     assert read_file(mnt_path) == before
+
+
+def test_dcp_shard_takes_roles_from_its_metadata(mount_factory, plain_dir, tmp_path, pypi_python):
+    """A DCP shard holds bare tensors; the save's .metadata names them, so
+    Adam's moments get their own targets and weigh the weights' errors
+    (second-moments), as in a torch.save file, and dcp.load reads it back."""
+    f = 0.01
+    m = mount_factory(opts=[f"lossy={f}"])
+    res = run_client(pypi_python, tmp_path, "dcp", m.mnt / "step1", plain_dir / "step1")
+    assert res["load"] != res["orig"], "nothing was quantized under -o lossy"
+    assert res["load"].keys() == res["orig"].keys()
+    shards = [n for n in os.listdir(m.mnt / "step1") if n.endswith(".distcp")]
+    assert len(shards) == 1, shards
+    lossy = stats_entry(m, f"step1/{shards[0]}")["lossy"]
+    assert lossy is not None
+    assert lossy["sensitivity"] == "second-moments", lossy
+    for role in ("weights", "first_moments", "second_moments"):
+        assert lossy[role]["elements"] == res["params"], (role, lossy)
+        assert lossy[role]["max_error"] <= lossy[role]["target"] * TOL, (role, lossy)
 
 
 def test_safetensors_lossy(mount_factory, plain_dir, tmp_path, pypi_python):

@@ -4,12 +4,14 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <functional>
 #include <random>
 
 #include "tests/unit/fault_env.h"
+#include "store/base_closeness.h"
 #include "store/store.h"
 #include "tests/unit/test_util.h"
 
@@ -170,6 +172,35 @@ TEST_F(LineageTest, SuccessorIsStoredAsDeltaAndReadsBack) {
   // Half the tensor is unchanged: the successor costs well under half.
   EXPECT_LT(b.stored * 2, a.stored);
   ExpectFsckClean();
+}
+
+// DCP-style shards: every rank's file has the same layout, so by layout
+// alone each step-2 shard matches all three step-1 shards (and the most
+// recent would win). The content picks the rank's own predecessor.
+TEST_F(LineageTest, ShardsOfEqualLayoutFindTheirOwnRanksPredecessor) {
+  constexpr size_t kElems = 60000;
+  std::vector<std::vector<float>> rank(3);
+  for (uint32_t r = 0; r < 3; ++r) rank[r] = Weights(kElems, 100 + r);
+  for (uint32_t r = 0; r < 3; ++r) Seal("s1_r" + std::to_string(r), Npy(rank[r]));
+  for (uint32_t r : {2u, 0u, 1u}) {  // sealed out of rank order, as nodes finish
+    std::vector<float> next = rank[r];
+    for (size_t i = 0; i < kElems; i += 3) next[i] += 1e-5f;
+    const std::string name = "s2_r" + std::to_string(r);
+    Seal(name, Npy(next));
+    ExpectContent(name, Npy(next));
+    EXPECT_EQ(UsageOf(name).base, UsageOf("s1_r" + std::to_string(r)).pack) << name;
+    EXPECT_LT(UsageOf(name).stored * 2, UsageOf("s1_r" + std::to_string(r)).stored) << name;
+  }
+  ExpectFsckClean();
+}
+
+TEST(BaseClosenessTest, SampleDistanceByElementType) {
+  const float a[] = {1.f, 2.f, 3.f}, b[] = {1.f, 2.5f, 2.f}, inf[] = {1.f, INFINITY, 3.f};
+  auto bytes = [](const float* f) { return std::span(reinterpret_cast<const uint8_t*>(f), 12); };
+  EXPECT_DOUBLE_EQ(SampleDistance(DType::kF32, bytes(a), bytes(a)), 0.0);
+  EXPECT_DOUBLE_EQ(SampleDistance(DType::kF32, bytes(a), bytes(b)), 1.5);
+  EXPECT_GT(SampleDistance(DType::kF32, bytes(a), bytes(inf)), 1e20);
+  EXPECT_DOUBLE_EQ(SampleDistance(DType::kI32, bytes(a), bytes(b)), 2.0);  // bytes that differ
 }
 
 TEST_F(LineageTest, IdenticalCopyAddsUnderOnePercent) {
