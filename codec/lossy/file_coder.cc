@@ -196,14 +196,26 @@ Result<std::vector<ChunkSegment>> LossyCoder::Segments(uint64_t offset, uint64_t
 Status LossyCoder::CodeChunk(uint64_t offset, std::span<uint8_t> raw, std::span<const uint8_t> base,
                              std::vector<ChunkSegment>* segs, std::vector<uint8_t>* out) {
   ASSIGN_OR_RETURN(*segs, Segments(offset, raw.size()));
+  {
+    // Choices are only added during the CRC pass, which is over when the
+    // chunks are coded for the pack.
+    std::lock_guard lock(mu_);
+    for (ChunkSegment& s : *segs) {
+      auto it = choices_.find(offset + s.begin);
+      if (s.lossy && it != choices_.end()) s.choice = &it->second;
+    }
+  }
   return lossy::EncodeLossyChunk(raw, base, offset, ranges_, *segs, topts_, out);
 }
 
 Status LossyCoder::Reconstruct(uint64_t offset, std::span<uint8_t> raw, std::span<const uint8_t> base) {
   if (HasWork(offset, raw.size())) {
     std::vector<ChunkSegment> segs;
-    std::vector<uint8_t> discard;
-    RETURN_IF_ERROR(CodeChunk(offset, raw, base, &segs, &discard));
+    RETURN_IF_ERROR(CodeChunk(offset, raw, base, &segs, nullptr));
+    std::lock_guard lock(mu_);
+    for (ChunkSegment& s : segs) {
+      if (s.lossy) choices_.emplace(offset + s.begin, std::move(s.outcome.choice));
+    }
   }
   if (tracker_) tracker_->Feed(offset, raw);
   return Status::Ok();

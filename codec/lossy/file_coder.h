@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -55,10 +56,12 @@ class LossyCoder {
   bool active() const { return !tensors_.empty(); }
   bool HasWork(uint64_t offset, uint64_t len) const;
   // Whether zip CRCs must be learnt first (Reconstruct over every chunk
-  // CrcChunks names, in order, then Encode).
+  // CrcChunk names, in any order and on any number of threads, then Encode).
   bool NeedsCrcPass() const { return !crc_fields_.empty(); }
   bool CrcChunk(uint64_t offset, uint64_t len) const;
   // CRC pass: rewrites `raw` with its reconstruction and feeds the CRCs.
+  // Keeps what the search chose for each piece, so that Encode codes the
+  // chunk again without searching. Safe to call from several threads.
   Status Reconstruct(uint64_t offset, std::span<uint8_t> raw, std::span<const uint8_t> base);
   // Rewrites `raw` with the reconstruction and patched CRCs; returns the
   // kLossy payload (after the base reference) when the chunk holds lossy
@@ -97,9 +100,10 @@ class LossyCoder {
   uint32_t sibling_pairs_ = 0;
   std::string sibling_note_;
   std::optional<formats::ZipCrcTracker> tracker_;  // CRC pass
-  // Encode may run on several sealing workers at once (after the CRC pass,
-  // which runs in order on one): mu_ guards the CRCs' first read and info_.
+  // The CRC pass and then Encode run on several sealing workers at once:
+  // mu_ guards the CRCs' first read, choices_ and info_.
   std::mutex mu_;
+  std::map<uint64_t, lossy::PieceChoice> choices_;  // by the piece's file offset, from the CRC pass
   bool crcs_ready_ = false;
   std::vector<uint32_t> crcs_;  // the CRC pass's result, for Encode
   LossyInfo info_;

@@ -53,6 +53,17 @@ struct PieceSpec {
   double residual_cap = 0;
 };
 
+// What the search chose for a piece, so that the same input can be coded
+// again without searching (the zip CRC pass codes each piece before the
+// pack is written; LossyCoder keeps the choices for the second time).
+struct PieceChoice {
+  bool exact = false;  // no lossy code met the target: the piece is stored losslessly
+  uint32_t prune_below = 0;
+  uint32_t escape_from = UINT32_MAX;
+  std::vector<double> levels;
+  double error = 0;
+};
+
 struct PieceInput {
   std::span<const uint8_t> x;       // the elements
   std::span<const uint8_t> base;    // predecessor's reconstructed elements, or empty
@@ -60,6 +71,8 @@ struct PieceInput {
   // Runs the per-element passes (prune classes, level assignment); null:
   // inline. The blob and reconstruction are the same either way.
   const ComputeDevice* device = nullptr;
+  // When given, code with this earlier choice for the same input instead of searching.
+  const PieceChoice* choice = nullptr;
 };
 
 struct PieceOutcome {
@@ -68,10 +81,11 @@ struct PieceOutcome {
   unsigned levels = 0;
   uint64_t pruned = 0;
   uint64_t escaped = 0;
+  PieceChoice choice;  // to code the same input again (PieceInput::choice)
 };
 
-// Appends the blob to `out` and writes the reconstruction (what decoding
-// gives) to `recon`, which has x's size. EFBIG when no lossy code meets the
+// Appends the blob to `out` (null: only the reconstruction is wanted) and
+// writes the reconstruction (what decoding gives) to `recon`, which has x's size. EFBIG when no lossy code meets the
 // target: the caller should store the piece losslessly.
 Result<PieceOutcome> EncodePiece(const PieceSpec& spec, const PieceInput& in, std::vector<uint8_t>* out,
                                  std::span<uint8_t> recon);

@@ -142,10 +142,18 @@ std::vector<uint32_t> QClasses(const Analysis& a, const ComputeDevice* device) {
   return out;
 }
 
+// Where one (prune share, escape share) configuration cuts the q classes.
+struct Cut {
+  uint32_t prune_below = 0;
+  uint32_t escape_from = UINT32_MAX;
+  double pruned_err = 0;
+  uint64_t pruned = 0, escaped = 0;
+};
+
 class Search {
  public:
-  Search(const PieceSpec& spec, const Analysis& a, const ComputeDevice* device)
-      : spec_(spec), a_(a), qclass_(QClasses(a, device)), rbin_(a.n) {
+  Search(const PieceSpec& spec, const Analysis& a, std::span<const uint32_t> qclass)
+      : spec_(spec), a_(a), qclass_(qclass) {
     count_.assign(kQClasses, 0);
     sum_.assign(kQClasses, 0.0);
     double lo = kInf, hi = -kInf, sq = 0;
@@ -163,25 +171,25 @@ class Search {
       ++finite;
     }
     if (finite == 0) return;
-    // Residual bins are fixed per piece, so each configuration only re-sums them.
-    hist_.emplace(lo, hi, 0.1 * std::sqrt(sq / static_cast<double>(finite)) + 1e-300, kResidualBins);
-    for (size_t i = 0; i < a.n; ++i) {
-      if (qclass_[i] != kForced) rbin_[i] = static_cast<uint16_t>(hist_->BinOf(a.r[i]));
+    for (double prune_share : kPruneShares) {
+      for (double escape_share : kEscapeShares) cuts_.push_back(CutAt(prune_share, escape_share));
     }
+    BinByInterval(ResidualHistogram(lo, hi, 0.1 * std::sqrt(sq / static_cast<double>(finite)) + 1e-300,
+                                    kResidualBins));
   }
 
-  uint32_t qclass(size_t i) const { return qclass_[i]; }
   bool AllPrunable() const { return total_ <= a_.budget; }
 
   // The cheapest plan found, or none when nothing meets the budget.
   std::optional<Plan> Best(unsigned min_levels) const {
     std::optional<Plan> best;
-    if (!hist_) return best;
-    for (double prune_share : kPruneShares) {
-      for (double escape_share : kEscapeShares) {
-        std::optional<Plan> p = Try(prune_share, escape_share, min_levels);
-        if (p && (!best || p->est_bits < best->est_bits)) best = std::move(p);
-      }
+    for (const Cut& cut : cuts_) {
+      // Pruned, escaped and coded elements as three symbols cost no more
+      // than with the levels told apart: a configuration whose bound is
+      // already no better than the best is never chosen, so skip its fits.
+      if (best && LowerBoundBits(cut) >= best->est_bits) continue;
+      std::optional<Plan> p = Try(cut, min_levels);
+      if (p && (!best || p->est_bits < best->est_bits)) best = std::move(p);
     }
     return best;
   }
@@ -189,37 +197,71 @@ class Search {
  private:
   static constexpr size_t kResidualBins = 4096;
 
-  std::optional<Plan> Try(double prune_share, double escape_share, unsigned min_levels) const {
-    Plan p;
-    double pruned_err = 0;
-    uint64_t pruned = 0;
-    while (p.prune_below < kQClasses && pruned_err + sum_[p.prune_below] <= prune_share * a_.budget) {
-      pruned_err += sum_[p.prune_below];
-      pruned += count_[p.prune_below++];
+  Cut CutAt(double prune_share, double escape_share) const {
+    Cut c;
+    while (c.prune_below < kQClasses && c.pruned_err + sum_[c.prune_below] <= prune_share * a_.budget) {
+      c.pruned_err += sum_[c.prune_below];
+      c.pruned += count_[c.prune_below++];
     }
     const uint64_t want_escapes = static_cast<uint64_t>(escape_share * static_cast<double>(a_.n));
-    uint64_t escaped = 0;
     if (want_escapes > 0) {
-      p.escape_from = kQClasses;
-      while (p.escape_from > p.prune_below + 1 && escaped + count_[p.escape_from - 1] <= want_escapes) {
-        escaped += count_[--p.escape_from];
+      c.escape_from = kQClasses;
+      while (c.escape_from > c.prune_below + 1 && c.escaped + count_[c.escape_from - 1] <= want_escapes) {
+        c.escaped += count_[--c.escape_from];
       }
     }
-    const double room = (a_.budget - pruned_err) * kFitSlack;
-    if (room <= 0 || pruned + escaped + forced_ >= a_.n) return std::nullopt;
+    return c;
+  }
 
-    ResidualHistogram h = hist_->EmptyLike();
+  // Every cut's coded elements are a union of the intervals between the
+  // cuts' class boundaries: one pass bins the residuals of each interval,
+  // and each configuration then only adds up its intervals' histograms.
+  void BinByInterval(const ResidualHistogram& shape) {
+    for (const Cut& c : cuts_) {
+      bounds_.push_back(c.prune_below);
+      bounds_.push_back(std::min<uint32_t>(c.escape_from, kQClasses));
+    }
+    bounds_.push_back(kQClasses);
+    std::sort(bounds_.begin(), bounds_.end());
+    bounds_.erase(std::unique(bounds_.begin(), bounds_.end()), bounds_.end());
+    std::vector<uint8_t> interval(kQClasses, kNoInterval);
+    for (size_t k = 0; k + 1 < bounds_.size(); ++k) {
+      std::fill(interval.begin() + bounds_[k], interval.begin() + bounds_[k + 1], static_cast<uint8_t>(k));
+      hists_.push_back(shape.EmptyLike());
+    }
     for (size_t i = 0; i < a_.n; ++i) {
       const uint32_t c = qclass_[i];
-      if (c >= p.prune_below && c < p.escape_from && c != kForced) h.AddToBin(rbin_[i], a_.r[i], a_.w[i]);
+      if (c == kForced || interval[c] == kNoInterval) continue;
+      hists_[interval[c]].Add(a_.r[i], a_.w[i]);
+    }
+  }
+
+  double LowerBoundBits(const Cut& cut) const {
+    const uint64_t escaped = cut.escaped + forced_;
+    const uint64_t coded = a_.n - std::min<uint64_t>(a_.n, cut.pruned + escaped);
+    const uint64_t counts[] = {cut.pruned, escaped, coded};
+    return EntropyBits(counts) + static_cast<double>(escaped) * 8.0 * DTypeSize(spec_.dtype);
+  }
+
+  std::optional<Plan> Try(const Cut& cut, unsigned min_levels) const {
+    const double room = (a_.budget - cut.pruned_err) * kFitSlack;
+    if (room <= 0 || cut.pruned + cut.escaped + forced_ >= a_.n) return std::nullopt;
+    Plan p;
+    p.prune_below = cut.prune_below;
+    p.escape_from = cut.escape_from;
+    ResidualHistogram h = hists_.front().EmptyLike();
+    const uint32_t escape_from = std::min<uint32_t>(cut.escape_from, kQClasses);
+    for (size_t k = 0; k + 1 < bounds_.size(); ++k) {
+      if (bounds_[k] >= cut.prune_below && bounds_[k + 1] <= escape_from && hists_[k].count() > 0) h.Merge(hists_[k]);
     }
     // The error falls as levels are added: binary search for the fewest that fit.
     size_t lo = 0, hi = std::size(kLevelCounts);
     while (lo < hi && kLevelCounts[lo] < min_levels) ++lo;
     std::optional<LevelFit> found;
+    const LevelFitter fitter(h);
     while (lo < hi) {
       const size_t mid = (lo + hi) / 2;
-      LevelFit fit = FitLevels(h, kLevelCounts[mid]);
+      LevelFit fit = fitter.Fit(kLevelCounts[mid]);
       if (fit.error <= room) {
         found = std::move(fit);
         hi = mid;
@@ -227,28 +269,29 @@ class Search {
         lo = mid + 1;
       }
     }
-    if (found) {
-      std::vector<uint64_t> counts = found->counts;
-      counts.push_back(pruned);
-      counts.push_back(escaped + forced_);
-      const double elem_bits = 8.0 * DTypeSize(spec_.dtype);
-      p.est_bits =
-          EntropyBits(counts) + static_cast<double>(escaped + forced_) * elem_bits + 32.0 * found->levels.size();
-      p.levels = std::move(found->levels);
-      return p;
-    }
-    return std::nullopt;
+    if (!found) return std::nullopt;
+    std::vector<uint64_t> counts = found->counts;
+    counts.push_back(cut.pruned);
+    counts.push_back(cut.escaped + forced_);
+    const double elem_bits = 8.0 * DTypeSize(spec_.dtype);
+    p.est_bits =
+        EntropyBits(counts) + static_cast<double>(cut.escaped + forced_) * elem_bits + 32.0 * found->levels.size();
+    p.levels = std::move(found->levels);
+    return p;
   }
+
+  static constexpr uint8_t kNoInterval = 0xFF;
 
   const PieceSpec& spec_;
   const Analysis& a_;
-  std::vector<uint32_t> qclass_;
-  std::vector<uint16_t> rbin_;
+  std::span<const uint32_t> qclass_;
   std::vector<uint64_t> count_;
   std::vector<double> sum_;
   double total_ = 0;
   uint64_t forced_ = 0;
-  std::optional<ResidualHistogram> hist_;
+  std::vector<Cut> cuts_;
+  std::vector<uint32_t> bounds_;          // class boundaries of the intervals, ascending
+  std::vector<ResidualHistogram> hists_;  // one per interval
 };
 
 StoredLevels StoreLevels(const PieceSpec& spec, std::span<const double> levels) {
@@ -270,11 +313,12 @@ struct Coded {
   PieceOutcome outcome;
 };
 
-Coded Assign(const PieceSpec& spec, const PieceInput& in, const Analysis& a, const Search& s, const Plan& p,
-             const StoredLevels& lv, std::span<uint8_t> recon) {
+Coded Assign(const PieceSpec& spec, const PieceInput& in, const Analysis& a, std::span<const uint32_t> qclass,
+             const Plan& p, const StoredLevels& lv, std::span<uint8_t> recon) {
   Coded c;
   c.symbols.resize(a.n);
   const std::vector<double> bounds = LevelBounds(p.levels);
+  const LevelLookup nearest_level(bounds);
   const unsigned k = static_cast<unsigned>(p.levels.size());
   // Nearest levels of every element in one device pass, when there is one.
   std::vector<uint16_t> nearest;
@@ -285,7 +329,7 @@ Coded Assign(const PieceSpec& spec, const PieceInput& in, const Analysis& a, con
   for (size_t i = 0; i < a.n; ++i) {
     const uint32_t x = LoadBits(spec.dtype, in.x.data(), i);
     const uint32_t pred = a.against_base ? LoadBits(spec.dtype, in.base.data(), i) : 0;
-    const uint32_t qc = s.qclass(i);
+    const uint32_t qc = qclass[i];
     unsigned sym;
     if (qc != kForced && qc < p.prune_below) {
       sym = 0;
@@ -293,7 +337,7 @@ Coded Assign(const PieceSpec& spec, const PieceInput& in, const Analysis& a, con
     } else if (qc == kForced || qc >= p.escape_from || k == 0) {
       sym = k + 1;
     } else {
-      sym = 1 + static_cast<unsigned>(nearest.empty() ? NearestLevel(bounds, a.r[i]) : nearest[i]);
+      sym = 1 + static_cast<unsigned>(nearest.empty() ? nearest_level(a.r[i]) : nearest[i]);
     }
     uint32_t out = sym == k + 1 ? x : Reconstruct(spec.dtype, spec.domain, pred, sym, lv);
     // A level can push a value past the largest finite one: keep it exact.
@@ -336,6 +380,25 @@ void WriteBlob(const PieceSpec& spec, const Analysis& a, const StoredLevels& lv,
   const size_t at = out->size();
   out->resize(at + es * c.escapes.size());
   for (size_t i = 0; i < c.escapes.size(); ++i) StoreBits(spec.dtype, out->data() + at, i, c.escapes[i]);
+}
+
+// Codes a piece as an earlier EncodePiece of the same input chose, without
+// searching: the same plan over the same residuals gives the same symbols,
+// reconstruction and error.
+Result<PieceOutcome> Recode(const PieceSpec& spec, const PieceInput& in, const Analysis& a,
+                            std::span<const uint32_t> qclass, const PieceChoice& choice, std::vector<uint8_t>* out,
+                            std::span<uint8_t> recon) {
+  if (choice.exact) return Status::Error(EFBIG, "lossy piece: no configuration meets the error target");
+  Plan plan;
+  plan.prune_below = choice.prune_below;
+  plan.escape_from = choice.escape_from;
+  plan.levels = choice.levels;
+  const StoredLevels lv = StoreLevels(spec, plan.levels);
+  Coded c = Assign(spec, in, a, qclass, plan, lv, recon);
+  c.outcome.error = choice.error;
+  if (out != nullptr) WriteBlob(spec, a, lv, c, out);
+  c.outcome.choice = choice;
+  return c.outcome;
 }
 
 }  // namespace
@@ -384,7 +447,9 @@ Result<PieceOutcome> EncodePiece(const PieceSpec& spec, const PieceInput& in, st
   } else {
     AnalyseLogBits(spec, in, &a);
   }
-  const Search search(spec, a, in.device);
+  const std::vector<uint32_t> qclass = QClasses(a, in.device);
+  if (in.choice != nullptr) return Recode(spec, in, a, qclass, *in.choice, out, recon);
+  const Search search(spec, a, qclass);
   std::optional<Plan> plan;
   if (search.AllPrunable()) {
     plan = Plan{};
@@ -395,10 +460,12 @@ Result<PieceOutcome> EncodePiece(const PieceSpec& spec, const PieceInput& in, st
     if (!plan) plan = search.Best(min_levels);
     if (!plan) break;
     const StoredLevels lv = StoreLevels(spec, plan->levels);
-    Coded c = Assign(spec, in, a, search, *plan, lv, recon);
+    Coded c = Assign(spec, in, a, qclass, *plan, lv, recon);
     c.outcome.error = MeasureError(spec, in.x, recon, in.weight);
     if (c.outcome.error <= spec.target) {
-      WriteBlob(spec, a, lv, c, out);
+      if (out != nullptr) WriteBlob(spec, a, lv, c, out);
+      c.outcome.choice = PieceChoice{false, plan->prune_below, plan->escape_from, std::move(plan->levels),
+                                     c.outcome.error};
       return c.outcome;
     }
     // The histogram fit was optimistic: ask for more levels.
