@@ -133,26 +133,29 @@ bool LossyCoder::CrcChunk(uint64_t offset, uint64_t len) const {
 Result<std::vector<float>> LossyCoder::Sensitivity(const Tensor& t, uint64_t begin, uint64_t end) const {
   if (!t.v_offset || t.role == TensorRole::kAdamV) return std::vector<float>{};
   const size_t es = DTypeSize(t.dtype), n = (end - begin) / es;
-  std::vector<uint8_t> bytes(end - begin);
+  // Reused by each sealing thread: a fresh buffer per piece costs page faults.
+  thread_local std::vector<uint8_t> buffer;
+  if (buffer.size() < end - begin) buffer.resize(end - begin);
+  const std::span<uint8_t> bytes(buffer.data(), end - begin);
   const uint64_t at = *t.v_offset + (begin - t.offset);
   if (t.v_in_sibling) {
     RETURN_IF_ERROR(sibling_->source->ReadAt(at, bytes).WithContext("reading the sibling file's second moments"));
   } else {
     RETURN_IF_ERROR(file_.ReadAt(at, bytes));
   }
-  std::vector<double> v(n);
-  double sum = 0;
-  for (size_t i = 0; i < n; ++i) {
+  auto v_at = [&](size_t i) {
     const double x = lossy::BitsToFloat(t.dtype, lossy::LoadBits(t.dtype, bytes.data(), i));
-    v[i] = std::isfinite(x) && x > 0 ? x : 0.0;
-    sum += v[i];
-  }
+    return std::isfinite(x) && x > 0 ? x : 0.0;
+  };
+  double sum = 0;
+  for (size_t i = 0; i < n; ++i) sum += v_at(i);
   if (sum <= 0) return std::vector<float>{};  // no gradient seen yet: plain magnitude
   std::vector<float> w(n);
   const double floor = kFisherFloor * sum / static_cast<double>(n);
   for (size_t i = 0; i < n; ++i) {
-    const double d = std::sqrt(v[i]) + kAdamEps;
-    w[i] = static_cast<float>(t.role == TensorRole::kWeight ? v[i] + floor : 1.0 / (d * d));
+    const double v = v_at(i);
+    const double d = std::sqrt(v) + kAdamEps;
+    w[i] = static_cast<float>(t.role == TensorRole::kWeight ? v + floor : 1.0 / (d * d));
   }
   return w;
 }

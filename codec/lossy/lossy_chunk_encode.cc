@@ -34,7 +34,9 @@ Status EncodeLossyChunk(std::span<uint8_t> raw, std::span<const uint8_t> base, u
     if (s.lossy) {
       PieceInput in{bytes, base.size() >= s.end ? base.subspan(s.begin, bytes.size()) : std::span<const uint8_t>{},
                     s.weight, opts.planes.device, s.choice};
-      std::vector<uint8_t> recon(bytes.size());
+      thread_local std::vector<uint8_t> recon_buf;  // reused: a fresh one per piece costs page faults
+      if (recon_buf.size() < bytes.size()) recon_buf.resize(bytes.size());
+      const std::span<uint8_t> recon(recon_buf.data(), bytes.size());
       Result<PieceOutcome> r = EncodePiece(s.spec, in, out != nullptr ? &blobs[i] : nullptr, recon);
       if (r.ok()) {
         std::copy(recon.begin(), recon.end(), bytes.begin());

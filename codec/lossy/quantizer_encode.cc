@@ -42,9 +42,9 @@ constexpr double kFitSlack = 0.95;
 struct Analysis {
   size_t n = 0;
   bool against_base = false;
-  std::vector<double> r;  // residual (kValue: value units; kLogBits: units of 2^mantissa)
-  std::vector<double> w;  // weight of the squared error
-  std::vector<uint8_t> must_escape;
+  std::span<double> r;  // residual (kValue: value units; kLogBits: units of 2^mantissa)
+  std::span<double> w;  // weight of the squared error
+  std::span<uint8_t> must_escape;
   double budget = 0;  // allowed weighted squared error
 };
 
@@ -105,6 +105,31 @@ void AnalyseLogBits(const PieceSpec& spec, const PieceInput& in, Analysis* a) {
   }
 }
 
+// Per-element arrays of the piece being coded. Pieces run up to a chunk's
+// elements, and allocating these afresh for each one cost more in page
+// faults than some of the passes over them: each sealing thread keeps its own.
+struct PieceScratch {
+  std::vector<double> r_buf, w_buf;
+  std::vector<uint8_t> escape_buf;
+  std::vector<uint32_t> qclass_buf;
+  std::vector<uint8_t> symbol_buf;
+  std::span<double> r, w;
+  std::span<uint8_t> must_escape;
+  std::span<uint32_t> qclass;
+  std::span<uint8_t> symbols;
+};
+
+PieceScratch& ThreadScratch(size_t n) {
+  thread_local PieceScratch s;
+  if (s.r_buf.size() < n) {
+    s.r_buf.resize(n), s.w_buf.resize(n), s.escape_buf.resize(n), s.qclass_buf.resize(n), s.symbol_buf.resize(n);
+  }
+  s.r = {s.r_buf.data(), n}, s.w = {s.w_buf.data(), n};
+  s.must_escape = {s.escape_buf.data(), n}, s.qclass = {s.qclass_buf.data(), n};
+  s.symbols = {s.symbol_buf.data(), n};
+  return s;
+}
+
 // One configuration the search considers. Elements are ranked by the
 // error pruning them would cost (q = w r^2), in logarithmic classes.
 struct Plan {
@@ -134,12 +159,10 @@ bool OffloadElements(const ComputeDevice* device, size_t n) { return Offload(dev
 
 // The prune class of every element (kForced where it must escape), on the
 // device when it takes the job, else (or when it fails) on this thread.
-std::vector<uint32_t> QClasses(const Analysis& a, const ComputeDevice* device) {
-  std::vector<uint32_t> out(a.n);
+void QClasses(const Analysis& a, const ComputeDevice* device, std::span<uint32_t> out) {
   const QClassJob job{a.r, a.w, a.must_escape, out};
-  if (OffloadElements(device, a.n) && device->QClasses(job).ok()) return out;
+  if (OffloadElements(device, a.n) && device->QClasses(job).ok()) return;
   (void)CpuComputeDevice().QClasses(job);  // sizes agree by construction
-  return out;
 }
 
 // Where one (prune share, escape share) configuration cuts the q classes.
@@ -182,14 +205,30 @@ class Search {
 
   // The cheapest plan found, or none when nothing meets the budget.
   std::optional<Plan> Best(unsigned min_levels) const {
+    // Pruned, escaped and coded elements as three symbols cost no more
+    // than with the levels told apart: configurations are tried from the
+    // lowest such bound up, and one whose bound is no better than the best
+    // plan so far is never chosen, so its fits are skipped. Ties go to the
+    // configuration listed first, as when every one was tried in order.
+    std::vector<std::pair<double, size_t>> order;
+    for (size_t i = 0; i < cuts_.size(); ++i) {
+      const bool repeat = std::any_of(cuts_.begin(), cuts_.begin() + static_cast<std::ptrdiff_t>(i), [&](const Cut& c) {
+        return c.prune_below == cuts_[i].prune_below && c.escape_from == cuts_[i].escape_from;
+      });
+      if (!repeat) order.emplace_back(LowerBoundBits(cuts_[i]), i);
+    }
+    std::sort(order.begin(), order.end());
     std::optional<Plan> best;
-    for (const Cut& cut : cuts_) {
-      // Pruned, escaped and coded elements as three symbols cost no more
-      // than with the levels told apart: a configuration whose bound is
-      // already no better than the best is never chosen, so skip its fits.
-      if (best && LowerBoundBits(cut) >= best->est_bits) continue;
-      std::optional<Plan> p = Try(cut, min_levels);
-      if (p && (!best || p->est_bits < best->est_bits)) best = std::move(p);
+    size_t best_index = 0;
+    for (const auto& [bound, i] : order) {
+      if (best && bound > best->est_bits) break;
+      if (best && bound == best->est_bits && i > best_index) continue;
+      std::optional<Plan> p = Try(cuts_[i], min_levels);
+      if (!p) continue;
+      if (!best || p->est_bits < best->est_bits || (p->est_bits == best->est_bits && i < best_index)) {
+        best = std::move(p);
+        best_index = i;
+      }
     }
     return best;
   }
@@ -308,7 +347,7 @@ StoredLevels StoreLevels(const PieceSpec& spec, std::span<const double> levels) 
 }
 
 struct Coded {
-  std::vector<uint8_t> symbols;
+  std::span<uint8_t> symbols;  // the thread's PieceScratch
   std::vector<uint32_t> escapes;  // element bits
   PieceOutcome outcome;
 };
@@ -316,7 +355,7 @@ struct Coded {
 Coded Assign(const PieceSpec& spec, const PieceInput& in, const Analysis& a, std::span<const uint32_t> qclass,
              const Plan& p, const StoredLevels& lv, std::span<uint8_t> recon) {
   Coded c;
-  c.symbols.resize(a.n);
+  c.symbols = ThreadScratch(a.n).symbols;
   const std::vector<double> bounds = LevelBounds(p.levels);
   const LevelLookup nearest_level(bounds);
   const unsigned k = static_cast<unsigned>(p.levels.size());
@@ -439,15 +478,18 @@ Result<PieceOutcome> EncodePiece(const PieceSpec& spec, const PieceInput& in, st
   }
   Analysis a;
   a.n = in.x.size() / es;
-  a.r.assign(a.n, 0.0);
-  a.w.assign(a.n, 1.0);
-  a.must_escape.assign(a.n, 0);
+  PieceScratch& scratch = ThreadScratch(a.n);
+  a.r = scratch.r, a.w = scratch.w, a.must_escape = scratch.must_escape;
+  std::fill(a.r.begin(), a.r.end(), 0.0);
+  std::fill(a.w.begin(), a.w.end(), 1.0);
+  std::fill(a.must_escape.begin(), a.must_escape.end(), uint8_t{0});
   if (spec.domain == Domain::kValue) {
     AnalyseValues(spec, in, &a);
   } else {
     AnalyseLogBits(spec, in, &a);
   }
-  const std::vector<uint32_t> qclass = QClasses(a, in.device);
+  const std::span<uint32_t> qclass = scratch.qclass;
+  QClasses(a, in.device, qclass);
   if (in.choice != nullptr) return Recode(spec, in, a, qclass, *in.choice, out, recon);
   const Search search(spec, a, qclass);
   std::optional<Plan> plan;
