@@ -33,6 +33,16 @@ ResidualHistogram::ResidualHistogram(double lo, double hi, double scale, size_t 
   }
 }
 
+void ResidualHistogram::Scale(double f) {
+  count_ = 0;
+  for (Bin& b : bins_) {
+    if (b.count == 0) continue;
+    b.w *= f, b.wr *= f, b.wrr *= f;
+    b.count = std::max<uint64_t>(1, static_cast<uint64_t>(std::llround(static_cast<double>(b.count) * f)));
+    count_ += b.count;
+  }
+}
+
 void ResidualHistogram::Merge(const ResidualHistogram& other) {
   for (size_t i = 0; i < bins_.size() && i < other.bins_.size(); ++i) {
     const Bin& o = other.bins_[i];

@@ -55,6 +55,9 @@ class ResidualHistogram {
   }
   // Adds another histogram's contents; it must have the same bins (EmptyLike).
   void Merge(const ResidualHistogram& other);
+  // Multiplies every sum and count by `f`, as if each element had been
+  // added f times (a sample standing for the whole).
+  void Scale(double f);
   // Same bins, no contents.
   ResidualHistogram EmptyLike() const {
     ResidualHistogram h = *this;

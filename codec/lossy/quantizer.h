@@ -58,6 +58,7 @@ struct PieceSpec {
 // pack is written; LossyCoder keeps the choices for the second time).
 struct PieceChoice {
   bool exact = false;  // no lossy code met the target: the piece is stored losslessly
+  bool against_base = false;
   uint32_t prune_below = 0;
   uint32_t escape_from = UINT32_MAX;
   std::vector<double> levels;

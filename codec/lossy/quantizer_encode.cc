@@ -54,7 +54,8 @@ void AnalyseValues(const PieceSpec& spec, const PieceInput& in, Analysis* a) {
   const size_t n = a->n;
   const bool has_base = !in.base.empty();
   double e_zero = 0, e_base = 0;
-  for (size_t i = 0; i < n; ++i) {
+  // Coded again as chosen: the budget is not needed, only the predictor.
+  for (size_t i = 0; i < n && in.choice == nullptr; ++i) {
     const float x = BitsToFloat(spec.dtype, LoadBits(spec.dtype, in.x.data(), i));
     const float p = has_base ? BitsToFloat(spec.dtype, LoadBits(spec.dtype, in.base.data(), i)) : 0.0f;
     const double w = in.weight.empty() ? 1.0 : static_cast<double>(in.weight[i]);
@@ -62,7 +63,7 @@ void AnalyseValues(const PieceSpec& spec, const PieceInput& in, Analysis* a) {
     e_zero += w * double(x) * double(x);
     e_base += w * (double(x) - double(p)) * (double(x) - double(p));
   }
-  a->against_base = has_base && e_base <= e_zero;
+  a->against_base = has_base && (in.choice != nullptr ? in.choice->against_base : e_base <= e_zero);
   a->budget = spec.target * spec.target * e_zero;
   if (a->against_base && spec.residual_cap > 0) {
     a->budget = std::min(a->budget, spec.residual_cap * spec.residual_cap * e_base);
@@ -84,14 +85,14 @@ void AnalyseLogBits(const PieceSpec& spec, const PieceInput& in, Analysis* a) {
   const bool has_base = !in.base.empty();
   const double unit = std::ldexp(1.0, -static_cast<int>(MantissaBits(spec.dtype)));
   double e_zero = 0, e_base = 0;
-  for (size_t i = 0; i < n; ++i) {
+  for (size_t i = 0; i < n && in.choice == nullptr; ++i) {
     const uint32_t x = LoadBits(spec.dtype, in.x.data(), i);
     const uint32_t p = has_base ? LoadBits(spec.dtype, in.base.data(), i) : 0;
     if (BitsNegativeOrNonFinite(spec.dtype, x) || BitsNegativeOrNonFinite(spec.dtype, p)) continue;
     e_zero += double(x) * double(x);
     e_base += (double(x) - double(p)) * (double(x) - double(p));
   }
-  a->against_base = has_base && e_base <= e_zero;
+  a->against_base = has_base && (in.choice != nullptr ? in.choice->against_base : e_base <= e_zero);
   a->budget = spec.target * spec.target * static_cast<double>(n);
   for (size_t i = 0; i < n; ++i) {
     const uint32_t x = LoadBits(spec.dtype, in.x.data(), i);
@@ -235,6 +236,10 @@ class Search {
 
  private:
   static constexpr size_t kResidualBins = 4096;
+  // Elements a piece's level fits are estimated from, at least, and how
+  // many of the largest (by q class) are always among them.
+  static constexpr size_t kSampleElements = 1 << 17;
+  static constexpr uint64_t kExactTail = 1 << 12;
 
   Cut CutAt(double prune_share, double escape_share) const {
     Cut c;
@@ -268,10 +273,32 @@ class Search {
       std::fill(interval.begin() + bounds_[k], interval.begin() + bounds_[k + 1], static_cast<uint8_t>(k));
       hists_.push_back(shape.EmptyLike());
     }
+    // The levels are fitted on a sample: every stride-th element (an odd
+    // stride, so rows of any even length are sampled in every column),
+    // scaled up per interval to its exact count, plus every element of the
+    // highest classes (the largest errors, where a sample would miss the
+    // few that set the outer levels), which are binned as they are.
+    const size_t stride = a_.n > kSampleElements ? (a_.n / kSampleElements) | 1 : 1;
+    uint32_t top = kQClasses;
+    for (uint64_t above = 0; top > 0 && above + count_[top - 1] <= kExactTail;) above += count_[--top];
+    std::vector<ResidualHistogram> sampled(hists_.size(), shape.EmptyLike());
+    std::vector<uint64_t> want(hists_.size(), 0);
+    for (uint32_t c = 0; c < top; ++c) {
+      if (interval[c] != kNoInterval) want[interval[c]] += count_[c];
+    }
     for (size_t i = 0; i < a_.n; ++i) {
       const uint32_t c = qclass_[i];
       if (c == kForced || interval[c] == kNoInterval) continue;
-      hists_[interval[c]].Add(a_.r[i], a_.w[i]);
+      if (c >= top) {
+        hists_[interval[c]].Add(a_.r[i], a_.w[i]);
+      } else if (i % stride == 0) {
+        sampled[interval[c]].Add(a_.r[i], a_.w[i]);
+      }
+    }
+    for (size_t k = 0; k < hists_.size(); ++k) {
+      if (sampled[k].count() == 0) continue;
+      if (stride > 1) sampled[k].Scale(static_cast<double>(want[k]) / static_cast<double>(sampled[k].count()));
+      hists_[k].Merge(sampled[k]);
     }
   }
 
@@ -506,8 +533,8 @@ Result<PieceOutcome> EncodePiece(const PieceSpec& spec, const PieceInput& in, st
     c.outcome.error = MeasureError(spec, in.x, recon, in.weight);
     if (c.outcome.error <= spec.target) {
       if (out != nullptr) WriteBlob(spec, a, lv, c, out);
-      c.outcome.choice = PieceChoice{false, plan->prune_below, plan->escape_from, std::move(plan->levels),
-                                     c.outcome.error};
+      c.outcome.choice = PieceChoice{false, a.against_base, plan->prune_below, plan->escape_from,
+                                     std::move(plan->levels), c.outcome.error};
       return c.outcome;
     }
     // The histogram fit was optimistic: ask for more levels.
