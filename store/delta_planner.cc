@@ -51,7 +51,8 @@ Status DeltaPlanner::PrepareLossyChunk(Env* env, int src_fd, uint64_t off, uint6
   buf->resize(len);
   RETURN_IF_ERROR(env->PReadExact(src_fd, *buf, off));
   uint8_t depth = 0;
-  return lossy_->Reconstruct(off, *buf, LossyBase(off, *buf, RangesOverlapping(tensors_, off, off + len), &depth));
+  return lossy_->Reconstruct(off, *buf, LossyBase(off, *buf, RangesOverlapping(tensors_, off, off + len), &depth),
+                             &lossy_scratch_);
 }
 
 Status DeltaPlanner::PrepareLossy(std::span<DeltaPlanner* const> planners, Env* env, int src_fd, uint64_t size,
@@ -88,7 +89,7 @@ Result<std::optional<ChunkPlan>> DeltaPlanner::TransformLossy(uint64_t offset, s
                                                               std::span<const TensorRange> ranges) {
   if (lossy_ == nullptr) return std::optional<ChunkPlan>{};
   uint8_t depth = 0;
-  ASSIGN_OR_RETURN(std::optional<LossyChunk> chunk, lossy_->Encode(offset, raw, LossyBase(offset, raw, ranges, &depth)));
+  ASSIGN_OR_RETURN(std::optional<LossyChunk> chunk, lossy_->Encode(offset, raw, LossyBase(offset, raw, ranges, &depth), &lossy_scratch_));
   if (!chunk) return std::optional<ChunkPlan>{};
   ChunkPlan p = chunk->used_base ? RefPlan(ChunkCodec::kLossy, base_->pack, *base_off_, depth)
                                  : RefPlan(ChunkCodec::kLossy, 0, 0, 0);

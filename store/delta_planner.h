@@ -97,6 +97,9 @@ class DeltaPlanner : public ChunkPlanner {
   uint8_t base_depth_ = 0;
   std::vector<uint8_t> base_bytes_;
   LossyCoder* lossy_ = nullptr;
+  // This worker's buffers for the lossy pieces it codes, in both passes;
+  // they go with the planner when the seal ends.
+  lossy::PieceScratch lossy_scratch_;
   uint32_t lossy_keyframe_every_ = 0;
 };
 

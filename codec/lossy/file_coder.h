@@ -62,12 +62,15 @@ class LossyCoder {
   // CRC pass: rewrites `raw` with its reconstruction and feeds the CRCs.
   // Keeps what the search chose for each piece, so that Encode codes the
   // chunk again without searching. Safe to call from several threads.
-  Status Reconstruct(uint64_t offset, std::span<uint8_t> raw, std::span<const uint8_t> base);
+  // `scratch`: the calling worker's buffers (null: fresh ones).
+  Status Reconstruct(uint64_t offset, std::span<uint8_t> raw, std::span<const uint8_t> base,
+                     lossy::PieceScratch* scratch = nullptr);
   // Rewrites `raw` with the reconstruction and patched CRCs; returns the
   // kLossy payload (after the base reference) when the chunk holds lossy
   // tensors, nothing otherwise. Safe to call from several threads, once the
   // CRC pass is over.
-  Result<std::optional<LossyChunk>> Encode(uint64_t offset, std::span<uint8_t> raw, std::span<const uint8_t> base);
+  Result<std::optional<LossyChunk>> Encode(uint64_t offset, std::span<uint8_t> raw, std::span<const uint8_t> base,
+                                           lossy::PieceScratch* scratch = nullptr);
   const LossyInfo& info() const { return info_; }
   // Weights whose sensitivity comes from a sibling file's second moments.
   uint32_t sibling_pairs() const { return sibling_pairs_; }
@@ -84,10 +87,11 @@ class LossyCoder {
     uint32_t order = 0;
   };
   void PairWithSibling(const FileLayout& layout, lossy::LossyScope scope, SiblingSource& siblings);
-  Result<std::vector<lossy::ChunkSegment>> Segments(uint64_t offset, uint64_t len) const;
-  Result<std::vector<float>> Sensitivity(const Tensor& t, uint64_t begin, uint64_t end) const;
+  Result<std::vector<lossy::ChunkSegment>> Segments(uint64_t offset, uint64_t len, lossy::PieceScratch* scratch) const;
+  Result<std::vector<float>> Sensitivity(const Tensor& t, uint64_t begin, uint64_t end,
+                                         lossy::PieceScratch* scratch) const;
   Status CodeChunk(uint64_t offset, std::span<uint8_t> raw, std::span<const uint8_t> base,
-                   std::vector<lossy::ChunkSegment>* segs, std::vector<uint8_t>* out);
+                   std::vector<lossy::ChunkSegment>* segs, std::vector<uint8_t>* out, lossy::PieceScratch* scratch);
   void Record(const lossy::ChunkSegment& s);
 
   const ByteSource& file_;

@@ -19,7 +19,7 @@ Status EncodeLossless(std::span<const uint8_t> raw, uint64_t offset, std::span<c
 
 Status EncodeLossyChunk(std::span<uint8_t> raw, std::span<const uint8_t> base, uint64_t chunk_offset,
                         std::span<const TensorRange> ranges, std::span<ChunkSegment> segments,
-                        const TensorChunkOptions& opts, std::vector<uint8_t>* out) {
+                        const TensorChunkOptions& opts, std::vector<uint8_t>* out, PieceScratch* scratch) {
   std::vector<std::vector<uint8_t>> blobs(segments.size());
   std::vector<SegmentCoding> kinds(segments.size(), SegmentCoding::kLossless);
   uint64_t pos = 0;
@@ -33,10 +33,9 @@ Status EncodeLossyChunk(std::span<uint8_t> raw, std::span<const uint8_t> base, u
     s.coded_lossy = false;
     if (s.lossy) {
       PieceInput in{bytes, base.size() >= s.end ? base.subspan(s.begin, bytes.size()) : std::span<const uint8_t>{},
-                    s.weight, opts.planes.device, s.choice};
-      thread_local std::vector<uint8_t> recon_buf;  // reused: a fresh one per piece costs page faults
-      if (recon_buf.size() < bytes.size()) recon_buf.resize(bytes.size());
-      const std::span<uint8_t> recon(recon_buf.data(), bytes.size());
+                    s.weight, opts.planes.device, s.choice, scratch};
+      std::vector<uint8_t> own;
+      const std::span<uint8_t> recon = ScratchSpan(scratch != nullptr ? scratch->recon : own, bytes.size());
       Result<PieceOutcome> r = EncodePiece(s.spec, in, out != nullptr ? &blobs[i] : nullptr, recon);
       if (r.ok()) {
         std::copy(recon.begin(), recon.end(), bytes.begin());

@@ -65,6 +65,24 @@ struct PieceChoice {
   double error = 0;
 };
 
+// Buffers the encoder reuses from piece to piece: pieces run up to a
+// chunk's elements, and allocating their per-element arrays afresh cost
+// more in page faults than some of the passes over them. One per sealing
+// worker, owned by the caller, so the memory goes when the seal does.
+struct PieceScratch {
+  std::vector<double> r, w;
+  std::vector<uint32_t> qclass;
+  std::vector<uint8_t> must_escape, symbols;
+  std::vector<uint8_t> recon, bytes;  // a piece's reconstruction; file bytes (LossyCoder)
+};
+
+// The first n elements of `v`, grown to hold them.
+template <typename T>
+std::span<T> ScratchSpan(std::vector<T>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+  return {v.data(), n};
+}
+
 struct PieceInput {
   std::span<const uint8_t> x;       // the elements
   std::span<const uint8_t> base;    // predecessor's reconstructed elements, or empty
@@ -74,6 +92,7 @@ struct PieceInput {
   const ComputeDevice* device = nullptr;
   // When given, code with this earlier choice for the same input instead of searching.
   const PieceChoice* choice = nullptr;
+  PieceScratch* scratch = nullptr;  // null: a fresh one
 };
 
 struct PieceOutcome {

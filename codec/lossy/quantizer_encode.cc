@@ -106,31 +106,6 @@ void AnalyseLogBits(const PieceSpec& spec, const PieceInput& in, Analysis* a) {
   }
 }
 
-// Per-element arrays of the piece being coded. Pieces run up to a chunk's
-// elements, and allocating these afresh for each one cost more in page
-// faults than some of the passes over them: each sealing thread keeps its own.
-struct PieceScratch {
-  std::vector<double> r_buf, w_buf;
-  std::vector<uint8_t> escape_buf;
-  std::vector<uint32_t> qclass_buf;
-  std::vector<uint8_t> symbol_buf;
-  std::span<double> r, w;
-  std::span<uint8_t> must_escape;
-  std::span<uint32_t> qclass;
-  std::span<uint8_t> symbols;
-};
-
-PieceScratch& ThreadScratch(size_t n) {
-  thread_local PieceScratch s;
-  if (s.r_buf.size() < n) {
-    s.r_buf.resize(n), s.w_buf.resize(n), s.escape_buf.resize(n), s.qclass_buf.resize(n), s.symbol_buf.resize(n);
-  }
-  s.r = {s.r_buf.data(), n}, s.w = {s.w_buf.data(), n};
-  s.must_escape = {s.escape_buf.data(), n}, s.qclass = {s.qclass_buf.data(), n};
-  s.symbols = {s.symbol_buf.data(), n};
-  return s;
-}
-
 // One configuration the search considers. Elements are ranked by the
 // error pruning them would cost (q = w r^2), in logarithmic classes.
 struct Plan {
@@ -374,15 +349,15 @@ StoredLevels StoreLevels(const PieceSpec& spec, std::span<const double> levels) 
 }
 
 struct Coded {
-  std::span<uint8_t> symbols;  // the thread's PieceScratch
+  std::span<uint8_t> symbols;  // in the PieceScratch
   std::vector<uint32_t> escapes;  // element bits
   PieceOutcome outcome;
 };
 
 Coded Assign(const PieceSpec& spec, const PieceInput& in, const Analysis& a, std::span<const uint32_t> qclass,
-             const Plan& p, const StoredLevels& lv, std::span<uint8_t> recon) {
+             const Plan& p, const StoredLevels& lv, std::span<uint8_t> recon, PieceScratch& scratch) {
   Coded c;
-  c.symbols = ThreadScratch(a.n).symbols;
+  c.symbols = ScratchSpan(scratch.symbols, a.n);
   const std::vector<double> bounds = LevelBounds(p.levels);
   const LevelLookup nearest_level(bounds);
   const unsigned k = static_cast<unsigned>(p.levels.size());
@@ -453,14 +428,14 @@ void WriteBlob(const PieceSpec& spec, const Analysis& a, const StoredLevels& lv,
 // reconstruction and error.
 Result<PieceOutcome> Recode(const PieceSpec& spec, const PieceInput& in, const Analysis& a,
                             std::span<const uint32_t> qclass, const PieceChoice& choice, std::vector<uint8_t>* out,
-                            std::span<uint8_t> recon) {
+                            std::span<uint8_t> recon, PieceScratch& scratch) {
   if (choice.exact) return Status::Error(EFBIG, "lossy piece: no configuration meets the error target");
   Plan plan;
   plan.prune_below = choice.prune_below;
   plan.escape_from = choice.escape_from;
   plan.levels = choice.levels;
   const StoredLevels lv = StoreLevels(spec, plan.levels);
-  Coded c = Assign(spec, in, a, qclass, plan, lv, recon);
+  Coded c = Assign(spec, in, a, qclass, plan, lv, recon, scratch);
   c.outcome.error = choice.error;
   if (out != nullptr) WriteBlob(spec, a, lv, c, out);
   c.outcome.choice = choice;
@@ -505,8 +480,10 @@ Result<PieceOutcome> EncodePiece(const PieceSpec& spec, const PieceInput& in, st
   }
   Analysis a;
   a.n = in.x.size() / es;
-  PieceScratch& scratch = ThreadScratch(a.n);
-  a.r = scratch.r, a.w = scratch.w, a.must_escape = scratch.must_escape;
+  PieceScratch own;
+  PieceScratch& scratch = in.scratch != nullptr ? *in.scratch : own;
+  a.r = ScratchSpan(scratch.r, a.n), a.w = ScratchSpan(scratch.w, a.n);
+  a.must_escape = ScratchSpan(scratch.must_escape, a.n);
   std::fill(a.r.begin(), a.r.end(), 0.0);
   std::fill(a.w.begin(), a.w.end(), 1.0);
   std::fill(a.must_escape.begin(), a.must_escape.end(), uint8_t{0});
@@ -515,9 +492,9 @@ Result<PieceOutcome> EncodePiece(const PieceSpec& spec, const PieceInput& in, st
   } else {
     AnalyseLogBits(spec, in, &a);
   }
-  const std::span<uint32_t> qclass = scratch.qclass;
+  const std::span<uint32_t> qclass = ScratchSpan(scratch.qclass, a.n);
   QClasses(a, in.device, qclass);
-  if (in.choice != nullptr) return Recode(spec, in, a, qclass, *in.choice, out, recon);
+  if (in.choice != nullptr) return Recode(spec, in, a, qclass, *in.choice, out, recon, scratch);
   const Search search(spec, a, qclass);
   std::optional<Plan> plan;
   if (search.AllPrunable()) {
@@ -529,7 +506,7 @@ Result<PieceOutcome> EncodePiece(const PieceSpec& spec, const PieceInput& in, st
     if (!plan) plan = search.Best(min_levels);
     if (!plan) break;
     const StoredLevels lv = StoreLevels(spec, plan->levels);
-    Coded c = Assign(spec, in, a, qclass, *plan, lv, recon);
+    Coded c = Assign(spec, in, a, qclass, *plan, lv, recon, scratch);
     c.outcome.error = MeasureError(spec, in.x, recon, in.weight);
     if (c.outcome.error <= spec.target) {
       if (out != nullptr) WriteBlob(spec, a, lv, c, out);
