@@ -7,27 +7,16 @@
 
 namespace ckptfs::lossy {
 
-namespace {
-
-double Unwarp(double u) {
-  const double a = std::fabs(u), e = std::floor(a);
-  const double x = std::ldexp(1.0 + (a - e), static_cast<int>(e)) - 1.0;
-  return u < 0 ? -x : x;
-}
-
-}  // namespace
-
 ResidualHistogram::ResidualHistogram(double lo, double hi, double scale, size_t bins)
     : scale_(scale > 0 ? scale : 1.0), bins_(std::max<size_t>(bins, 1)) {
   ulo_ = Warp(lo / scale_);
-  inv_scale_ = 1.0 / scale_;
   const double uhi = Warp(hi / scale_);
   inv_width_ = uhi > ulo_ ? static_cast<double>(bins_.size()) / (uhi - ulo_) : 0.0;
   widths_.assign(bins_.size(), 1.0);
   if (inv_width_ <= 0) return;
-  double prev = scale_ * Unwarp(ulo_);
+  double prev = scale_ * std::sinh(ulo_);
   for (size_t i = 0; i < bins_.size(); ++i) {
-    const double next = scale_ * Unwarp(ulo_ + static_cast<double>(i + 1) / inv_width_);
+    const double next = scale_ * std::sinh(ulo_ + static_cast<double>(i + 1) / inv_width_);
     widths_[i] = next - prev;
     prev = next;
   }

@@ -21,9 +21,8 @@ struct Bin {
   uint64_t count = 0;
 };
 
-// A histogram in an asinh-like warp of value / scale (sign * log2(1 + |x|),
-// piecewise linear): fine near zero, where most residuals are, and still
-// resolving the tails.
+// A histogram in asinh(value / scale) space: fine near zero, where most
+// residuals are, and still resolving the tails.
 class ResidualHistogram {
  public:
   // `scale` sets where bins turn from linear to logarithmic; `lo`..`hi`
@@ -31,18 +30,13 @@ class ResidualHistogram {
   ResidualHistogram(double lo, double hi, double scale, size_t bins = 2048);
   void Add(double value, double weight) { AddToBin(BinOf(value), value, weight); }
   size_t BinOf(double value) const {
-    const double u = (Warp(value * inv_scale_) - ulo_) * inv_width_;
+    const double u = (Warp(value / scale_) - ulo_) * inv_width_;
     return u <= 0 ? 0 : std::min(bins_.size() - 1, static_cast<size_t>(u));
   }
-  // A cheap stand-in for asinh(x): sign(x) * log2(1 + |x|), the log2 taken
-  // piecewise-linearly from the bits of a float (exponent plus mantissa).
-  // Monotonic, fine near zero and logarithmic in the tails, as the bins
-  // need, at a fraction of asinh's cost: binning runs once per element.
-  static double Warp(double x) {
-    const float y = static_cast<float>(1.0 + std::fabs(x));
-    const double u = static_cast<double>(std::bit_cast<uint32_t>(y) - 0x3F800000u) * 0x1p-23;
-    return x < 0 ? -u : u;
-  }
+  // Bins are even in asinh(value / scale): fine near zero, logarithmic in
+  // the tails. asinh is not cheap, but only a sample of a large piece's
+  // elements is binned (quantizer_encode.cc).
+  static double Warp(double x) { return std::asinh(x); }
   // Width of bin i in value units.
   double BinWidth(size_t i) const { return widths_[i]; }
   void AddToBin(size_t bin, double value, double weight) {
@@ -69,7 +63,7 @@ class ResidualHistogram {
   uint64_t count() const { return count_; }
 
  private:
-  double scale_, inv_scale_ = 1, ulo_, inv_width_;
+  double scale_, ulo_, inv_width_;
   std::vector<Bin> bins_;
   std::vector<double> widths_;  // computed once: sinh is not cheap
   uint64_t count_ = 0;
