@@ -1,7 +1,6 @@
 #include "codec/lossy/levels.h"
 
 #include <algorithm>
-#include <bit>
 #include <cstdint>
 #include <cmath>
 
@@ -9,8 +8,8 @@ namespace ckptfs::lossy {
 
 ResidualHistogram::ResidualHistogram(double lo, double hi, double scale, size_t bins)
     : scale_(scale > 0 ? scale : 1.0), bins_(std::max<size_t>(bins, 1)) {
-  ulo_ = Warp(lo / scale_);
-  const double uhi = Warp(hi / scale_);
+  ulo_ = std::asinh(lo / scale_);
+  const double uhi = std::asinh(hi / scale_);
   inv_width_ = uhi > ulo_ ? static_cast<double>(bins_.size()) / (uhi - ulo_) : 0.0;
   widths_.assign(bins_.size(), 1.0);
   if (inv_width_ <= 0) return;

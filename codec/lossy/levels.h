@@ -5,7 +5,6 @@
 #pragma once
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <span>
@@ -30,13 +29,9 @@ class ResidualHistogram {
   ResidualHistogram(double lo, double hi, double scale, size_t bins = 2048);
   void Add(double value, double weight) { AddToBin(BinOf(value), value, weight); }
   size_t BinOf(double value) const {
-    const double u = (Warp(value / scale_) - ulo_) * inv_width_;
+    const double u = (std::asinh(value / scale_) - ulo_) * inv_width_;
     return u <= 0 ? 0 : std::min(bins_.size() - 1, static_cast<size_t>(u));
   }
-  // Bins are even in asinh(value / scale): fine near zero, logarithmic in
-  // the tails. asinh is not cheap, but only a sample of a large piece's
-  // elements is binned (quantizer_encode.cc).
-  static double Warp(double x) { return std::asinh(x); }
   // Width of bin i in value units.
   double BinWidth(size_t i) const { return widths_[i]; }
   void AddToBin(size_t bin, double value, double weight) {
