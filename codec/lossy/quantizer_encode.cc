@@ -72,11 +72,9 @@ void AnalyseValues(const PieceSpec& spec, const PieceInput& in, Analysis* a) {
     const float x = BitsToFloat(spec.dtype, LoadBits(spec.dtype, in.x.data(), i));
     const float p = a->against_base ? BitsToFloat(spec.dtype, LoadBits(spec.dtype, in.base.data(), i)) : 0.0f;
     a->w[i] = in.weight.empty() ? 1.0 : static_cast<double>(in.weight[i]);
-    if (ValueUnusable(x) || ValueUnusable(p)) {
-      a->must_escape[i] = 1;
-      continue;
-    }
-    a->r[i] = double(x) - double(p);
+    const bool unusable = ValueUnusable(x) || ValueUnusable(p);
+    a->must_escape[i] = unusable ? 1 : 0;
+    a->r[i] = unusable ? 0.0 : double(x) - double(p);
   }
 }
 
@@ -98,11 +96,9 @@ void AnalyseLogBits(const PieceSpec& spec, const PieceInput& in, Analysis* a) {
     const uint32_t x = LoadBits(spec.dtype, in.x.data(), i);
     const uint32_t p = a->against_base ? LoadBits(spec.dtype, in.base.data(), i) : 0;
     a->w[i] = 1.0;
-    if (BitsNegativeOrNonFinite(spec.dtype, x) || BitsNegativeOrNonFinite(spec.dtype, p)) {
-      a->must_escape[i] = 1;
-      continue;
-    }
-    a->r[i] = (static_cast<double>(x) - static_cast<double>(p)) * unit;
+    const bool unusable = BitsNegativeOrNonFinite(spec.dtype, x) || BitsNegativeOrNonFinite(spec.dtype, p);
+    a->must_escape[i] = unusable ? 1 : 0;
+    a->r[i] = unusable ? 0.0 : (static_cast<double>(x) - static_cast<double>(p)) * unit;
   }
 }
 
@@ -261,12 +257,12 @@ class Search {
     for (uint32_t c = 0; c < top; ++c) {
       if (interval[c] != kNoInterval) want[interval[c]] += count_[c];
     }
-    for (size_t i = 0; i < a_.n; ++i) {
-      const uint32_t c = qclass_[i];
+    for (size_t i = 0, skip = 0; i < a_.n; ++i, skip = skip == 0 ? stride - 1 : skip - 1) {
+      const uint32_t c = qclass_[i];  // skip == 0: i is a multiple of stride
       if (c == kForced || interval[c] == kNoInterval) continue;
       if (c >= top) {
         hists_[interval[c]].Add(a_.r[i], a_.w[i]);
-      } else if (i % stride == 0) {
+      } else if (skip == 0) {
         sampled[interval[c]].Add(a_.r[i], a_.w[i]);
       }
     }
@@ -484,9 +480,7 @@ Result<PieceOutcome> EncodePiece(const PieceSpec& spec, const PieceInput& in, st
   PieceScratch& scratch = in.scratch != nullptr ? *in.scratch : own;
   a.r = ScratchSpan(scratch.r, a.n), a.w = ScratchSpan(scratch.w, a.n);
   a.must_escape = ScratchSpan(scratch.must_escape, a.n);
-  std::fill(a.r.begin(), a.r.end(), 0.0);
-  std::fill(a.w.begin(), a.w.end(), 1.0);
-  std::fill(a.must_escape.begin(), a.must_escape.end(), uint8_t{0});
+  // The analysis writes every element of r, w and must_escape.
   if (spec.domain == Domain::kValue) {
     AnalyseValues(spec, in, &a);
   } else {
