@@ -245,7 +245,7 @@ Status FileContent::SealForLossyRead() {
     released_cv_.wait_for(lk, kReleaseGrace, [&] { return open_writers_ == 0 || !staging_ || unlinked_; });
     if (!staging_ || open_writers_ > 0 || unlinked_) return Status::Ok();
   }
-  Status s = SealIfIdle();
+  Status s = SealIfIdle(/*reader_waits=*/true);
   // EAGAIN: a writer came back meanwhile; the reader sees the file as written.
   return s.code() == EAGAIN ? Status::Ok() : s;
 }
@@ -255,10 +255,19 @@ bool FileContent::TakeCacheDrop() {
   return std::exchange(drop_cache_, false);
 }
 
-Status FileContent::SealIfIdle() {
+bool FileContent::LossySealPending() {
+  {
+    std::lock_guard lk(mu_);
+    if (!staging_ || unlinked_) return false;
+  }
+  return store_->FidelityFor(stub_fd_.get()) > 0;
+}
+
+Status FileContent::SealIfIdle(bool reader_waits) {
   std::lock_guard seal(seal_mu_);
   std::unique_lock lk(mu_);
   if (!staging_ || open_writers_ > 0 || unlinked_) return Status::Ok();
+  spdlog::debug("sealing {}{}", label_, reader_waits ? " (a reader waits for it)" : "");
   const uint64_t gen = change_gen_;
   const StubRecord staged = rec_;
   const std::shared_ptr<Staging> sp = staging_;

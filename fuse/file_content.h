@@ -56,10 +56,17 @@ class FileContent {
   bool OnRelease(bool writable);
   // Seals if staged and idle. Called from the seal queue. Returns EAGAIN
   // when the file changed meanwhile (a later release will queue it again).
-  Status SealIfIdle();
+  // `reader_waits`: a reader is blocked on it (it jumped the seal queue).
+  Status SealIfIdle(bool reader_waits = false);
   bool NeedsSeal();
-  // Under a lossy policy, an open for reading seals an idle staged file
-  // first, so that no reader sees the raw bytes and later the reconstruction.
+  // Whether a lossy policy will rewrite this staged file's bytes when it is
+  // sealed: a handle opened for reading then seals it before its first read.
+  bool LossySealPending();
+  // Under a lossy policy, a handle opened for reading seals an idle staged
+  // file before its first read (on the reader's thread, ahead of the seal
+  // queue), so that no reader sees the raw bytes and later the
+  // reconstruction. The open itself does not wait: an open to fsync, or to
+  // read nothing, never waits for a lossy seal.
   Status SealForLossyRead();
   // A seal may have changed the bytes (lossy mode) behind pages the kernel
   // cached while the file was written: true once after each seal, telling

@@ -9,6 +9,7 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <string_view>
 #include <vector>
@@ -52,6 +53,9 @@ struct FileHandle {
   Inode* inode;
   std::shared_ptr<FileContent> content;
   bool writable;
+  // A read-only handle on a staged lossy file: its first read seals the
+  // file (FileContent::SealForLossyRead), so the open need not wait.
+  std::atomic<bool> seal_before_read{false};
 };
 
 struct DirHandle {
@@ -284,19 +288,19 @@ void OpenHandle(fuse_req_t req, Inode& inode, fuse_file_info* fi, const fuse_ent
   if (!content.ok()) return fail(content.status());
   if (Status s = content.value()->WaitUntilServable(); !s.ok()) return fail(s);
   const bool writable = IsWritable(fi->flags);
-  if (!writable) {
-    if (Status s = content.value()->SealForLossyRead(); !s.ok()) return fail(s);
-  }
+  const bool seal_before_read = !writable && content.value()->LossySealPending();
   if ((fi->flags & O_TRUNC) && writable) {
     Status s = content.value()->Truncate(0);
     if (!s.ok()) return fail(s);
   }
   fs.inodes().Opened(inode);
   content.value()->OnOpen(writable);
-  fi->fh = reinterpret_cast<uintptr_t>(new FileHandle{&inode, content.value(), writable});
+  fi->fh = reinterpret_cast<uintptr_t>(new FileHandle{&inode, content.value(), writable, seal_before_read});
   // Every write passes through this kernel, so its page cache stays valid,
-  // except across a seal, which may rewrite the bytes (lossy mode).
-  fi->keep_cache = content.value()->TakeCacheDrop() ? 0 : 1;
+  // except across a seal, which may rewrite the bytes (lossy mode): the
+  // pages of the bytes as written go now, before the seal that the first
+  // read makes.
+  fi->keep_cache = content.value()->TakeCacheDrop() || seal_before_read ? 0 : 1;
   int rc = created ? fuse_reply_create(req, created, fi) : fuse_reply_open(req, fi);
   if (rc != 0) {  // the opener went away: undo the open (and the create's lookup)
     content.value()->OnRelease(writable);
@@ -370,12 +374,20 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, 
   OpenHandle(req, *inode.value(), fi, &e);
 }
 
+Status SealBeforeFirstRead(FileHandle& h) {
+  if (!h.seal_before_read.load(std::memory_order_acquire)) return Status::Ok();
+  RETURN_IF_ERROR(h.content->SealForLossyRead());
+  h.seal_before_read.store(false, std::memory_order_release);
+  return Status::Ok();
+}
+
 void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi) {
   // One reply buffer per worker thread, reused: a fresh megabyte per read
   // costs page faults, zeroing and TLB shootdowns on every request.
   thread_local std::vector<uint8_t> reply;
   if (reply.size() < size) reply.resize(size);
   std::span<uint8_t> buf(reply.data(), size);
+  if (Status s = SealBeforeFirstRead(*FH(fi)); !s.ok()) return ReplyErr(req, s);
   auto n = FH(fi)->content->Read(static_cast<uint64_t>(off), buf);
   if (!n.ok()) return ReplyErr(req, n.status());
   fuse_reply_buf(req, reinterpret_cast<const char*>(buf.data()), n.value());

@@ -161,6 +161,11 @@ void StartDaemonLog(const MountOptions& opts, const MountPaths& paths, const Sto
 
 // Goes to the background (unless -f), then seals and serves until unmounted.
 int ServeMount(FuseMount& mount, Store* store, const MountOptions& opts, const MountPaths& paths) {
+  // Sealing threads come and go with each seal, and glibc's dynamic mmap
+  // threshold let each new thread's arena keep the megabyte buffers of the
+  // last (with 2 lossy workers, 238 MiB at peak against 95 MiB): buffers
+  // from 1 MiB up are mapped and returned on free instead.
+  mallopt(M_MMAP_THRESHOLD, 1 << 20);
   UniqueFd started;
   if (!opts.foreground) {
     store->ClosePackConnection();

@@ -13,6 +13,9 @@
 namespace ckptfs {
 namespace {
 
+// The most workers one seal may use (-o seal_workers).
+constexpr unsigned kMaxSealWorkers = 64;
+
 using Takes = MountOptionSpec::Takes;
 
 // --- value parsers: each error names the option and what it accepts ---
@@ -227,9 +230,9 @@ const MountOptionSpec kTable[] = {
      [](const OptionArg& a, MountOptions* o) { return Into(IntIn(a, 1, 64), &o->fuse.fs.seal_threads); },
      "background sealing threads, 1..64", [](const MountOptions& d) { return std::to_string(d.fuse.fs.seal_threads); }},
     {"seal_workers", Takes::kValue, "N",
-     [](const OptionArg& a, MountOptions* o) { return Into(IntIn(a, 1, 64), &o->store.seal_workers); },
-     "threads coding one file's chunks as it seals, 1..64; each holds about 5 chunks (default: half the cores, "
-     "1..4)"},
+     [](const OptionArg& a, MountOptions* o) { return Into(IntIn(a, 1, kMaxSealWorkers), &o->store.seal_workers); },
+     "threads coding one file's chunks as it seals, 1..64; each holds about 5 chunks, and under a lossy policy "
+     "about 6 more chunks' worth of per-element state (default: every core, up to 64)"},
     {"max_threads", Takes::kValue, "N",
      [](const OptionArg& a, MountOptions* o) { return Into(IntIn(a, 1, 256), &o->fuse.max_threads); },
      "FUSE worker threads, 1..256", [](const MountOptions& d) { return std::to_string(d.fuse.max_threads); }},
@@ -367,7 +370,9 @@ std::string HelpEntry(const MountOptionSpec& spec, const MountOptions& defaults)
 StoreOptions DaemonStoreOptions() {
   StoreOptions so;
   so.background_gc = true;
-  so.seal_workers = std::clamp(std::thread::hardware_concurrency() / 2, 1u, 4u);
+  // Every core: a seal is CPU-bound and scales with its workers
+  // (bench/bench_seal.py), and a reader may be waiting for it.
+  so.seal_workers = std::clamp(std::thread::hardware_concurrency(), 1u, kMaxSealWorkers);
   return so;
 }
 

@@ -1,6 +1,9 @@
 #include "store/delta_planner.h"
 
 #include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <thread>
 #include <cstring>
 #include <tuple>
 
@@ -51,26 +54,49 @@ std::span<const uint8_t> DeltaPlanner::LossyBase(uint64_t offset, std::span<cons
   return base_bytes_;
 }
 
-Status DeltaPlanner::PrepareLossy(Env* env, int src_fd, uint64_t size, uint32_t chunk_size) {
-  if (lossy_ == nullptr || !lossy_->NeedsCrcPass()) return Status::Ok();
-  std::vector<uint8_t> buf;
-  for (uint64_t off = 0; off < size; off += chunk_size) {
-    const uint64_t len = std::min<uint64_t>(chunk_size, size - off);
-    if (!lossy_->CrcChunk(off, len)) continue;
-    buf.resize(len);
-    RETURN_IF_ERROR(env->PReadExact(src_fd, buf, off));
-    uint8_t depth = 0;
-    RETURN_IF_ERROR(
-        lossy_->Reconstruct(off, buf, LossyBase(off, buf, RangesOverlapping(tensors_, off, off + len), &depth)));
-  }
-  return Status::Ok();
+Status DeltaPlanner::PrepareLossyChunk(Env* env, int src_fd, uint64_t off, uint64_t len, std::vector<uint8_t>* buf) {
+  buf->resize(len);
+  RETURN_IF_ERROR(env->PReadExact(src_fd, *buf, off));
+  uint8_t depth = 0;
+  return lossy_->Reconstruct(off, *buf, LossyBase(off, *buf, RangesOverlapping(tensors_, off, off + len), &depth),
+                             &lossy_scratch_);
+}
+
+Status DeltaPlanner::PrepareLossy(std::span<DeltaPlanner* const> planners, Env* env, int src_fd, uint64_t size,
+                                  uint32_t chunk_size) {
+  if (planners.empty() || planners[0]->lossy_ == nullptr || !planners[0]->lossy_->NeedsCrcPass()) return Status::Ok();
+  const uint64_t chunks = (size + chunk_size - 1) / chunk_size;
+  std::atomic<uint64_t> next{0};
+  std::mutex mu;
+  uint64_t failed_at = UINT64_MAX;  // the first failure in file order is the one reported
+  Status failure;
+  // Chunks are independent: each planner takes the next one (its own
+  // predecessor bytes), and the coder joins the CRCs in file order.
+  auto work = [&](DeltaPlanner* p) {
+    std::vector<uint8_t> buf;
+    for (uint64_t c = next++; c < chunks; c = next++) {
+      const uint64_t off = c * chunk_size, len = std::min<uint64_t>(chunk_size, size - off);
+      if (!p->lossy_->CrcChunk(off, len)) continue;
+      Status st = p->PrepareLossyChunk(env, src_fd, off, len, &buf);
+      if (st.ok()) continue;
+      std::lock_guard lock(mu);
+      if (c < failed_at) failed_at = c, failure = std::move(st);
+      next = chunks;
+      return;
+    }
+  };
+  std::vector<std::thread> threads;
+  for (size_t w = 1; w < planners.size(); ++w) threads.emplace_back(work, planners[w]);
+  work(planners[0]);
+  for (std::thread& t : threads) t.join();
+  return failure;
 }
 
 Result<std::optional<ChunkPlan>> DeltaPlanner::TransformLossy(uint64_t offset, std::span<uint8_t> raw,
                                                               std::span<const TensorRange> ranges) {
   if (lossy_ == nullptr) return std::optional<ChunkPlan>{};
   uint8_t depth = 0;
-  ASSIGN_OR_RETURN(std::optional<LossyChunk> chunk, lossy_->Encode(offset, raw, LossyBase(offset, raw, ranges, &depth)));
+  ASSIGN_OR_RETURN(std::optional<LossyChunk> chunk, lossy_->Encode(offset, raw, LossyBase(offset, raw, ranges, &depth), &lossy_scratch_));
   if (!chunk) return std::optional<ChunkPlan>{};
   ChunkPlan p = chunk->used_base ? RefPlan(ChunkCodec::kLossy, base_->pack, *base_off_, depth)
                                  : RefPlan(ChunkCodec::kLossy, 0, 0, 0);

@@ -54,13 +54,16 @@ class DeltaPlanner : public ChunkPlanner {
   // lossy tensors are coded against the predecessor's reconstructed bytes
   // (closed loop), in chains of at most `keyframe_every`.
   void SetLossy(LossyCoder* coder, uint32_t keyframe_every);
-  // The coder's CRC pass over the source, before WritePack.
-  Status PrepareLossy(Env* env, int src_fd, uint64_t size, uint32_t chunk_size);
+  // The coder's CRC pass over the source, before WritePack, on one thread
+  // per planner (all share the coder SetLossy gave them).
+  static Status PrepareLossy(std::span<DeltaPlanner* const> planners, Env* env, int src_fd, uint64_t size,
+                             uint32_t chunk_size);
   Result<std::optional<ChunkPlan>> TransformLossy(uint64_t offset, std::span<uint8_t> raw,
                                                   std::span<const TensorRange> ranges) override;
   void FinishMeta(PackMeta* meta) override;
 
  private:
+  Status PrepareLossyChunk(Env* env, int src_fd, uint64_t off, uint64_t len, std::vector<uint8_t>* buf);
   std::optional<ChunkPlan> PlanDedup(std::span<const uint8_t> raw, uint64_t content_hash);
   // The predecessor's bytes at this chunk's position (read once per chunk).
   bool LoadBaseBytes(uint64_t offset, std::span<const uint8_t> raw, std::span<const TensorRange> ranges);
@@ -98,6 +101,9 @@ class DeltaPlanner : public ChunkPlanner {
   uint8_t base_depth_ = 0;
   std::vector<uint8_t> base_bytes_;
   LossyCoder* lossy_ = nullptr;
+  // This worker's buffers for the lossy pieces it codes, in both passes;
+  // they go with the planner when the seal ends.
+  lossy::PieceScratch lossy_scratch_;
   uint32_t lossy_keyframe_every_ = 0;
 };
 

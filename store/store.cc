@@ -460,14 +460,18 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
   }
   DeltaPlanner* planner = planners.empty() ? nullptr : planners[0].get();
   const PlannerPins pins(planners, [this](const std::vector<ObjectId>& dead) { (void)DeleteDeadPacks(dead); });
-  if (lossy && planner) {
-    for (auto& p : planners) p->SetLossy(&*lossy, opts_.delta ? opts_.lossy_keyframe_every : 0);
-    // The zip CRC pass runs through the file in order, on one worker; the
-    // chunks are then coded by all of them.
-    if (Status s = planner->PrepareLossy(env_, src_fd, size, opts_.chunk_size); !s.ok()) return fail(s);
-  }
   std::vector<ChunkPlanner*> planner_ptrs;
   for (auto& p : planners) planner_ptrs.push_back(p.get());
+  if (lossy && planner) {
+    std::vector<DeltaPlanner*> deltas;
+    for (auto& p : planners) {
+      p->SetLossy(&*lossy, opts_.delta ? opts_.lossy_keyframe_every : 0);
+      deltas.push_back(p.get());
+    }
+    // The zip CRC pass, on every worker; the chunks are then coded again by
+    // all of them, with the choices the pass made.
+    if (Status s = DeltaPlanner::PrepareLossy(deltas, env_, src_fd, size, opts_.chunk_size); !s.ok()) return fail(s);
+  }
   Result<PackStats> stats = WritePack(env_, src_fd, size, tmp->get(), opts_.chunk_size, opts_.encoder, cancel, tensors,
                                       PackWorkers{workers, planner_ptrs});
   if (!stats.ok()) return fail(stats.status());

@@ -39,44 +39,78 @@ ZipCrcTracker::ZipCrcTracker(std::span<const ZipCrcField> fields) {
   members_.reserve(fields.size());
   for (const ZipCrcField& f : fields) {
     Member m;
-    m.begin = m.next = f.data_offset;
+    m.begin = f.data_offset;
     // A range running past 2^64 cannot be fed; mark it rather than wrap.
     m.gap = f.data_length > std::numeric_limits<uint64_t>::max() - f.data_offset;
-    m.end = m.gap ? m.next : f.data_offset + f.data_length;
-    members_.push_back(m);
+    m.end = m.gap ? m.begin : f.data_offset + f.data_length;
+    members_.push_back(std::move(m));
+  }
+}
+
+// Adds the parts of [lo, hi) that no piece covers yet, so that bytes fed
+// twice count once. Called with mu_ held.
+void ZipCrcTracker::AddUncovered(Member* m, uint64_t lo, uint64_t hi, uint64_t abs_offset,
+                                 std::span<const uint8_t> bytes) {
+  auto it = m->pieces.upper_bound(lo);
+  if (it != m->pieces.begin() && std::prev(it)->second.end > lo) lo = std::prev(it)->second.end;
+  while (lo < hi) {
+    const uint64_t stop = it == m->pieces.end() ? hi : std::min(hi, it->first);
+    if (stop > lo) m->pieces[lo] = Piece{stop, Crc32(bytes.subspan(lo - abs_offset, stop - lo))};
+    if (it == m->pieces.end()) break;
+    lo = std::max(lo, it->second.end);
+    ++it;
   }
 }
 
 void ZipCrcTracker::Fold(Member* m, uint64_t abs_offset, std::span<const uint8_t> bytes) {
-  uint64_t end = abs_offset + std::min<uint64_t>(bytes.size(), std::numeric_limits<uint64_t>::max() - abs_offset);
-  uint64_t lo = std::max(abs_offset, m->next), hi = std::min(end, m->end);
+  const uint64_t end = abs_offset + std::min<uint64_t>(bytes.size(), std::numeric_limits<uint64_t>::max() - abs_offset);
+  const uint64_t lo = std::max(abs_offset, m->begin), hi = std::min(end, m->end);
   if (m->gap || lo >= hi) return;
-  if (lo > m->next) {
-    m->gap = true;
-    return;
+  // The common case, a piece that overlaps nothing fed yet, is checksummed
+  // outside the lock, so workers feed at the same time.
+  const uint32_t crc = Crc32(bytes.subspan(lo - abs_offset, hi - lo));
+  std::lock_guard lock(mu_);
+  auto next = m->pieces.lower_bound(lo);
+  const bool clear_after = next == m->pieces.end() || next->first >= hi;
+  const bool clear_before = next == m->pieces.begin() || std::prev(next)->second.end <= lo;
+  if (clear_after && clear_before) {
+    m->pieces.emplace(lo, Piece{hi, crc});
+  } else {
+    AddUncovered(m, lo, hi, abs_offset, bytes);
   }
-  m->crc = Crc32(bytes.subspan(lo - abs_offset, hi - lo), m->crc);
-  m->next = hi;
 }
 
 void ZipCrcTracker::Feed(uint64_t abs_offset, std::span<const uint8_t> bytes) {
-  uint64_t end = abs_offset + std::min<uint64_t>(bytes.size(), std::numeric_limits<uint64_t>::max() - abs_offset);
-  while (first_live_ < members_.size() && members_[first_live_].end <= abs_offset) ++first_live_;
-  // Members are sorted and disjoint, so the scan stops at the first one
-  // starting past this call's bytes.
-  for (size_t i = first_live_; i < members_.size() && members_[i].begin < end; ++i) {
-    Fold(&members_[i], abs_offset, bytes);
-  }
+  const uint64_t end = abs_offset + std::min<uint64_t>(bytes.size(), std::numeric_limits<uint64_t>::max() - abs_offset);
+  // Members are sorted and disjoint: the first that ends past this call's
+  // bytes, then on until one starts past them.
+  auto first = std::partition_point(members_.begin(), members_.end(),
+                                    [&](const Member& m) { return m.end <= abs_offset; });
+  for (auto m = first; m != members_.end() && m->begin < end; ++m) Fold(&*m, abs_offset, bytes);
 }
 
 bool ZipCrcTracker::Complete() const {
-  return std::all_of(members_.begin(), members_.end(), [](const Member& m) { return !m.gap && m.next == m.end; });
+  std::lock_guard lock(mu_);
+  return std::all_of(members_.begin(), members_.end(), [](const Member& m) {
+    if (m.gap) return false;
+    uint64_t next = m.begin;
+    for (const auto& [begin, p] : m.pieces) {
+      if (begin != next) return false;
+      next = p.end;
+    }
+    return next == m.end;
+  });
 }
 
 std::vector<uint32_t> ZipCrcTracker::Crcs() const {
+  std::lock_guard lock(mu_);
   std::vector<uint32_t> out;
   out.reserve(members_.size());
-  for (const Member& m : members_) out.push_back(m.crc);
+  for (const Member& m : members_) {
+    uLong crc = 0;
+    for (const auto& [begin, p] : m.pieces) crc = crc32_combine(crc, p.crc, static_cast<z_off_t>(p.end - begin));
+    out.push_back(static_cast<uint32_t>(crc));
+  }
   return out;
 }
 

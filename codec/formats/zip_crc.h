@@ -9,6 +9,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <span>
 #include <vector>
 
@@ -26,16 +28,16 @@ uint32_t Crc32(std::span<const uint8_t> data, uint32_t crc = 0);
 void PatchCrcFields(uint64_t chunk_offset, std::span<uint8_t> chunk, std::span<const ZipCrcField> fields,
                     std::span<const uint32_t> crcs);
 
-// Computes each member's CRC from a file's bytes as they stream past.
-// `fields` must be sorted by data offset and non-overlapping, as
-// FileLayout::zip_crcs is. Bytes outside members are ignored; bytes fed
-// twice count once.
+// Computes each member's CRC from a file's bytes, fed in pieces in any
+// order and from several threads at once: each piece's CRC is computed on
+// its own and the pieces of a member are joined with crc32_combine, so the
+// CRC pass can run on every sealing worker. `fields` must be sorted by data
+// offset and non-overlapping, as FileLayout::zip_crcs is. Bytes outside
+// members are ignored; bytes fed twice count once.
 class ZipCrcTracker {
  public:
   explicit ZipCrcTracker(std::span<const ZipCrcField> fields);
 
-  // Call with increasing offsets. Skipping part of a member leaves it
-  // incomplete for good.
   void Feed(uint64_t abs_offset, std::span<const uint8_t> bytes);
   // Every member's data was fed in full.
   bool Complete() const;
@@ -43,17 +45,21 @@ class ZipCrcTracker {
   std::vector<uint32_t> Crcs() const;
 
  private:
+  struct Piece {
+    uint64_t end = 0;
+    uint32_t crc = 0;
+  };
   struct Member {
     uint64_t begin = 0;
     uint64_t end = 0;
-    uint64_t next = 0;  // first byte not folded in yet
-    uint32_t crc = 0;
-    bool gap = false;  // bytes were skipped: the CRC can never be right
+    std::map<uint64_t, Piece> pieces;  // by first byte; disjoint
+    bool gap = false;                  // a range past 2^64: the CRC can never be right
   };
-  static void Fold(Member* m, uint64_t abs_offset, std::span<const uint8_t> bytes);
+  void Fold(Member* m, uint64_t abs_offset, std::span<const uint8_t> bytes);
+  static void AddUncovered(Member* m, uint64_t lo, uint64_t hi, uint64_t abs_offset, std::span<const uint8_t> bytes);
 
+  mutable std::mutex mu_;  // guards every member's pieces
   std::vector<Member> members_;
-  size_t first_live_ = 0;  // members before it end before the bytes fed so far
 };
 
 }  // namespace ckptfs::formats

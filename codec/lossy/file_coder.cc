@@ -139,34 +139,37 @@ bool LossyCoder::CrcChunk(uint64_t offset, uint64_t len) const {
                      [&](const ZipCrcField& f) { return Overlaps(f.data_offset, f.data_length, offset, len); });
 }
 
-Result<std::vector<float>> LossyCoder::Sensitivity(const Tensor& t, uint64_t begin, uint64_t end) const {
+Result<std::vector<float>> LossyCoder::Sensitivity(const Tensor& t, uint64_t begin, uint64_t end,
+                                                   lossy::PieceScratch* scratch) const {
   if (!t.v_offset || t.role == TensorRole::kAdamV) return std::vector<float>{};
   const size_t es = DTypeSize(t.dtype), n = (end - begin) / es;
-  std::vector<uint8_t> bytes(end - begin);
+  std::vector<uint8_t> own;
+  const std::span<uint8_t> bytes = lossy::ScratchSpan(scratch != nullptr ? scratch->bytes : own, end - begin);
   const uint64_t at = *t.v_offset + (begin - t.offset);
   if (t.v_in_sibling) {
     RETURN_IF_ERROR(sibling_->source->ReadAt(at, bytes).WithContext("reading the sibling file's second moments"));
   } else {
     RETURN_IF_ERROR(file_.ReadAt(at, bytes));
   }
-  std::vector<double> v(n);
-  double sum = 0;
-  for (size_t i = 0; i < n; ++i) {
+  auto v_at = [&](size_t i) {
     const double x = lossy::BitsToFloat(t.dtype, lossy::LoadBits(t.dtype, bytes.data(), i));
-    v[i] = std::isfinite(x) && x > 0 ? x : 0.0;
-    sum += v[i];
-  }
+    return std::isfinite(x) && x > 0 ? x : 0.0;
+  };
+  double sum = 0;
+  for (size_t i = 0; i < n; ++i) sum += v_at(i);
   if (sum <= 0) return std::vector<float>{};  // no gradient seen yet: plain magnitude
   std::vector<float> w(n);
   const double floor = kFisherFloor * sum / static_cast<double>(n);
   for (size_t i = 0; i < n; ++i) {
-    const double d = std::sqrt(v[i]) + kAdamEps;
-    w[i] = static_cast<float>(t.role == TensorRole::kWeight ? v[i] + floor : 1.0 / (d * d));
+    const double v = v_at(i);
+    const double d = std::sqrt(v) + kAdamEps;
+    w[i] = static_cast<float>(t.role == TensorRole::kWeight ? v + floor : 1.0 / (d * d));
   }
   return w;
 }
 
-Result<std::vector<ChunkSegment>> LossyCoder::Segments(uint64_t offset, uint64_t len) const {
+Result<std::vector<ChunkSegment>> LossyCoder::Segments(uint64_t offset, uint64_t len,
+                                                       lossy::PieceScratch* scratch) const {
   const RoleTargets targets = TargetsFor(fidelity_);
   std::vector<ChunkSegment> segs;
   uint64_t pos = 0;  // chunk-relative
@@ -194,7 +197,7 @@ Result<std::vector<ChunkSegment>> LossyCoder::Segments(uint64_t offset, uint64_t
     s.spec.domain = t.role == TensorRole::kAdamV ? lossy::Domain::kLogBits : lossy::Domain::kValue;
     s.spec.target = TargetFor(t.role, targets);
     if (t.role == TensorRole::kWeight) s.spec.residual_cap = targets.weight_update;
-    ASSIGN_OR_RETURN(s.weight, Sensitivity(t, begin, end));
+    ASSIGN_OR_RETURN(s.weight, Sensitivity(t, begin, end, scratch));
     segs.push_back(std::move(s));
     pos = end - offset;
   }
@@ -203,16 +206,29 @@ Result<std::vector<ChunkSegment>> LossyCoder::Segments(uint64_t offset, uint64_t
 }
 
 Status LossyCoder::CodeChunk(uint64_t offset, std::span<uint8_t> raw, std::span<const uint8_t> base,
-                             std::vector<ChunkSegment>* segs, std::vector<uint8_t>* out) {
-  ASSIGN_OR_RETURN(*segs, Segments(offset, raw.size()));
-  return lossy::EncodeLossyChunk(raw, base, offset, ranges_, *segs, topts_, out);
+                             std::vector<ChunkSegment>* segs, std::vector<uint8_t>* out, lossy::PieceScratch* scratch) {
+  ASSIGN_OR_RETURN(*segs, Segments(offset, raw.size(), scratch));
+  {
+    // Choices are only added during the CRC pass, which is over when the
+    // chunks are coded for the pack.
+    std::lock_guard lock(mu_);
+    for (ChunkSegment& s : *segs) {
+      auto it = choices_.find(offset + s.begin);
+      if (s.lossy && it != choices_.end()) s.choice = &it->second;
+    }
+  }
+  return lossy::EncodeLossyChunk(raw, base, offset, ranges_, *segs, topts_, out, scratch);
 }
 
-Status LossyCoder::Reconstruct(uint64_t offset, std::span<uint8_t> raw, std::span<const uint8_t> base) {
+Status LossyCoder::Reconstruct(uint64_t offset, std::span<uint8_t> raw, std::span<const uint8_t> base,
+                               lossy::PieceScratch* scratch) {
   if (HasWork(offset, raw.size())) {
     std::vector<ChunkSegment> segs;
-    std::vector<uint8_t> discard;
-    RETURN_IF_ERROR(CodeChunk(offset, raw, base, &segs, &discard));
+    RETURN_IF_ERROR(CodeChunk(offset, raw, base, &segs, nullptr, scratch));
+    std::lock_guard lock(mu_);
+    for (ChunkSegment& s : segs) {
+      if (s.lossy) choices_.emplace(offset + s.begin, std::move(s.outcome.choice));
+    }
   }
   if (tracker_) tracker_->Feed(offset, raw);
   return Status::Ok();
@@ -232,7 +248,7 @@ void LossyCoder::Record(const ChunkSegment& s) {
 }
 
 Result<std::optional<LossyChunk>> LossyCoder::Encode(uint64_t offset, std::span<uint8_t> raw,
-                                                     std::span<const uint8_t> base) {
+                                                     std::span<const uint8_t> base, lossy::PieceScratch* scratch) {
   if (tracker_) {
     {
       std::lock_guard lock(mu_);
@@ -247,7 +263,7 @@ Result<std::optional<LossyChunk>> LossyCoder::Encode(uint64_t offset, std::span<
   if (!HasWork(offset, raw.size())) return std::optional<LossyChunk>{};
   LossyChunk c;
   std::vector<ChunkSegment> segs;
-  RETURN_IF_ERROR(CodeChunk(offset, raw, base, &segs, &c.payload));
+  RETURN_IF_ERROR(CodeChunk(offset, raw, base, &segs, &c.payload, scratch));
   for (const ChunkSegment& s : segs) {
     if (!s.lossy) continue;
     Record(s);

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -55,16 +56,21 @@ class LossyCoder {
   bool active() const { return !tensors_.empty(); }
   bool HasWork(uint64_t offset, uint64_t len) const;
   // Whether zip CRCs must be learnt first (Reconstruct over every chunk
-  // CrcChunks names, in order, then Encode).
+  // CrcChunk names, in any order and on any number of threads, then Encode).
   bool NeedsCrcPass() const { return !crc_fields_.empty(); }
   bool CrcChunk(uint64_t offset, uint64_t len) const;
   // CRC pass: rewrites `raw` with its reconstruction and feeds the CRCs.
-  Status Reconstruct(uint64_t offset, std::span<uint8_t> raw, std::span<const uint8_t> base);
+  // Keeps what the search chose for each piece, so that Encode codes the
+  // chunk again without searching. Safe to call from several threads.
+  // `scratch`: the calling worker's buffers (null: fresh ones).
+  Status Reconstruct(uint64_t offset, std::span<uint8_t> raw, std::span<const uint8_t> base,
+                     lossy::PieceScratch* scratch = nullptr);
   // Rewrites `raw` with the reconstruction and patched CRCs; returns the
   // kLossy payload (after the base reference) when the chunk holds lossy
   // tensors, nothing otherwise. Safe to call from several threads, once the
   // CRC pass is over.
-  Result<std::optional<LossyChunk>> Encode(uint64_t offset, std::span<uint8_t> raw, std::span<const uint8_t> base);
+  Result<std::optional<LossyChunk>> Encode(uint64_t offset, std::span<uint8_t> raw, std::span<const uint8_t> base,
+                                           lossy::PieceScratch* scratch = nullptr);
   const LossyInfo& info() const { return info_; }
   // Weights whose sensitivity comes from a sibling file's second moments.
   uint32_t sibling_pairs() const { return sibling_pairs_; }
@@ -83,10 +89,11 @@ class LossyCoder {
   // Which tensors are coded how, from `layout` (the shard's labelled one for DCP).
   void Classify(const FileLayout& layout, lossy::LossyScope scope, SiblingSource* siblings);
   void PairWithSibling(const FileLayout& layout, lossy::LossyScope scope, SiblingSource& siblings);
-  Result<std::vector<lossy::ChunkSegment>> Segments(uint64_t offset, uint64_t len) const;
-  Result<std::vector<float>> Sensitivity(const Tensor& t, uint64_t begin, uint64_t end) const;
+  Result<std::vector<lossy::ChunkSegment>> Segments(uint64_t offset, uint64_t len, lossy::PieceScratch* scratch) const;
+  Result<std::vector<float>> Sensitivity(const Tensor& t, uint64_t begin, uint64_t end,
+                                         lossy::PieceScratch* scratch) const;
   Status CodeChunk(uint64_t offset, std::span<uint8_t> raw, std::span<const uint8_t> base,
-                   std::vector<lossy::ChunkSegment>* segs, std::vector<uint8_t>* out);
+                   std::vector<lossy::ChunkSegment>* segs, std::vector<uint8_t>* out, lossy::PieceScratch* scratch);
   void Record(const lossy::ChunkSegment& s);
 
   const ByteSource& file_;
@@ -99,9 +106,10 @@ class LossyCoder {
   uint32_t sibling_pairs_ = 0;
   std::string sibling_note_;
   std::optional<formats::ZipCrcTracker> tracker_;  // CRC pass
-  // Encode may run on several sealing workers at once (after the CRC pass,
-  // which runs in order on one): mu_ guards the CRCs' first read and info_.
+  // The CRC pass and then Encode run on several sealing workers at once:
+  // mu_ guards the CRCs' first read, choices_ and info_.
   std::mutex mu_;
+  std::map<uint64_t, lossy::PieceChoice> choices_;  // by the piece's file offset, from the CRC pass
   bool crcs_ready_ = false;
   std::vector<uint32_t> crcs_;  // the CRC pass's result, for Encode
   LossyInfo info_;

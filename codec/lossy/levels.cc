@@ -1,6 +1,7 @@
 #include "codec/lossy/levels.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cmath>
 
 namespace ckptfs::lossy {
@@ -20,9 +21,24 @@ ResidualHistogram::ResidualHistogram(double lo, double hi, double scale, size_t 
   }
 }
 
-size_t ResidualHistogram::BinOf(double value) const {
-  const double u = (std::asinh(value / scale_) - ulo_) * inv_width_;
-  return u <= 0 ? 0 : std::min(bins_.size() - 1, static_cast<size_t>(u));
+void ResidualHistogram::Scale(double f) {
+  count_ = 0;
+  for (Bin& b : bins_) {
+    if (b.count == 0) continue;
+    b.w *= f, b.wr *= f, b.wrr *= f;
+    b.count = std::max<uint64_t>(1, static_cast<uint64_t>(std::llround(static_cast<double>(b.count) * f)));
+    count_ += b.count;
+  }
+}
+
+void ResidualHistogram::Merge(const ResidualHistogram& other) {
+  for (size_t i = 0; i < bins_.size() && i < other.bins_.size(); ++i) {
+    const Bin& o = other.bins_[i];
+    if (o.count == 0) continue;
+    Bin& b = bins_[i];
+    b.w += o.w, b.wr += o.wr, b.wrr += o.wrr, b.count += o.count;
+  }
+  count_ += other.count_;
 }
 
 namespace {
@@ -33,15 +49,9 @@ double BinValue(const Bin& b, double fallback) { return b.w > 0 ? b.wr / b.w : f
 
 // Levels at equal shares of density^(1/3): where Lloyd-Max levels end up
 // for many levels (Panter-Dite), so the tails get their share from the
-// start instead of after many slow iterations.
-std::vector<double> InitialLevels(const std::vector<Bin>& bins, const std::vector<double>& widths, size_t k) {
-  std::vector<double> mass(bins.size());
-  double total = 0;
-  for (size_t i = 0; i < bins.size(); ++i) {
-    const double w = std::max(widths[i], 1e-300);
-    mass[i] = std::cbrt(std::max(bins[i].w, 0.0) / w) * w + (bins[i].count > 0 ? 1e-300 : 0.0);
-    total += mass[i];
-  }
+// start instead of after many slow iterations. `mass` is each bin's share.
+std::vector<double> InitialLevels(const std::vector<Bin>& bins, const std::vector<double>& mass, double total,
+                                  size_t k) {
   std::vector<double> levels;
   double acc = 0, wsum = 0, wrsum = 0;
   size_t next = 1;
@@ -86,31 +96,36 @@ double LloydStep(const std::vector<Bin>& bins, const std::vector<double>& means,
 
 }  // namespace
 
-LevelFit FitLevels(const ResidualHistogram& h, size_t k, int iterations) {
-  LevelFit fit;
+LevelFitter::LevelFitter(const ResidualHistogram& h) {
   // Only occupied bins matter; Lloyd steps then run over far fewer.
-  std::vector<Bin> bins;
-  std::vector<double> means, widths;
   for (size_t i = 0; i < h.bins().size(); ++i) {
     const Bin& b = h.bins()[i];
     if (b.count == 0) continue;
-    bins.push_back(b);
-    means.push_back(BinValue(b, 0));
-    widths.push_back(h.BinWidth(i));
+    bins_.push_back(b);
+    means_.push_back(BinValue(b, 0));
+    const double w = std::max(h.BinWidth(i), 1e-300);
+    mass_.push_back(std::cbrt(std::max(b.w, 0.0) / w) * w + 1e-300);
+    total_ += mass_.back();
   }
-  fit.levels = InitialLevels(bins, widths, std::max<size_t>(k, 1));
+}
+
+LevelFit LevelFitter::Fit(size_t k, int iterations) const {
+  LevelFit fit;
+  fit.levels = InitialLevels(bins_, mass_, total_, std::max<size_t>(k, 1));
   if (fit.levels.empty()) return fit;
   double prev = -1;
   for (int it = 0; it < iterations; ++it) {
-    fit.error = LloydStep(bins, means, &fit.levels, &fit.counts);
+    fit.error = LloydStep(bins_, means_, &fit.levels, &fit.counts);
     if (prev >= 0 && prev - fit.error <= 1e-4 * prev) break;
     prev = fit.error;
   }
   // The counts and error of the final levels.
   std::vector<double> final_levels = fit.levels;
-  fit.error = LloydStep(bins, means, &final_levels, &fit.counts);
+  fit.error = LloydStep(bins_, means_, &final_levels, &fit.counts);
   return fit;
 }
+
+LevelFit FitLevels(const ResidualHistogram& h, size_t k, int iterations) { return LevelFitter(h).Fit(k, iterations); }
 
 std::vector<double> LevelBounds(std::span<const double> levels) {
   std::vector<double> b;
@@ -120,6 +135,20 @@ std::vector<double> LevelBounds(std::span<const double> levels) {
 
 size_t NearestLevel(std::span<const double> bounds, double v) {
   return static_cast<size_t>(std::upper_bound(bounds.begin(), bounds.end(), v) - bounds.begin());
+}
+
+LevelLookup::LevelLookup(std::span<const double> bounds) : bounds_(bounds.begin(), bounds.end()) {
+  if (bounds_.size() < 4) return;
+  lo_ = bounds_.front();
+  const double span = bounds_.back() - lo_;
+  if (!(span > 0) || !std::isfinite(span)) return;
+  const size_t cells = 8 * bounds_.size();
+  inv_width_ = static_cast<double>(cells) / span;
+  if (!std::isfinite(inv_width_)) return;
+  guess_.resize(cells);
+  for (size_t k = 0; k < cells; ++k) {
+    guess_[k] = static_cast<uint16_t>(NearestLevel(bounds_, lo_ + (static_cast<double>(k) + 0.5) / inv_width_));
+  }
 }
 
 }  // namespace ckptfs::lossy

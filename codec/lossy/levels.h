@@ -4,6 +4,8 @@
 // the chosen levels are stored in the stream, so the decoder never fits.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -26,7 +28,10 @@ class ResidualHistogram {
   // must bound every value added.
   ResidualHistogram(double lo, double hi, double scale, size_t bins = 2048);
   void Add(double value, double weight) { AddToBin(BinOf(value), value, weight); }
-  size_t BinOf(double value) const;
+  size_t BinOf(double value) const {
+    const double u = (std::asinh(value / scale_) - ulo_) * inv_width_;
+    return u <= 0 ? 0 : std::min(bins_.size() - 1, static_cast<size_t>(u));
+  }
   // Width of bin i in value units.
   double BinWidth(size_t i) const { return widths_[i]; }
   void AddToBin(size_t bin, double value, double weight) {
@@ -37,6 +42,11 @@ class ResidualHistogram {
     ++b.count;
     ++count_;
   }
+  // Adds another histogram's contents; it must have the same bins (EmptyLike).
+  void Merge(const ResidualHistogram& other);
+  // Multiplies every sum and count by `f`, as if each element had been
+  // added f times (a sample standing for the whole).
+  void Scale(double f);
   // Same bins, no contents.
   ResidualHistogram EmptyLike() const {
     ResidualHistogram h = *this;
@@ -60,7 +70,22 @@ struct LevelFit {
   double error = 0;              // weighted squared error, estimated from the bins
 };
 
-// k levels minimising the weighted squared error of the histogram's values.
+// Fits levels to one histogram for several level counts, preparing the
+// occupied bins once.
+class LevelFitter {
+ public:
+  explicit LevelFitter(const ResidualHistogram& h);
+  // k levels minimising the weighted squared error of the histogram's values.
+  LevelFit Fit(size_t k, int iterations = 16) const;
+
+ private:
+  std::vector<Bin> bins_;      // the occupied ones, in order
+  std::vector<double> means_;  // each bin's weighted mean
+  std::vector<double> mass_;   // density^(1/3) share, for the initial levels
+  double total_ = 0;
+};
+
+// LevelFitter(h).Fit(k, iterations).
 LevelFit FitLevels(const ResidualHistogram& h, size_t k, int iterations = 16);
 
 // Decision thresholds: value v maps to level i where bounds[i-1] <= v < bounds[i].
@@ -68,5 +93,28 @@ std::vector<double> LevelBounds(std::span<const double> levels);
 
 // Index of the level nearest `v` (by the bounds).
 size_t NearestLevel(std::span<const double> bounds, double v);
+
+// NearestLevel by table, for passes over every element: a uniform grid
+// over the bounds' span gives a first guess, which a short walk over the
+// bounds corrects, so the answer is always exactly NearestLevel's.
+class LevelLookup {
+ public:
+  explicit LevelLookup(std::span<const double> bounds);
+  size_t operator()(double v) const {
+    if (guess_.empty()) return NearestLevel(bounds_, v);
+    const double u = (v - lo_) * inv_width_;
+    size_t i = u > 0 ? guess_[u < static_cast<double>(guess_.size() - 1) ? static_cast<size_t>(u) : guess_.size() - 1]
+                     : guess_[0];
+    const size_t n = bounds_.size();
+    while (i < n && !(v < bounds_[i])) ++i;
+    while (i > 0 && v < bounds_[i - 1]) --i;
+    return i;
+  }
+
+ private:
+  std::vector<double> bounds_;
+  double lo_ = 0, inv_width_ = 0;
+  std::vector<uint16_t> guess_;  // NearestLevel at each cell's middle
+};
 
 }  // namespace ckptfs::lossy

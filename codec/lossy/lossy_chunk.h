@@ -34,6 +34,7 @@ struct ChunkSegment {
   PieceSpec spec;             // lossy only
   TensorRole role = TensorRole::kOther;  // lossy only: for statistics
   std::vector<float> weight;  // lossy kValue only; empty: uniform
+  const PieceChoice* choice = nullptr;  // lossy only: code as chosen before (PieceInput::choice)
   // Filled by the encoder: how the piece came out (lossy segments only;
   // `coded_lossy` false when it had to be stored losslessly).
   PieceOutcome outcome;
@@ -44,10 +45,12 @@ struct ChunkSegment {
 // Codes `raw` (file offset `chunk_offset`, `ranges`: the tensor ranges
 // overlapping it) against `base` (the predecessor's bytes for this chunk,
 // or empty) and rewrites `raw` in place with the reconstruction. Segments
-// must cover the chunk in order. Appends to `out`.
+// must cover the chunk in order. Appends to `out`; with a null `out`, only
+// rewrites `raw` (and fills each lossy segment's outcome). `scratch`: the
+// caller's buffers for the pieces (null: fresh ones).
 Status EncodeLossyChunk(std::span<uint8_t> raw, std::span<const uint8_t> base, uint64_t chunk_offset,
                         std::span<const TensorRange> ranges, std::span<ChunkSegment> segments,
-                        const TensorChunkOptions& opts, std::vector<uint8_t>* out);
+                        const TensorChunkOptions& opts, std::vector<uint8_t>* out, PieceScratch* scratch = nullptr);
 
 // Decodes into exactly out.size() bytes. `base` is required (same size)
 // when any piece was coded against it.

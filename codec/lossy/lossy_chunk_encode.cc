@@ -19,7 +19,7 @@ Status EncodeLossless(std::span<const uint8_t> raw, uint64_t offset, std::span<c
 
 Status EncodeLossyChunk(std::span<uint8_t> raw, std::span<const uint8_t> base, uint64_t chunk_offset,
                         std::span<const TensorRange> ranges, std::span<ChunkSegment> segments,
-                        const TensorChunkOptions& opts, std::vector<uint8_t>* out) {
+                        const TensorChunkOptions& opts, std::vector<uint8_t>* out, PieceScratch* scratch) {
   std::vector<std::vector<uint8_t>> blobs(segments.size());
   std::vector<SegmentCoding> kinds(segments.size(), SegmentCoding::kLossless);
   uint64_t pos = 0;
@@ -33,9 +33,10 @@ Status EncodeLossyChunk(std::span<uint8_t> raw, std::span<const uint8_t> base, u
     s.coded_lossy = false;
     if (s.lossy) {
       PieceInput in{bytes, base.size() >= s.end ? base.subspan(s.begin, bytes.size()) : std::span<const uint8_t>{},
-                    s.weight, opts.planes.device};
-      std::vector<uint8_t> recon(bytes.size());
-      Result<PieceOutcome> r = EncodePiece(s.spec, in, &blobs[i], recon);
+                    s.weight, opts.planes.device, s.choice, scratch};
+      std::vector<uint8_t> own;
+      const std::span<uint8_t> recon = ScratchSpan(scratch != nullptr ? scratch->recon : own, bytes.size());
+      Result<PieceOutcome> r = EncodePiece(s.spec, in, out != nullptr ? &blobs[i] : nullptr, recon);
       if (r.ok()) {
         std::copy(recon.begin(), recon.end(), bytes.begin());
         s.outcome = *r;
@@ -45,10 +46,12 @@ Status EncodeLossyChunk(std::span<uint8_t> raw, std::span<const uint8_t> base, u
       }
       if (r.status().code() != EFBIG) return r.status();
       blobs[i].clear();  // no lossy code meets the target: keep it exact
+      s.outcome.choice.exact = true;
     }
-    RETURN_IF_ERROR(EncodeLossless(bytes, chunk_offset + s.begin, ranges, opts, &blobs[i]));
+    if (out != nullptr) RETURN_IF_ERROR(EncodeLossless(bytes, chunk_offset + s.begin, ranges, opts, &blobs[i]));
   }
   if (pos != raw.size()) return Status::InvalidArgument("lossy chunk: segments do not cover the chunk");
+  if (out == nullptr) return Status::Ok();
   for (size_t i = 0; i < segments.size(); ++i) segments[i].stored = blobs[i].size();
   PutByte(out, kLossyChunkVersion);
   PutVarint(out, segments.size());

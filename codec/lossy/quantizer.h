@@ -53,6 +53,36 @@ struct PieceSpec {
   double residual_cap = 0;
 };
 
+// What the search chose for a piece, so that the same input can be coded
+// again without searching (the zip CRC pass codes each piece before the
+// pack is written; LossyCoder keeps the choices for the second time).
+struct PieceChoice {
+  bool exact = false;  // no lossy code met the target: the piece is stored losslessly
+  bool against_base = false;
+  uint32_t prune_below = 0;
+  uint32_t escape_from = UINT32_MAX;
+  std::vector<double> levels;
+  double error = 0;
+};
+
+// Buffers the encoder reuses from piece to piece: pieces run up to a
+// chunk's elements, and allocating their per-element arrays afresh cost
+// more in page faults than some of the passes over them. One per sealing
+// worker, owned by the caller, so the memory goes when the seal does.
+struct PieceScratch {
+  std::vector<double> r, w;
+  std::vector<uint32_t> qclass;
+  std::vector<uint8_t> must_escape, symbols;
+  std::vector<uint8_t> recon, bytes;  // a piece's reconstruction; file bytes (LossyCoder)
+};
+
+// The first n elements of `v`, grown to hold them.
+template <typename T>
+std::span<T> ScratchSpan(std::vector<T>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+  return {v.data(), n};
+}
+
 struct PieceInput {
   std::span<const uint8_t> x;       // the elements
   std::span<const uint8_t> base;    // predecessor's reconstructed elements, or empty
@@ -60,6 +90,9 @@ struct PieceInput {
   // Runs the per-element passes (prune classes, level assignment); null:
   // inline. The blob and reconstruction are the same either way.
   const ComputeDevice* device = nullptr;
+  // When given, code with this earlier choice for the same input instead of searching.
+  const PieceChoice* choice = nullptr;
+  PieceScratch* scratch = nullptr;  // null: a fresh one
 };
 
 struct PieceOutcome {
@@ -68,10 +101,11 @@ struct PieceOutcome {
   unsigned levels = 0;
   uint64_t pruned = 0;
   uint64_t escaped = 0;
+  PieceChoice choice;  // to code the same input again (PieceInput::choice)
 };
 
-// Appends the blob to `out` and writes the reconstruction (what decoding
-// gives) to `recon`, which has x's size. EFBIG when no lossy code meets the
+// Appends the blob to `out` (null: only the reconstruction is wanted) and
+// writes the reconstruction (what decoding gives) to `recon`, which has x's size. EFBIG when no lossy code meets the
 // target: the caller should store the piece losslessly.
 Result<PieceOutcome> EncodePiece(const PieceSpec& spec, const PieceInput& in, std::vector<uint8_t>* out,
                                  std::span<uint8_t> recon);

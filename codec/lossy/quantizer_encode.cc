@@ -42,9 +42,9 @@ constexpr double kFitSlack = 0.95;
 struct Analysis {
   size_t n = 0;
   bool against_base = false;
-  std::vector<double> r;  // residual (kValue: value units; kLogBits: units of 2^mantissa)
-  std::vector<double> w;  // weight of the squared error
-  std::vector<uint8_t> must_escape;
+  std::span<double> r;  // residual (kValue: value units; kLogBits: units of 2^mantissa)
+  std::span<double> w;  // weight of the squared error
+  std::span<uint8_t> must_escape;
   double budget = 0;  // allowed weighted squared error
 };
 
@@ -54,7 +54,8 @@ void AnalyseValues(const PieceSpec& spec, const PieceInput& in, Analysis* a) {
   const size_t n = a->n;
   const bool has_base = !in.base.empty();
   double e_zero = 0, e_base = 0;
-  for (size_t i = 0; i < n; ++i) {
+  // Coded again as chosen: the budget is not needed, only the predictor.
+  for (size_t i = 0; i < n && in.choice == nullptr; ++i) {
     const float x = BitsToFloat(spec.dtype, LoadBits(spec.dtype, in.x.data(), i));
     const float p = has_base ? BitsToFloat(spec.dtype, LoadBits(spec.dtype, in.base.data(), i)) : 0.0f;
     const double w = in.weight.empty() ? 1.0 : static_cast<double>(in.weight[i]);
@@ -62,7 +63,7 @@ void AnalyseValues(const PieceSpec& spec, const PieceInput& in, Analysis* a) {
     e_zero += w * double(x) * double(x);
     e_base += w * (double(x) - double(p)) * (double(x) - double(p));
   }
-  a->against_base = has_base && e_base <= e_zero;
+  a->against_base = has_base && (in.choice != nullptr ? in.choice->against_base : e_base <= e_zero);
   a->budget = spec.target * spec.target * e_zero;
   if (a->against_base && spec.residual_cap > 0) {
     a->budget = std::min(a->budget, spec.residual_cap * spec.residual_cap * e_base);
@@ -71,11 +72,9 @@ void AnalyseValues(const PieceSpec& spec, const PieceInput& in, Analysis* a) {
     const float x = BitsToFloat(spec.dtype, LoadBits(spec.dtype, in.x.data(), i));
     const float p = a->against_base ? BitsToFloat(spec.dtype, LoadBits(spec.dtype, in.base.data(), i)) : 0.0f;
     a->w[i] = in.weight.empty() ? 1.0 : static_cast<double>(in.weight[i]);
-    if (ValueUnusable(x) || ValueUnusable(p)) {
-      a->must_escape[i] = 1;
-      continue;
-    }
-    a->r[i] = double(x) - double(p);
+    const bool unusable = ValueUnusable(x) || ValueUnusable(p);
+    a->must_escape[i] = unusable ? 1 : 0;
+    a->r[i] = unusable ? 0.0 : double(x) - double(p);
   }
 }
 
@@ -84,24 +83,22 @@ void AnalyseLogBits(const PieceSpec& spec, const PieceInput& in, Analysis* a) {
   const bool has_base = !in.base.empty();
   const double unit = std::ldexp(1.0, -static_cast<int>(MantissaBits(spec.dtype)));
   double e_zero = 0, e_base = 0;
-  for (size_t i = 0; i < n; ++i) {
+  for (size_t i = 0; i < n && in.choice == nullptr; ++i) {
     const uint32_t x = LoadBits(spec.dtype, in.x.data(), i);
     const uint32_t p = has_base ? LoadBits(spec.dtype, in.base.data(), i) : 0;
     if (BitsNegativeOrNonFinite(spec.dtype, x) || BitsNegativeOrNonFinite(spec.dtype, p)) continue;
     e_zero += double(x) * double(x);
     e_base += (double(x) - double(p)) * (double(x) - double(p));
   }
-  a->against_base = has_base && e_base <= e_zero;
+  a->against_base = has_base && (in.choice != nullptr ? in.choice->against_base : e_base <= e_zero);
   a->budget = spec.target * spec.target * static_cast<double>(n);
   for (size_t i = 0; i < n; ++i) {
     const uint32_t x = LoadBits(spec.dtype, in.x.data(), i);
     const uint32_t p = a->against_base ? LoadBits(spec.dtype, in.base.data(), i) : 0;
     a->w[i] = 1.0;
-    if (BitsNegativeOrNonFinite(spec.dtype, x) || BitsNegativeOrNonFinite(spec.dtype, p)) {
-      a->must_escape[i] = 1;
-      continue;
-    }
-    a->r[i] = (static_cast<double>(x) - static_cast<double>(p)) * unit;
+    const bool unusable = BitsNegativeOrNonFinite(spec.dtype, x) || BitsNegativeOrNonFinite(spec.dtype, p);
+    a->must_escape[i] = unusable ? 1 : 0;
+    a->r[i] = unusable ? 0.0 : (static_cast<double>(x) - static_cast<double>(p)) * unit;
   }
 }
 
@@ -134,18 +131,24 @@ bool OffloadElements(const ComputeDevice* device, size_t n) { return Offload(dev
 
 // The prune class of every element (kForced where it must escape), on the
 // device when it takes the job, else (or when it fails) on this thread.
-std::vector<uint32_t> QClasses(const Analysis& a, const ComputeDevice* device) {
-  std::vector<uint32_t> out(a.n);
+void QClasses(const Analysis& a, const ComputeDevice* device, std::span<uint32_t> out) {
   const QClassJob job{a.r, a.w, a.must_escape, out};
-  if (OffloadElements(device, a.n) && device->QClasses(job).ok()) return out;
+  if (OffloadElements(device, a.n) && device->QClasses(job).ok()) return;
   (void)CpuComputeDevice().QClasses(job);  // sizes agree by construction
-  return out;
 }
+
+// Where one (prune share, escape share) configuration cuts the q classes.
+struct Cut {
+  uint32_t prune_below = 0;
+  uint32_t escape_from = UINT32_MAX;
+  double pruned_err = 0;
+  uint64_t pruned = 0, escaped = 0;
+};
 
 class Search {
  public:
-  Search(const PieceSpec& spec, const Analysis& a, const ComputeDevice* device)
-      : spec_(spec), a_(a), qclass_(QClasses(a, device)), rbin_(a.n) {
+  Search(const PieceSpec& spec, const Analysis& a, std::span<const uint32_t> qclass)
+      : spec_(spec), a_(a), qclass_(qclass) {
     count_.assign(kQClasses, 0);
     sum_.assign(kQClasses, 0.0);
     double lo = kInf, hi = -kInf, sq = 0;
@@ -163,24 +166,40 @@ class Search {
       ++finite;
     }
     if (finite == 0) return;
-    // Residual bins are fixed per piece, so each configuration only re-sums them.
-    hist_.emplace(lo, hi, 0.1 * std::sqrt(sq / static_cast<double>(finite)) + 1e-300, kResidualBins);
-    for (size_t i = 0; i < a.n; ++i) {
-      if (qclass_[i] != kForced) rbin_[i] = static_cast<uint16_t>(hist_->BinOf(a.r[i]));
+    for (double prune_share : kPruneShares) {
+      for (double escape_share : kEscapeShares) cuts_.push_back(CutAt(prune_share, escape_share));
     }
+    BinByInterval(ResidualHistogram(lo, hi, 0.1 * std::sqrt(sq / static_cast<double>(finite)) + 1e-300,
+                                    kResidualBins));
   }
 
-  uint32_t qclass(size_t i) const { return qclass_[i]; }
   bool AllPrunable() const { return total_ <= a_.budget; }
 
   // The cheapest plan found, or none when nothing meets the budget.
   std::optional<Plan> Best(unsigned min_levels) const {
+    // Pruned, escaped and coded elements as three symbols cost no more
+    // than with the levels told apart: configurations are tried from the
+    // lowest such bound up, and one whose bound is no better than the best
+    // plan so far is never chosen, so its fits are skipped. Ties go to the
+    // configuration listed first, as when every one was tried in order.
+    std::vector<std::pair<double, size_t>> order;
+    for (size_t i = 0; i < cuts_.size(); ++i) {
+      const bool repeat = std::any_of(cuts_.begin(), cuts_.begin() + static_cast<std::ptrdiff_t>(i), [&](const Cut& c) {
+        return c.prune_below == cuts_[i].prune_below && c.escape_from == cuts_[i].escape_from;
+      });
+      if (!repeat) order.emplace_back(LowerBoundBits(cuts_[i]), i);
+    }
+    std::sort(order.begin(), order.end());
     std::optional<Plan> best;
-    if (!hist_) return best;
-    for (double prune_share : kPruneShares) {
-      for (double escape_share : kEscapeShares) {
-        std::optional<Plan> p = Try(prune_share, escape_share, min_levels);
-        if (p && (!best || p->est_bits < best->est_bits)) best = std::move(p);
+    size_t best_index = 0;
+    for (const auto& [bound, i] : order) {
+      if (best && bound > best->est_bits) break;
+      if (best && bound == best->est_bits && i > best_index) continue;
+      std::optional<Plan> p = Try(cuts_[i], min_levels);
+      if (!p) continue;
+      if (!best || p->est_bits < best->est_bits || (p->est_bits == best->est_bits && i < best_index)) {
+        best = std::move(p);
+        best_index = i;
       }
     }
     return best;
@@ -188,38 +207,98 @@ class Search {
 
  private:
   static constexpr size_t kResidualBins = 4096;
+  // Elements a piece's level fits are estimated from, at least, and how
+  // many of the largest (by q class) are always among them.
+  static constexpr size_t kSampleElements = 1 << 17;
+  static constexpr uint64_t kExactTail = 1 << 12;
 
-  std::optional<Plan> Try(double prune_share, double escape_share, unsigned min_levels) const {
-    Plan p;
-    double pruned_err = 0;
-    uint64_t pruned = 0;
-    while (p.prune_below < kQClasses && pruned_err + sum_[p.prune_below] <= prune_share * a_.budget) {
-      pruned_err += sum_[p.prune_below];
-      pruned += count_[p.prune_below++];
+  Cut CutAt(double prune_share, double escape_share) const {
+    Cut c;
+    while (c.prune_below < kQClasses && c.pruned_err + sum_[c.prune_below] <= prune_share * a_.budget) {
+      c.pruned_err += sum_[c.prune_below];
+      c.pruned += count_[c.prune_below++];
     }
     const uint64_t want_escapes = static_cast<uint64_t>(escape_share * static_cast<double>(a_.n));
-    uint64_t escaped = 0;
     if (want_escapes > 0) {
-      p.escape_from = kQClasses;
-      while (p.escape_from > p.prune_below + 1 && escaped + count_[p.escape_from - 1] <= want_escapes) {
-        escaped += count_[--p.escape_from];
+      c.escape_from = kQClasses;
+      while (c.escape_from > c.prune_below + 1 && c.escaped + count_[c.escape_from - 1] <= want_escapes) {
+        c.escaped += count_[--c.escape_from];
       }
     }
-    const double room = (a_.budget - pruned_err) * kFitSlack;
-    if (room <= 0 || pruned + escaped + forced_ >= a_.n) return std::nullopt;
+    return c;
+  }
 
-    ResidualHistogram h = hist_->EmptyLike();
-    for (size_t i = 0; i < a_.n; ++i) {
-      const uint32_t c = qclass_[i];
-      if (c >= p.prune_below && c < p.escape_from && c != kForced) h.AddToBin(rbin_[i], a_.r[i], a_.w[i]);
+  // Every cut's coded elements are a union of the intervals between the
+  // cuts' class boundaries: one pass bins the residuals of each interval,
+  // and each configuration then only adds up its intervals' histograms.
+  void BinByInterval(const ResidualHistogram& shape) {
+    for (const Cut& c : cuts_) {
+      bounds_.push_back(c.prune_below);
+      bounds_.push_back(std::min<uint32_t>(c.escape_from, kQClasses));
+    }
+    bounds_.push_back(kQClasses);
+    std::sort(bounds_.begin(), bounds_.end());
+    bounds_.erase(std::unique(bounds_.begin(), bounds_.end()), bounds_.end());
+    std::vector<uint8_t> interval(kQClasses, kNoInterval);
+    for (size_t k = 0; k + 1 < bounds_.size(); ++k) {
+      std::fill(interval.begin() + bounds_[k], interval.begin() + bounds_[k + 1], static_cast<uint8_t>(k));
+      hists_.push_back(shape.EmptyLike());
+    }
+    // The levels are fitted on a sample: every stride-th element (an odd
+    // stride, so rows of any even length are sampled in every column),
+    // scaled up per interval to its exact count, plus every element of the
+    // highest classes (the largest errors, where a sample would miss the
+    // few that set the outer levels), which are binned as they are.
+    const size_t stride = a_.n > kSampleElements ? (a_.n / kSampleElements) | 1 : 1;
+    uint32_t top = kQClasses;
+    for (uint64_t above = 0; top > 0 && above + count_[top - 1] <= kExactTail;) above += count_[--top];
+    std::vector<ResidualHistogram> sampled(hists_.size(), shape.EmptyLike());
+    std::vector<uint64_t> want(hists_.size(), 0);
+    for (uint32_t c = 0; c < top; ++c) {
+      if (interval[c] != kNoInterval) want[interval[c]] += count_[c];
+    }
+    for (size_t i = 0, skip = 0; i < a_.n; ++i, skip = skip == 0 ? stride - 1 : skip - 1) {
+      const uint32_t c = qclass_[i];  // skip == 0: i is a multiple of stride
+      if (c == kForced || interval[c] == kNoInterval) continue;
+      if (c >= top) {
+        hists_[interval[c]].Add(a_.r[i], a_.w[i]);
+      } else if (skip == 0) {
+        sampled[interval[c]].Add(a_.r[i], a_.w[i]);
+      }
+    }
+    for (size_t k = 0; k < hists_.size(); ++k) {
+      if (sampled[k].count() == 0) continue;
+      if (stride > 1) sampled[k].Scale(static_cast<double>(want[k]) / static_cast<double>(sampled[k].count()));
+      hists_[k].Merge(sampled[k]);
+    }
+  }
+
+  double LowerBoundBits(const Cut& cut) const {
+    const uint64_t escaped = cut.escaped + forced_;
+    const uint64_t coded = a_.n - std::min<uint64_t>(a_.n, cut.pruned + escaped);
+    const uint64_t counts[] = {cut.pruned, escaped, coded};
+    return EntropyBits(counts) + static_cast<double>(escaped) * 8.0 * DTypeSize(spec_.dtype);
+  }
+
+  std::optional<Plan> Try(const Cut& cut, unsigned min_levels) const {
+    const double room = (a_.budget - cut.pruned_err) * kFitSlack;
+    if (room <= 0 || cut.pruned + cut.escaped + forced_ >= a_.n) return std::nullopt;
+    Plan p;
+    p.prune_below = cut.prune_below;
+    p.escape_from = cut.escape_from;
+    ResidualHistogram h = hists_.front().EmptyLike();
+    const uint32_t escape_from = std::min<uint32_t>(cut.escape_from, kQClasses);
+    for (size_t k = 0; k + 1 < bounds_.size(); ++k) {
+      if (bounds_[k] >= cut.prune_below && bounds_[k + 1] <= escape_from && hists_[k].count() > 0) h.Merge(hists_[k]);
     }
     // The error falls as levels are added: binary search for the fewest that fit.
     size_t lo = 0, hi = std::size(kLevelCounts);
     while (lo < hi && kLevelCounts[lo] < min_levels) ++lo;
     std::optional<LevelFit> found;
+    const LevelFitter fitter(h);
     while (lo < hi) {
       const size_t mid = (lo + hi) / 2;
-      LevelFit fit = FitLevels(h, kLevelCounts[mid]);
+      LevelFit fit = fitter.Fit(kLevelCounts[mid]);
       if (fit.error <= room) {
         found = std::move(fit);
         hi = mid;
@@ -227,28 +306,29 @@ class Search {
         lo = mid + 1;
       }
     }
-    if (found) {
-      std::vector<uint64_t> counts = found->counts;
-      counts.push_back(pruned);
-      counts.push_back(escaped + forced_);
-      const double elem_bits = 8.0 * DTypeSize(spec_.dtype);
-      p.est_bits =
-          EntropyBits(counts) + static_cast<double>(escaped + forced_) * elem_bits + 32.0 * found->levels.size();
-      p.levels = std::move(found->levels);
-      return p;
-    }
-    return std::nullopt;
+    if (!found) return std::nullopt;
+    std::vector<uint64_t> counts = found->counts;
+    counts.push_back(cut.pruned);
+    counts.push_back(cut.escaped + forced_);
+    const double elem_bits = 8.0 * DTypeSize(spec_.dtype);
+    p.est_bits =
+        EntropyBits(counts) + static_cast<double>(cut.escaped + forced_) * elem_bits + 32.0 * found->levels.size();
+    p.levels = std::move(found->levels);
+    return p;
   }
+
+  static constexpr uint8_t kNoInterval = 0xFF;
 
   const PieceSpec& spec_;
   const Analysis& a_;
-  std::vector<uint32_t> qclass_;
-  std::vector<uint16_t> rbin_;
+  std::span<const uint32_t> qclass_;
   std::vector<uint64_t> count_;
   std::vector<double> sum_;
   double total_ = 0;
   uint64_t forced_ = 0;
-  std::optional<ResidualHistogram> hist_;
+  std::vector<Cut> cuts_;
+  std::vector<uint32_t> bounds_;          // class boundaries of the intervals, ascending
+  std::vector<ResidualHistogram> hists_;  // one per interval
 };
 
 StoredLevels StoreLevels(const PieceSpec& spec, std::span<const double> levels) {
@@ -265,16 +345,17 @@ StoredLevels StoreLevels(const PieceSpec& spec, std::span<const double> levels) 
 }
 
 struct Coded {
-  std::vector<uint8_t> symbols;
+  std::span<uint8_t> symbols;  // in the PieceScratch
   std::vector<uint32_t> escapes;  // element bits
   PieceOutcome outcome;
 };
 
-Coded Assign(const PieceSpec& spec, const PieceInput& in, const Analysis& a, const Search& s, const Plan& p,
-             const StoredLevels& lv, std::span<uint8_t> recon) {
+Coded Assign(const PieceSpec& spec, const PieceInput& in, const Analysis& a, std::span<const uint32_t> qclass,
+             const Plan& p, const StoredLevels& lv, std::span<uint8_t> recon, PieceScratch& scratch) {
   Coded c;
-  c.symbols.resize(a.n);
+  c.symbols = ScratchSpan(scratch.symbols, a.n);
   const std::vector<double> bounds = LevelBounds(p.levels);
+  const LevelLookup nearest_level(bounds);
   const unsigned k = static_cast<unsigned>(p.levels.size());
   // Nearest levels of every element in one device pass, when there is one.
   std::vector<uint16_t> nearest;
@@ -285,7 +366,7 @@ Coded Assign(const PieceSpec& spec, const PieceInput& in, const Analysis& a, con
   for (size_t i = 0; i < a.n; ++i) {
     const uint32_t x = LoadBits(spec.dtype, in.x.data(), i);
     const uint32_t pred = a.against_base ? LoadBits(spec.dtype, in.base.data(), i) : 0;
-    const uint32_t qc = s.qclass(i);
+    const uint32_t qc = qclass[i];
     unsigned sym;
     if (qc != kForced && qc < p.prune_below) {
       sym = 0;
@@ -293,7 +374,7 @@ Coded Assign(const PieceSpec& spec, const PieceInput& in, const Analysis& a, con
     } else if (qc == kForced || qc >= p.escape_from || k == 0) {
       sym = k + 1;
     } else {
-      sym = 1 + static_cast<unsigned>(nearest.empty() ? NearestLevel(bounds, a.r[i]) : nearest[i]);
+      sym = 1 + static_cast<unsigned>(nearest.empty() ? nearest_level(a.r[i]) : nearest[i]);
     }
     uint32_t out = sym == k + 1 ? x : Reconstruct(spec.dtype, spec.domain, pred, sym, lv);
     // A level can push a value past the largest finite one: keep it exact.
@@ -338,6 +419,25 @@ void WriteBlob(const PieceSpec& spec, const Analysis& a, const StoredLevels& lv,
   for (size_t i = 0; i < c.escapes.size(); ++i) StoreBits(spec.dtype, out->data() + at, i, c.escapes[i]);
 }
 
+// Codes a piece as an earlier EncodePiece of the same input chose, without
+// searching: the same plan over the same residuals gives the same symbols,
+// reconstruction and error.
+Result<PieceOutcome> Recode(const PieceSpec& spec, const PieceInput& in, const Analysis& a,
+                            std::span<const uint32_t> qclass, const PieceChoice& choice, std::vector<uint8_t>* out,
+                            std::span<uint8_t> recon, PieceScratch& scratch) {
+  if (choice.exact) return Status::Error(EFBIG, "lossy piece: no configuration meets the error target");
+  Plan plan;
+  plan.prune_below = choice.prune_below;
+  plan.escape_from = choice.escape_from;
+  plan.levels = choice.levels;
+  const StoredLevels lv = StoreLevels(spec, plan.levels);
+  Coded c = Assign(spec, in, a, qclass, plan, lv, recon, scratch);
+  c.outcome.error = choice.error;
+  if (out != nullptr) WriteBlob(spec, a, lv, c, out);
+  c.outcome.choice = choice;
+  return c.outcome;
+}
+
 }  // namespace
 
 double MeasureError(const PieceSpec& spec, std::span<const uint8_t> x, std::span<const uint8_t> recon,
@@ -376,15 +476,20 @@ Result<PieceOutcome> EncodePiece(const PieceSpec& spec, const PieceInput& in, st
   }
   Analysis a;
   a.n = in.x.size() / es;
-  a.r.assign(a.n, 0.0);
-  a.w.assign(a.n, 1.0);
-  a.must_escape.assign(a.n, 0);
+  PieceScratch own;
+  PieceScratch& scratch = in.scratch != nullptr ? *in.scratch : own;
+  a.r = ScratchSpan(scratch.r, a.n), a.w = ScratchSpan(scratch.w, a.n);
+  a.must_escape = ScratchSpan(scratch.must_escape, a.n);
+  // The analysis writes every element of r, w and must_escape.
   if (spec.domain == Domain::kValue) {
     AnalyseValues(spec, in, &a);
   } else {
     AnalyseLogBits(spec, in, &a);
   }
-  const Search search(spec, a, in.device);
+  const std::span<uint32_t> qclass = ScratchSpan(scratch.qclass, a.n);
+  QClasses(a, in.device, qclass);
+  if (in.choice != nullptr) return Recode(spec, in, a, qclass, *in.choice, out, recon, scratch);
+  const Search search(spec, a, qclass);
   std::optional<Plan> plan;
   if (search.AllPrunable()) {
     plan = Plan{};
@@ -395,10 +500,12 @@ Result<PieceOutcome> EncodePiece(const PieceSpec& spec, const PieceInput& in, st
     if (!plan) plan = search.Best(min_levels);
     if (!plan) break;
     const StoredLevels lv = StoreLevels(spec, plan->levels);
-    Coded c = Assign(spec, in, a, search, *plan, lv, recon);
+    Coded c = Assign(spec, in, a, qclass, *plan, lv, recon, scratch);
     c.outcome.error = MeasureError(spec, in.x, recon, in.weight);
     if (c.outcome.error <= spec.target) {
-      WriteBlob(spec, a, lv, c, out);
+      if (out != nullptr) WriteBlob(spec, a, lv, c, out);
+      c.outcome.choice = PieceChoice{false, a.against_base, plan->prune_below, plan->escape_from,
+                                     std::move(plan->levels), c.outcome.error};
       return c.outcome;
     }
     // The histogram fit was optimistic: ask for more levels.

@@ -175,5 +175,40 @@ TEST(SealWorkersStore, LossyLineageReconstructsTheSameOnAnyWorkerCount) {
   EXPECT_NE(base_many, 0u) << "lossy chunks are predicted from the predecessor";
 }
 
+// torch.save checkpoints (model and Adam state, tests/data/golden/inputs)
+// in 4 KiB chunks: the zip CRC pass runs on every worker, joining the CRCs
+// of chunks coded in any order, and the pack's pass reuses its choices.
+Sealed SealTorchLineage(unsigned workers) {
+  test::TempDir dir;
+  StoreOptions o = test::SmallChunks(4096);
+  o.seal_workers = workers;
+  o.lossy = 0.05;
+  auto store = Store::Open(Env::Default(), dir.path(), o);
+  EXPECT_TRUE(store.ok()) << store.status().ToString();
+  EXPECT_TRUE((*store)->Recover().ok());
+  Sealed out;
+  for (const char* name : {"ckpt1.pt", "ckpt2.pt"}) {
+    const Bytes file = test::ReadFileBytes(std::string(CKPTFS_SOURCE_DIR) + "/tests/data/golden/inputs/lossy/" + name);
+    auto rec = test::MakeSealedFile(store->get(), name, file);
+    EXPECT_TRUE(rec.ok()) << rec.status().ToString();
+    auto back = test::ReadContentAt(store->get(), name);
+    EXPECT_TRUE(back.ok() && back->size() == file.size()) << name;
+    EXPECT_TRUE(back.ok() && *back != file) << name << ": nothing was coded lossily";
+    out.read_back.push_back(back.ok() ? *back : Bytes{});
+    auto usage = (*store)->Usage(name);
+    out.stored.push_back(usage.ok() && usage->size() == 1 ? (*usage)[0].stored : 0);
+  }
+  return out;
+}
+
+TEST(SealWorkersStore, LossyTorchZipIsTheSameOnAnyWorkerCount) {
+  const Sealed one = SealTorchLineage(1);
+  for (unsigned workers : {2u, 5u}) {
+    const Sealed many = SealTorchLineage(workers);
+    EXPECT_EQ(one.stored, many.stored) << workers << " workers";
+    EXPECT_EQ(one.read_back, many.read_back) << workers << " workers";
+  }
+}
+
 }  // namespace
 }  // namespace ckptfs

@@ -11,6 +11,7 @@
 #include <random>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "codec/formats/layout.h"
@@ -227,6 +228,43 @@ TEST(ZipCrcTest, TrackerSkipsOutsideBytesAndRefeeds) {
   t.Feed(100, std::span(f).subspan(100));
   ASSERT_TRUE(t.Complete());
   std::vector<uint32_t> want = {ZlibCrc(std::span(f).subspan(10, 20)), 0, ZlibCrc(std::span(f).subspan(60, 100))};
+  EXPECT_EQ(t.Crcs(), want);
+}
+
+// The CRC pass runs on every sealing worker: pieces arrive in any order,
+// from several threads, some overlapping, and are joined by crc32_combine.
+TEST(ZipCrcTest, TrackerJoinsPiecesFedInAnyOrderFromManyThreads) {
+  Bytes f = Pattern(100000, 5);
+  std::vector<ZipCrcField> fields = {{100, 30000, {}}, {30100, 7, {}}, {40000, 59000, {}}};
+  std::vector<uint32_t> want;
+  for (const ZipCrcField& fd : fields) want.push_back(ZlibCrc(std::span(f).subspan(fd.data_offset, fd.data_length)));
+  for (uint64_t piece : {1000u, 4096u, 65536u}) {
+    std::vector<uint64_t> offsets;
+    for (uint64_t off = 0; off < f.size(); off += piece) offsets.push_back(off);
+    std::mt19937 rng(static_cast<uint32_t>(piece));
+    std::shuffle(offsets.begin(), offsets.end(), rng);
+    ZipCrcTracker t(fields);
+    std::vector<std::thread> threads;
+    for (int k = 0; k < 4; ++k) {
+      threads.emplace_back([&, k] {
+        for (size_t i = static_cast<size_t>(k); i < offsets.size(); i += 4) {
+          const uint64_t off = offsets[i], len = std::min<uint64_t>(piece, f.size() - off);
+          t.Feed(off, std::span(f).subspan(off, len));
+        }
+      });
+    }
+    for (std::thread& th : threads) th.join();
+    t.Feed(150, std::span(f).subspan(150, 5000));  // again, overlapping pieces: counts once
+    ASSERT_TRUE(t.Complete()) << piece;
+    EXPECT_EQ(t.Crcs(), want) << piece;
+  }
+  // Overlapping pieces fed before the ones they overlap.
+  ZipCrcTracker t(fields);
+  t.Feed(500, std::span(f).subspan(500, 2000));
+  t.Feed(2400, std::span(f).subspan(2400, 100));
+  t.Feed(0, std::span(f).first(3000));
+  t.Feed(3000, std::span(f).subspan(3000));
+  ASSERT_TRUE(t.Complete());
   EXPECT_EQ(t.Crcs(), want);
 }
 

@@ -1,0 +1,132 @@
+"""Readers never wait longer than they must for a lossy seal (issue 17).
+
+A lossy file reads back as its reconstruction once it is closed, so a read
+of a staged lossy file waits for its seal. These tests hold every seal at
+its publication (-o seal_hold=PATH) and check, by results rather than by
+timing, that
+
+  - an open for reading, then fsync and close, an open that is write-only,
+    and a read-only open that reads nothing all return while the seal
+    cannot finish; the first read is what waits;
+  - the file a reader waits for is sealed on the reader's own thread, ahead
+    of files queued before it (with one seal thread, busy with another file).
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import read_file
+from test_lossy import make_ckpt, write_file
+
+torch = pytest.importorskip("torch")
+
+SEAL_OPTS = ["lossy=0.05", "seal_threads=1", "log_level=debug", "device=cpu"]
+
+
+def ckpt_bytes(tmp: Path, seed: int) -> bytes:
+    p = tmp / f"ref{seed}.pt"
+    torch.save(make_ckpt(seed=seed), p)
+    return read_file(p)
+
+
+def wait_for(pred, what: str, timeout: float = 60.0):
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def sealing_line(m, path: Path) -> str:
+    return f"sealing inode {os.stat(path).st_ino}"
+
+
+def held_seals(m) -> int:
+    return m.log_text().count("seal_hold: a seal waits")
+
+
+def in_thread(fn) -> tuple[threading.Thread, dict]:
+    out: dict = {}
+
+    def run():
+        try:
+            out["value"] = fn()
+        except BaseException as e:  # reported by the test
+            out["error"] = e
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t, out
+
+
+def returns_while_held(fn, hold: Path, what: str):
+    """fn() must finish although `hold` keeps every seal from publishing."""
+    t, out = in_thread(fn)
+    t.join(60)
+    assert hold.exists()
+    assert not t.is_alive(), f"{what} waited for a held lossy seal"
+    if "error" in out:
+        raise out["error"]
+
+
+def test_only_reads_wait_for_a_lossy_seal(mount_factory, tmp_path):
+    hold = tmp_path / "hold"
+    hold.touch()
+    m = mount_factory(opts=SEAL_OPTS + [f"seal_hold={hold}"])
+    a, b = m.mnt / "a.pt", m.mnt / "b.pt"
+    raw_b = ckpt_bytes(tmp_path, 2)
+    write_file(a, ckpt_bytes(tmp_path, 1))
+    wait_for(lambda: held_seals(m) == 1, "a.pt's seal to reach the hold")
+    write_file(b, raw_b)  # queued behind a.pt, which holds the only seal thread
+
+    def open_fsync_close(flags):
+        fd = os.open(b, flags)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    returns_while_held(lambda: open_fsync_close(os.O_RDONLY), hold, "open(O_RDONLY) + fsync")
+    returns_while_held(lambda: open_fsync_close(os.O_WRONLY), hold, "open(O_WRONLY) + fsync")
+    returns_while_held(lambda: open(b, "rb").close(), hold, "a read-only open that reads nothing")
+    assert any(f["staged"] for f in m.stats()["files"] if f["path"].endswith("b.pt"))
+
+    reader, got = in_thread(lambda: read_file(b))
+    wait_for(lambda: held_seals(m) == 2, "the reader's seal of b.pt to reach the hold")
+    assert f"{sealing_line(m, b)} (a reader waits for it)" in m.log_text()
+    assert reader.is_alive(), "a read of a staged lossy file returned before its seal"
+    hold.unlink()
+    reader.join(120)
+    assert not reader.is_alive()
+    assert "error" not in got, got.get("error")
+    assert len(got["value"]) == len(raw_b) and got["value"] != raw_b, "the read returned the bytes as written"
+    m.wait_sealed()
+    assert read_file(b) == got["value"], "the reader saw other bytes than the sealed file's"
+
+
+def test_file_a_reader_waits_for_jumps_the_seal_queue(mount_factory, tmp_path):
+    hold = tmp_path / "hold"
+    hold.touch()
+    m = mount_factory(opts=SEAL_OPTS + [f"seal_hold={hold}"])
+    paths = [m.mnt / f"{n}.pt" for n in ("a", "b", "c")]
+    write_file(paths[0], ckpt_bytes(tmp_path, 1))
+    wait_for(lambda: held_seals(m) == 1, "a.pt's seal to reach the hold")
+    for i, p in enumerate(paths[1:], start=2):
+        write_file(p, ckpt_bytes(tmp_path, i))  # queued in order b, c behind a
+    reader, got = in_thread(lambda: read_file(paths[2]))
+    wait_for(lambda: held_seals(m) == 2, "the reader's seal of c.pt to reach the hold")
+    log = m.log_text()
+    assert f"{sealing_line(m, paths[2])} (a reader waits for it)" in log
+    assert sealing_line(m, paths[1]) not in log, "b.pt, queued before c.pt, was sealed first"
+    hold.unlink()
+    reader.join(120)
+    assert not reader.is_alive() and "error" not in got
+    m.wait_sealed()
+    log = m.log_text()
+    assert log.index(sealing_line(m, paths[2])) < log.index(sealing_line(m, paths[1]))
+    assert read_file(paths[2]) == got["value"]
