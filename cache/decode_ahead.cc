@@ -5,8 +5,9 @@
 
 namespace ckptfs {
 
-DecodeAhead::DecodeAhead(ChunkCache* cache, int threads) : cache_(cache) {
-  for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { Work(); });
+void DecodeAhead::Start() {
+  if (started_.exchange(true)) return;
+  for (int i = 0; i < threads_; ++i) workers_.emplace_back([this] { Work(); });
 }
 
 DecodeAhead::~DecodeAhead() {
@@ -20,7 +21,7 @@ DecodeAhead::~DecodeAhead() {
 }
 
 void DecodeAhead::Queue(const ChunkKey& key, uint64_t bytes, Load load) {
-  if (workers_.empty() || cache_->Contains(key)) return;
+  if (threads_ == 0 || !started_ || cache_->Contains(key)) return;
   {
     std::lock_guard lk(mu_);
     if (stop_ || pending_.contains(key)) return;
@@ -56,7 +57,7 @@ void DecodeAhead::Work() {
 }
 
 uint64_t DecodeAhead::WindowChunks(uint64_t chunk_bytes, int depth) const {
-  if (workers_.empty() || chunk_bytes == 0) return 0;
+  if (threads_ == 0 || !started_ || chunk_bytes == 0) return 0;
   int streams = 0;
   {
     std::lock_guard lk(mu_);

@@ -5,6 +5,7 @@
 // ahead are not evicted by other readers' before they are read.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -22,11 +23,15 @@ class DecodeAhead {
  public:
   using Load = std::function<Result<ChunkBytes>()>;
 
-  // threads: decoding threads (0: none, Queue does nothing).
-  DecodeAhead(ChunkCache* cache, int threads);
+  // threads: decoding threads (0: none, Queue does nothing), from Start on.
+  DecodeAhead(ChunkCache* cache, int threads) : cache_(cache), threads_(threads) {}
   ~DecodeAhead();
   DecodeAhead(const DecodeAhead&) = delete;
   DecodeAhead& operator=(const DecodeAhead&) = delete;
+  // Starts the threads. Not part of the constructor: the daemon forks after
+  // its Filesystem exists, and threads do not survive a fork (a mutex one of
+  // them held would stay locked in the child). Until then nothing is queued.
+  void Start();
 
   // A reader streaming through a file (one per open handle): counted from
   // its first read until it is closed, as the cache is shared by all.
@@ -58,7 +63,7 @@ class DecodeAhead {
   void Queue(const ChunkKey& key, uint64_t bytes, Load load);
   // Chunks one stream may have decoded ahead of its reads.
   uint64_t WindowChunks(uint64_t chunk_bytes, int depth) const;
-  int threads() const { return static_cast<int>(workers_.size()); }
+  int threads() const { return threads_; }
   // Decodes finished and queued so far (tests and stats).
   uint64_t decoded() const;
   // Waits until nothing is queued or decoding (tests).
@@ -81,6 +86,8 @@ class DecodeAhead {
   void Work();
 
   ChunkCache* const cache_;
+  const int threads_;
+  std::atomic<bool> started_{false};
   mutable std::mutex mu_;
   std::condition_variable wake_;
   std::condition_variable idle_;

@@ -26,6 +26,7 @@ DecodeAhead::Load Filled(uint64_t index, std::atomic<int>* loads = nullptr) {
 TEST(DecodeAheadTest, SequentialReaderGetsTheWindowAfterItsRead) {
   ChunkCache cache(16 * kChunk);  // budget: 8 chunks
   DecodeAhead pool(&cache, 2);
+  pool.Start();
   DecodeAhead::Stream s(&pool);
   EXPECT_EQ(s.Advance(7, 0, 0, 100, kChunk, 0), (std::vector<uint64_t>{1, 2, 3, 4, 5, 6, 7, 8}));
   // Reads inside the chunk, or of the one before (out-of-order readahead), queue nothing new.
@@ -38,6 +39,7 @@ TEST(DecodeAheadTest, SequentialReaderGetsTheWindowAfterItsRead) {
 TEST(DecodeAheadTest, RandomReadsQueueNothingUntilTheyTurnSequential) {
   ChunkCache cache(16 * kChunk);
   DecodeAhead pool(&cache, 1);
+  pool.Start();
   DecodeAhead::Stream s(&pool);
   EXPECT_TRUE(s.Advance(7, 50, 50, 100, kChunk, 0).empty());
   EXPECT_TRUE(s.Advance(7, 10, 10, 100, kChunk, 0).empty());
@@ -49,6 +51,7 @@ TEST(DecodeAheadTest, RandomReadsQueueNothingUntilTheyTurnSequential) {
 TEST(DecodeAheadTest, WindowShrinksWithReadersAndDeltaDepth) {
   ChunkCache cache(64 * kChunk);  // budget: 32 chunks
   DecodeAhead pool(&cache, 2);
+  pool.Start();
   EXPECT_EQ(pool.WindowChunks(kChunk, 0), DecodeAhead::kMaxWindow);
   EXPECT_EQ(pool.WindowChunks(kChunk, 3), 8u);  // each chunk brings three bases
   std::vector<std::unique_ptr<DecodeAhead::Stream>> streams;
@@ -66,6 +69,7 @@ TEST(DecodeAheadTest, WindowShrinksWithReadersAndDeltaDepth) {
 TEST(DecodeAheadTest, QueuedChunksLandInTheCacheOnce) {
   ChunkCache cache(64 * kChunk);
   DecodeAhead pool(&cache, 2);
+  pool.Start();
   std::atomic<int> loads{0};
   for (int round = 0; round < 3; ++round) {
     for (uint64_t i = 0; i < 10; ++i) pool.Queue({1, i}, kChunk, Filled(i, &loads));
@@ -83,11 +87,27 @@ TEST(DecodeAheadTest, QueuedChunksLandInTheCacheOnce) {
 TEST(DecodeAheadTest, NoThreadsMeansNoDecodeAhead) {
   ChunkCache cache(64 * kChunk);
   DecodeAhead pool(&cache, 0);
+  pool.Start();
   DecodeAhead::Stream s(&pool);
   EXPECT_TRUE(s.Advance(1, 0, 0, 100, kChunk, 0).empty());
   pool.Queue({1, 0}, kChunk, Filled(0));
   pool.WaitIdle();
   EXPECT_EQ(cache.Get({1, 0}), nullptr);
+}
+
+// The daemon forks after its Filesystem exists: threads start after that,
+// and until then nothing is queued that no thread would ever decode.
+TEST(DecodeAheadTest, NothingIsQueuedBeforeStart) {
+  ChunkCache cache(64 * kChunk);
+  DecodeAhead pool(&cache, 2);
+  EXPECT_EQ(pool.WindowChunks(kChunk, 0), 0u);
+  pool.Queue({1, 0}, kChunk, Filled(0));
+  pool.WaitIdle();
+  EXPECT_EQ(cache.Get({1, 0}), nullptr);
+  pool.Start();
+  pool.Queue({1, 0}, kChunk, Filled(0));
+  pool.WaitIdle();
+  EXPECT_NE(cache.Get({1, 0}), nullptr);
 }
 
 // Many readers queueing far more than fits: the cache never holds more than
@@ -96,6 +116,7 @@ TEST(DecodeAheadTest, ManyReadersStayWithinTheCacheLimit) {
   constexpr uint64_t kCapacity = 24 * kChunk;
   ChunkCache cache(kCapacity);
   DecodeAhead pool(&cache, 4);
+  pool.Start();
   std::atomic<bool> done{false};
   std::atomic<uint64_t> most{0};
   std::thread watch([&] {
