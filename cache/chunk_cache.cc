@@ -14,6 +14,11 @@ ChunkBytes ChunkCache::Get(const ChunkKey& key) {
   return it->second->bytes;
 }
 
+bool ChunkCache::Contains(const ChunkKey& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return map_.contains(key) || loading_.contains(key);
+}
+
 Result<ChunkBytes> ChunkCache::GetOrLoad(const ChunkKey& key, const std::function<Result<ChunkBytes>()>& load) {
   std::promise<Result<ChunkBytes>> promise;
   {

@@ -9,13 +9,36 @@
 #include <memory>
 #include <mutex>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
 
 namespace ckptfs {
 
-using ChunkBytes = std::shared_ptr<const std::vector<uint8_t>>;
+// Leaves new elements uninitialised: a chunk is decoded straight into its
+// buffer, so zeroing it first would be one more pass over every byte read.
+template <class T>
+struct DefaultInitAllocator : std::allocator<T> {
+  template <class U>
+  struct rebind {
+    using other = DefaultInitAllocator<U>;
+  };
+  DefaultInitAllocator() = default;
+  template <class U>
+  DefaultInitAllocator(const DefaultInitAllocator<U>&) noexcept {}
+  template <class U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+
+using ChunkBuffer = std::vector<uint8_t, DefaultInitAllocator<uint8_t>>;
+using ChunkBytes = std::shared_ptr<const ChunkBuffer>;
 
 struct ChunkKey {
   uint64_t pack = 0;
@@ -28,6 +51,8 @@ class ChunkCache {
   explicit ChunkCache(uint64_t capacity_bytes) : capacity_(capacity_bytes) {}
 
   ChunkBytes Get(const ChunkKey& key);
+  // Cached or being loaded; counts neither a hit nor a miss.
+  bool Contains(const ChunkKey& key) const;
   // Returns the cached chunk, or runs `load` once for all concurrent callers
   // of the same key while the others wait: a burst of readahead requests
   // for one chunk costs one decode and one buffer, not one per thread.

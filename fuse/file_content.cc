@@ -13,10 +13,10 @@
 namespace ckptfs {
 
 Result<std::shared_ptr<FileContent>> FileContent::Load(Store* store, ChunkCache* cache, UniqueFd stub_fd,
-                                                       std::string label) {
+                                                       std::string label, DecodeAhead* ahead) {
   auto rec = ReadStub(store->env(), stub_fd.get());
   if (!rec.ok()) return rec.status().WithContext("stub of " + label);
-  std::shared_ptr<FileContent> fc(new FileContent(store, cache, std::move(stub_fd), std::move(label)));
+  std::shared_ptr<FileContent> fc(new FileContent(store, cache, ahead, std::move(stub_fd), std::move(label)));
   fc->rec_ = rec.value();
   if (fc->RemoteStagedLocked()) return fc;  // its bytes are on that node until it seals
   if (fc->rec_.state == StubState::kStaged) {
@@ -76,45 +76,93 @@ Status FileContent::FillStat(struct stat* st) {
   return Status::Ok();
 }
 
-Result<size_t> FileContent::ReadSealed(const std::shared_ptr<PackReader>& pack, ObjectId id, uint64_t size,
-                                       uint64_t off, std::span<uint8_t> out) {
-  if (off >= size) return size_t{0};
-  const uint64_t end = std::min<uint64_t>(size, off + out.size());
-  const uint64_t cs = pack->header().chunk_size;
-  uint64_t pos = off;
-  while (pos < end) {
+namespace {
+
+// Holes are replied from here. Never written, so it stays in .bss on the
+// kernel's shared zero page and costs no memory.
+alignas(4096) uint8_t zero_block[1u << 20];
+
+void AppendZeros(uint64_t n, ReadPieces* out) {
+  while (n > 0) {
+    const uint64_t piece = std::min<uint64_t>(n, sizeof(zero_block));
+    out->iov.push_back(iovec{zero_block, piece});
+    n -= piece;
+  }
+}
+
+}  // namespace
+
+void FileContent::DecodeAheadOf(const SealedRange& file, uint64_t first, uint64_t last, DecodeAhead::Stream* stream) {
+  if (ahead_ == nullptr || stream == nullptr) return;
+  const PackReader& pack = *file.pack;
+  const uint64_t cs = pack.header().chunk_size;
+  const std::vector<uint64_t> next =
+      stream->Advance(file.id, first, last, pack.chunks().size(), cs, pack.meta().max_depth());
+  for (uint64_t index : next) {
+    const ChunkEntry& e = pack.chunks()[index];
+    if (e.codec == ChunkCodec::kZero) continue;
+    // The pool's load goes around the cache: it runs inside the cache's own
+    // load of this key, which waits for nothing but the decode.
+    ahead_->Queue(ChunkKey{file.id, index}, e.raw_len, [store = store_, file, index] {
+      return store->LoadChunk(*file.pack, file.id, index, nullptr);
+    });
+  }
+}
+
+Status FileContent::ReadSealed(const SealedRange& file, uint64_t off, size_t len, DecodeAhead::Stream* stream,
+                               ReadPieces* out) {
+  if (off >= file.size || len == 0) return Status::Ok();
+  const uint64_t end = std::min<uint64_t>(file.size, off + len);
+  const uint64_t cs = file.pack->header().chunk_size;
+  DecodeAheadOf(file, off / cs, (end - 1) / cs, stream);
+  for (uint64_t pos = off; pos < end;) {
     const uint64_t index = pos / cs;
     const uint64_t within = pos - index * cs;
-    const ChunkEntry& e = pack->chunks().at(index);
+    const ChunkEntry& e = file.pack->chunks().at(index);
     const uint64_t n = std::min<uint64_t>(end - pos, e.raw_len - within);
-    uint8_t* dst = out.data() + (pos - off);
     if (e.codec == ChunkCodec::kZero) {
-      std::memset(dst, 0, n);  // holes need no decode and no cache space
+      AppendZeros(n, out);  // holes need no decode and no cache space
     } else {
-      auto chunk = store_->LoadChunk(*pack, id, index, cache_);
+      auto chunk = store_->LoadChunk(*file.pack, file.id, index, cache_);
       if (!chunk.ok()) return Fail(chunk.status(), "read", index * cs);
-      std::memcpy(dst, chunk.value()->data() + within, n);
+      out->iov.push_back(iovec{const_cast<uint8_t*>(chunk.value()->data() + within), n});
+      out->held.push_back(std::move(chunk).value());
     }
     pos += n;
   }
-  return static_cast<size_t>(end - off);
+  out->size = static_cast<size_t>(end - off);
+  return Status::Ok();
 }
 
-Result<size_t> FileContent::Read(uint64_t off, std::span<uint8_t> out) {
+Result<ReadPieces> FileContent::ReadForReply(uint64_t off, size_t size, DecodeAhead::Stream* stream,
+                                             const std::function<std::span<uint8_t>()>& staged_buffer) {
+  ReadPieces out;
   std::unique_lock lk(mu_);
   if (RemoteStagedLocked()) return Status::Error(ESTALE, "file is being written on another node");
   if (std::shared_ptr<Staging> sp = staging_) {
     lk.unlock();
-    return store_->env()->PRead(sp->fd.get(), out, off);
+    const std::span<uint8_t> buf = staged_buffer().first(size);
+    ASSIGN_OR_RETURN(out.size, store_->env()->PRead(sp->fd.get(), buf, off));
+    out.iov.push_back(iovec{buf.data(), out.size});
+    return out;
   }
-  if (rec_.object == 0 || off >= rec_.size) return size_t{0};
+  if (rec_.object == 0 || off >= rec_.size) return out;
   auto pack = PackLocked();
   if (!pack.ok()) return Fail(pack.status(), "open pack of", off);
-  std::shared_ptr<PackReader> p = pack.value();
-  const ObjectId id = rec_.object;
-  const uint64_t size = rec_.size;
+  const SealedRange file{.pack = pack.value(), .id = rec_.object, .size = rec_.size};
   lk.unlock();
-  return ReadSealed(p, id, size, off, out);
+  RETURN_IF_ERROR(ReadSealed(file, off, size, stream, &out));
+  return out;
+}
+
+Result<size_t> FileContent::Read(uint64_t off, std::span<uint8_t> out) {
+  ASSIGN_OR_RETURN(ReadPieces pieces, ReadForReply(off, out.size(), nullptr, [out] { return out; }));
+  uint8_t* dst = out.data();
+  for (const iovec& v : pieces.iov) {
+    if (v.iov_base != dst) std::memcpy(dst, v.iov_base, v.iov_len);
+    dst += v.iov_len;
+  }
+  return pieces.size;
 }
 
 Status FileContent::EnsureStagedLocked(uint64_t keep_bytes) {

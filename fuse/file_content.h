@@ -7,34 +7,53 @@
 #pragma once
 
 #include <sys/stat.h>
+#include <sys/uio.h>
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 #include "base/unique_fd.h"
 #include "cache/chunk_cache.h"
+#include "cache/decode_ahead.h"
 #include "store/pack.h"
 #include "store/store.h"
 #include "store/stub.h"
 
 namespace ckptfs {
 
+// The bytes of one read, for fuse_reply_iov: pieces of decoded chunks in the
+// cache, which `held` keeps alive until the reply is sent, of a static
+// block of zeros for holes, or of the caller's buffer for a staged file.
+struct ReadPieces {
+  std::vector<iovec> iov;
+  std::vector<ChunkBytes> held;
+  size_t size = 0;
+};
+
 class FileContent {
  public:
   // stub_fd: the stub opened O_RDWR; label: how log lines name the file.
+  // ahead: decodes chunks ahead of sequential readers (null: none).
   static Result<std::shared_ptr<FileContent>> Load(Store* store, ChunkCache* cache, UniqueFd stub_fd,
-                                                   std::string label);
+                                                   std::string label, DecodeAhead* ahead = nullptr);
 
   // Fills size, blocks and (when staged) mtime/ctime into a stat of the stub.
   Status FillStat(struct stat* st);
   Result<size_t> Read(uint64_t off, std::span<uint8_t> out);
+  // A read of up to `size` bytes without copying decoded chunks. `stream`
+  // (may be null) is the handle's, for decode-ahead; a staged file is read
+  // into staged_buffer(), which must give at least `size` bytes.
+  Result<ReadPieces> ReadForReply(uint64_t off, size_t size, DecodeAhead::Stream* stream,
+                                  const std::function<std::span<uint8_t>()>& staged_buffer);
   // A write, in two halves, because libfuse moves the bytes itself (spliced
   // from /dev/fuse when it can): BeginWrite stages the file and returns the
   // staging fd, which stays valid until EndWrite.
@@ -108,15 +127,20 @@ class FileContent {
     UniqueFd fd;
   };
 
-  FileContent(Store* store, ChunkCache* cache, UniqueFd stub_fd, std::string label)
-      : store_(store), cache_(cache), stub_fd_(std::move(stub_fd)), label_(std::move(label)) {}
+  FileContent(Store* store, ChunkCache* cache, DecodeAhead* ahead, UniqueFd stub_fd, std::string label)
+      : store_(store), cache_(cache), ahead_(ahead), stub_fd_(std::move(stub_fd)), label_(std::move(label)) {}
 
   Status EnsureStagedLocked(uint64_t keep_bytes);
   Status SyncContent();
   Status SyncNewDirEntry();
   Result<std::shared_ptr<PackReader>> PackLocked();
-  Result<size_t> ReadSealed(const std::shared_ptr<PackReader>& pack, ObjectId id, uint64_t size, uint64_t off,
-                            std::span<uint8_t> out);
+  struct SealedRange {
+    std::shared_ptr<PackReader> pack;
+    ObjectId id = 0;
+    uint64_t size = 0;  // of the file
+  };
+  Status ReadSealed(const SealedRange& file, uint64_t off, size_t len, DecodeAhead::Stream* stream, ReadPieces* out);
+  void DecodeAheadOf(const SealedRange& file, uint64_t first, uint64_t last, DecodeAhead::Stream* stream);
   void MaybeReleaseObjectsLocked();
   bool NeedsSealLocked() const { return open_writers_ == 0 && staging_ && !unlinked_; }
   bool RemoteStagedLocked() const { return rec_.state == StubState::kStaged && rec_.node != store_->node_id(); }
@@ -127,6 +151,7 @@ class FileContent {
 
   Store* const store_;
   ChunkCache* const cache_;
+  DecodeAhead* const ahead_;
   const UniqueFd stub_fd_;
   const std::string label_;
 

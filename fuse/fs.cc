@@ -2,9 +2,21 @@
 
 #include <fcntl.h>
 
+#include <algorithm>
+#include <thread>
+
 #include "base/log.h"
 
 namespace ckptfs {
+
+namespace {
+
+int DecodeThreads(int configured) {
+  if (configured >= 0) return configured;
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+}
+
+}  // namespace
 
 Result<std::unique_ptr<Filesystem>> Filesystem::Open(Store* store, const FsConfig& cfg) {
   Env* env = store->env();
@@ -18,6 +30,7 @@ Filesystem::Filesystem(Store* store, const FsConfig& cfg, UniqueFd ns_root, cons
     : store_(store),
       cfg_(cfg),
       cache_(cfg.cache_bytes),
+      decode_ahead_(&cache_, DecodeThreads(cfg.decode_threads)),
       inodes_(store->env(), std::move(ns_root), ns_root_st),
       seals_(cfg.seal_threads) {
   // Bases of deltas and references are decoded chunks like any other: one
@@ -29,7 +42,8 @@ Result<std::shared_ptr<FileContent>> Filesystem::ContentOf(Inode& inode) {
   std::lock_guard lk(inode.content_mu);
   if (inode.content) return inode.content;
   ASSIGN_OR_RETURN(UniqueFd stub, store_->env()->OpenAt(AT_FDCWD, ProcFdPath(inode.fd.get()), O_RDWR | O_CLOEXEC));
-  auto content = FileContent::Load(store_, &cache_, std::move(stub), "inode " + std::to_string(inode.ino));
+  auto content =
+      FileContent::Load(store_, &cache_, std::move(stub), "inode " + std::to_string(inode.ino), &decode_ahead_);
   if (!content.ok()) {
     spdlog::error("cannot load {}: {}", FdPathForLog(inode.fd.get()), content.status().message());
     return content.status();

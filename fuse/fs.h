@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "cache/chunk_cache.h"
+#include "cache/decode_ahead.h"
 #include "fuse/inode.h"
 #include "fuse/seal_queue.h"
 #include "store/store.h"
@@ -20,6 +21,8 @@ struct FsConfig {
   double attr_timeout = 1.0;
   double entry_timeout = 1.0;
   uint64_t cache_bytes = 128ull << 20;
+  // Threads decoding chunks ahead of sequential readers (0: none; -1: one per core).
+  int decode_threads = -1;
   int seal_threads = 1;
   bool writeback_cache = false;
   // Below 1 MiB so that a request fits a pipe without CAP_SYS_RESOURCE;
@@ -37,6 +40,7 @@ class Filesystem {
 
   Store* store() { return store_; }
   ChunkCache& cache() { return cache_; }
+  DecodeAhead& decode_ahead() { return decode_ahead_; }
   InodeTable& inodes() { return inodes_; }
   SealQueue& seals() { return seals_; }
   const FsConfig& config() const { return cfg_; }
@@ -63,6 +67,7 @@ class Filesystem {
   Store* store_;
   FsConfig cfg_;
   ChunkCache cache_;
+  DecodeAhead decode_ahead_;  // after cache_: its threads stop before the cache goes
   InodeTable inodes_;
   SealQueue seals_;
   std::function<void()> after_init_;

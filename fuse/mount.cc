@@ -107,6 +107,7 @@ void FuseMount::StartSealing() {
   spdlog::info("sealing: {} file(s) at a time, {} worker(s) per file", opts_.fs.seal_threads,
                store_->options().seal_workers);
   fs_->seals().Start();
+  fs_->decode_ahead().Start();
 }
 
 int FuseMount::Serve() {

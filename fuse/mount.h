@@ -39,7 +39,7 @@ class FuseMount {
   FuseMount(const FuseMount&) = delete;
   FuseMount& operator=(const FuseMount&) = delete;
 
-  // Starts the sealing threads. Not part of Mount: a daemon forks after it
+  // Starts the sealing and decode-ahead threads. Not part of Mount: a daemon forks after it
   // mounts (so that a failed mount is reported on the terminal), and
   // threads do not survive a fork.
   void StartSealing();

@@ -50,9 +50,12 @@ Env* E(fuse_req_t req) { return Fs(req).store()->env(); }
 Inode& In(fuse_req_t req, fuse_ino_t ino) { return Fs(req).inodes().Get(ino); }
 
 struct FileHandle {
+  FileHandle(Inode* i, std::shared_ptr<FileContent> c, bool w, DecodeAhead* ahead)
+      : inode(i), content(std::move(c)), writable(w), stream(ahead) {}
   Inode* inode;
   std::shared_ptr<FileContent> content;
   bool writable;
+  DecodeAhead::Stream stream;  // where this handle reads, for decode-ahead
   // A read-only handle on a staged lossy file: its first read seals the
   // file (FileContent::SealForLossyRead), so the open need not wait.
   std::atomic<bool> seal_before_read{false};
@@ -295,7 +298,9 @@ void OpenHandle(fuse_req_t req, Inode& inode, fuse_file_info* fi, const fuse_ent
   }
   fs.inodes().Opened(inode);
   content.value()->OnOpen(writable);
-  fi->fh = reinterpret_cast<uintptr_t>(new FileHandle{&inode, content.value(), writable, seal_before_read});
+  auto* handle = new FileHandle(&inode, content.value(), writable, &fs.decode_ahead());
+  handle->seal_before_read.store(seal_before_read, std::memory_order_relaxed);
+  fi->fh = reinterpret_cast<uintptr_t>(handle);
   // Every write passes through this kernel, so its page cache stays valid,
   // except across a seal, which may rewrite the bytes (lossy mode): the
   // pages of the bytes as written go now, before the seal that the first
@@ -381,16 +386,21 @@ Status SealBeforeFirstRead(FileHandle& h) {
   return Status::Ok();
 }
 
+// Replies straight from the decoded chunks in the cache (fuse_reply_iov
+// gathers them in one writev to /dev/fuse); `pieces` holds them until then.
 void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi) {
-  // One reply buffer per worker thread, reused: a fresh megabyte per read
-  // costs page faults, zeroing and TLB shootdowns on every request.
-  thread_local std::vector<uint8_t> reply;
-  if (reply.size() < size) reply.resize(size);
-  std::span<uint8_t> buf(reply.data(), size);
-  if (Status s = SealBeforeFirstRead(*FH(fi)); !s.ok()) return ReplyErr(req, s);
-  auto n = FH(fi)->content->Read(static_cast<uint64_t>(off), buf);
-  if (!n.ok()) return ReplyErr(req, n.status());
-  fuse_reply_buf(req, reinterpret_cast<const char*>(buf.data()), n.value());
+  FileHandle* h = FH(fi);
+  if (Status s = SealBeforeFirstRead(*h); !s.ok()) return ReplyErr(req, s);
+  // A staged file is read into one buffer per worker thread, reused: a fresh
+  // megabyte per read costs page faults and TLB shootdowns on every request.
+  auto staged_buffer = [size] {
+    thread_local std::vector<uint8_t> buf;
+    if (buf.size() < size) buf.resize(size);
+    return std::span<uint8_t>(buf.data(), size);
+  };
+  auto pieces = h->content->ReadForReply(static_cast<uint64_t>(off), size, &h->stream, staged_buffer);
+  if (!pieces.ok()) return ReplyErr(req, pieces.status());
+  fuse_reply_iov(req, pieces->iov.data(), static_cast<int>(pieces->iov.size()));
 }
 
 // Moves the payload from the request buffer (a pipe, when libfuse spliced

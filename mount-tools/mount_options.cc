@@ -138,6 +138,10 @@ const MountOptionSpec kTable[] = {
     {"cache_size", Takes::kValue, "SIZE",
      [](const OptionArg& a, MountOptions* o) { return Into(Size(a), &o->fuse.fs.cache_bytes); },
      "decoded-chunk cache limit", [](const MountOptions& d) { return ShowSize(d.fuse.fs.cache_bytes); }},
+    {"decode_threads", Takes::kValue, "N",
+     [](const OptionArg& a, MountOptions* o) { return Into(IntIn(a, 0, 256), &o->fuse.fs.decode_threads); },
+     "threads decoding chunks ahead of sequential readers, within half the cache, 0..256 (0: none; default: one "
+     "per core)"},
     {"chunk_size", Takes::kValue, "SIZE",
      [](const OptionArg& a, MountOptions* o) {
        return Into(SizeIn(a, 4096, 256u << 20, true, "must be a power of two from 4K to 256M"), &o->store.chunk_size);

@@ -238,7 +238,21 @@ Result<std::shared_ptr<PackReader>> PackReader::Open(std::unique_ptr<PackBytes> 
   return r;
 }
 
+Status BaseSource::UsePackRange(ObjectId pack, uint64_t offset, uint64_t len,
+                                const std::function<Status(std::span<const uint8_t>)>& use) {
+  std::vector<uint8_t> bytes(len);
+  RETURN_IF_ERROR(ReadPackRange(pack, offset, bytes));
+  return use(bytes);
+}
+
 Status PackReader::ReadChunk(uint64_t index, std::vector<uint8_t>* out, BaseSource* bases) const {
+  if (index < chunks_.size()) out->resize(chunks_[index].raw_len);
+  Status s = ReadChunkInto(index, *out, bases);
+  if (!s.ok()) out->clear();  // never hand back bytes that failed verification
+  return s;
+}
+
+Status PackReader::ReadChunkInto(uint64_t index, std::span<uint8_t> out, BaseSource* bases) const {
   if (index >= chunks_.size()) {
     return Status::InvalidArgument("pack " + name_ + ": chunk " + std::to_string(index) + " out of range (" +
                                    std::to_string(chunks_.size()) + " chunks)");
@@ -246,26 +260,24 @@ Status PackReader::ReadChunk(uint64_t index, std::vector<uint8_t>* out, BaseSour
   const ChunkEntry& e = chunks_[index];
   const std::string ctx = "pack " + name_ + ": chunk " + std::to_string(index) + " (offset " +
                           std::to_string(index * header_.chunk_size) + ")";
-  auto fail = [&](const Status& s) {
-    out->clear();  // never hand back bytes that failed verification
-    return s;
-  };
-
+  if (out.size() != e.raw_len) {
+    return Status::InvalidArgument(ctx + ": buffer of " + std::to_string(out.size()) + " bytes for " +
+                                   std::to_string(e.raw_len));
+  }
   // Chunks stored against a base read that base first, which may recurse
   // into this thread's scratch buffer: they keep their payload locally.
   const bool needs_base = StoredAgainstBase(e.codec);
   std::vector<uint8_t> local;
   std::vector<uint8_t>& stored = needs_base ? local : ScratchBuffer();
   stored.resize(e.stored_len);
-  if (Status s = source_->ReadExact(stored, e.offset); !s.ok()) return fail(s.WithContext(ctx));
+  if (Status s = source_->ReadExact(stored, e.offset); !s.ok()) return s.WithContext(ctx);
   if (!ChecksumMatches(Checksum64(stored, kSeedChunkStored ^ index), e.stored_checksum)) {
-    return fail(Status::Corruption(ctx + ": stored checksum mismatch"));
+    return Status::Corruption(ctx + ": stored checksum mismatch");
   }
-  out->resize(e.raw_len);
-  Status decoded = needs_base ? DecodeAgainstBase(e.codec, stored, *out, bases) : DecodeChunk(e.codec, stored, *out);
-  if (!decoded.ok()) return fail(decoded.WithContext(ctx));
-  if (!ChecksumMatches(Checksum64(*out, kSeedChunkRaw ^ index), e.raw_checksum)) {
-    return fail(Status::Corruption(ctx + ": raw checksum mismatch"));
+  Status decoded = needs_base ? DecodeAgainstBase(e.codec, stored, out, bases) : DecodeChunk(e.codec, stored, out);
+  if (!decoded.ok()) return decoded.WithContext(ctx);
+  if (!ChecksumMatches(Checksum64(out, kSeedChunkRaw ^ index), e.raw_checksum)) {
+    return Status::Corruption(ctx + ": raw checksum mismatch");
   }
   return Status::Ok();
 }
@@ -282,12 +294,14 @@ Status PackReader::DecodeAgainstBase(ChunkCodec codec, std::span<const uint8_t> 
   const std::string what = std::string(ChunkCodecName(codec)) + " chunk against pack " + ObjectIdHex(base) +
                            " offset " + std::to_string(off);
   if (codec == ChunkCodec::kRef) return bases->ReadPackRange(base, off, out).WithContext(what);
-  std::vector<uint8_t> base_bytes(out.size());
-  RETURN_IF_ERROR(bases->ReadPackRange(base, off, base_bytes).WithContext(what));
-  if (codec == ChunkCodec::kLossy) {
-    return lossy::DecodeLossyChunk(stored.subspan(kBaseRefSize), base_bytes, out).WithContext(what);
-  }
-  return DecodeDeltaChunk(stored.subspan(kBaseRefSize), base_bytes, out).WithContext(what);
+  const std::span<const uint8_t> payload = stored.subspan(kBaseRefSize);
+  return bases
+      ->UsePackRange(base, off, out.size(),
+                     [&](std::span<const uint8_t> base_bytes) {
+                       if (codec == ChunkCodec::kLossy) return lossy::DecodeLossyChunk(payload, base_bytes, out);
+                       return DecodeDeltaChunk(payload, base_bytes, out);
+                     })
+      .WithContext(what);
 }
 
 Result<std::pair<ObjectId, uint64_t>> PackReader::ChunkBase(uint64_t index) const {

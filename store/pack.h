@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -39,6 +40,11 @@ class BaseSource {
  public:
   virtual ~BaseSource() = default;
   virtual Status ReadPackRange(ObjectId pack, uint64_t offset, std::span<uint8_t> out) = 0;
+  // Runs `use` on the bytes of [offset, offset+len) of `pack`. A source with
+  // a cache of decoded chunks lends a range inside one chunk without copying
+  // it; this default reads it into a buffer.
+  virtual Status UsePackRange(ObjectId pack, uint64_t offset, uint64_t len,
+                              const std::function<Status(std::span<const uint8_t>)>& use);
   // When [offset, offset+len) is exactly one ref or delta chunk of `pack`:
   // the base pack and offset that chunk names.
   virtual std::optional<std::pair<ObjectId, uint64_t>> BaseOfChunk(ObjectId pack, uint64_t offset, uint64_t len) {
@@ -123,6 +129,9 @@ class PackReader {
   // the pack, the chunk and its logical offset. kRef/kDelta chunks read
   // their base through `bases` (an error when null).
   Status ReadChunk(uint64_t index, std::vector<uint8_t>* out, BaseSource* bases = nullptr) const;
+  // The same into `out`, which must be exactly raw_len bytes; what it holds
+  // after a failure is unspecified.
+  Status ReadChunkInto(uint64_t index, std::span<uint8_t> out, BaseSource* bases = nullptr) const;
   // The base pack and offset a kRef/kDelta chunk names (fsck, stats).
   Result<std::pair<ObjectId, uint64_t>> ChunkBase(uint64_t index) const;
   // Starts reading chunk `index` ahead (no-op when out of range): the

@@ -648,31 +648,67 @@ std::optional<std::pair<ObjectId, uint64_t>> Store::BaseOfChunk(ObjectId pack, u
 Result<ChunkBytes> Store::LoadChunk(const PackReader& pack, ObjectId id, uint64_t index, ChunkCache* cache) {
   auto load = [&]() -> Result<ChunkBytes> {
     pack.Prefetch(index + 1);
-    auto bytes = std::make_shared<std::vector<uint8_t>>();
-    RETURN_IF_ERROR(pack.ReadChunk(index, bytes.get(), this));
+    if (index >= pack.chunks().size()) return pack.ReadChunkInto(index, {}, this);  // its out-of-range error
+    auto bytes = std::make_shared<ChunkBuffer>(pack.chunks()[index].raw_len);
+    RETURN_IF_ERROR(pack.ReadChunkInto(index, *bytes, this));
     return ChunkBytes(std::move(bytes));
   };
   return cache != nullptr ? cache->GetOrLoad(ChunkKey{id, index}, load) : load();
 }
 
-Status Store::ReadPackRange(ObjectId pack, uint64_t offset, std::span<uint8_t> out) {
-  thread_local int nesting = 0;
-  if (nesting >= kMaxBaseNesting) {
+namespace {
+
+// Bounds the recursion of bases reading their own bases on this thread.
+class BaseNesting {
+ public:
+  BaseNesting() { ++depth(); }
+  ~BaseNesting() { --depth(); }
+  static Status Check(ObjectId pack) {
+    if (depth() < kMaxBaseNesting) return Status::Ok();
     return Status::Corruption("base references nest deeper than " + std::to_string(kMaxBaseNesting) +
                               " packs at pack " + ObjectIdHex(pack) + " (a reference cycle?)");
   }
-  ++nesting;
-  struct Leave {
-    ~Leave() { --nesting; }
-  } leave;
+
+ private:
+  static int& depth() {
+    thread_local int d = 0;
+    return d;
+  }
+};
+
+}  // namespace
+
+Result<std::shared_ptr<PackReader>> Store::BaseRangeReader(ObjectId pack, uint64_t offset, uint64_t len) {
   Result<std::shared_ptr<PackReader>> reader = CachedPack(pack);
   if (!reader.ok()) return reader.status().WithContext("base pack " + ObjectIdHex(pack));
-  const PackReader& r = **reader;
-  const uint64_t cs = r.header().chunk_size;
-  if (offset > r.header().logical_size || r.header().logical_size - offset < out.size()) {
-    return Status::Corruption("range " + std::to_string(offset) + "+" + std::to_string(out.size()) +
+  const PackHeader& h = (*reader)->header();
+  if (offset > h.logical_size || h.logical_size - offset < len) {
+    return Status::Corruption("range " + std::to_string(offset) + "+" + std::to_string(len) +
                               " is outside base pack " + ObjectIdHex(pack));
   }
+  return reader;
+}
+
+// A delta's base usually lines up with one chunk of its base pack: the
+// decoder then reads that cached chunk in place, no copy and no buffer.
+Status Store::UsePackRange(ObjectId pack, uint64_t offset, uint64_t len,
+                           const std::function<Status(std::span<const uint8_t>)>& use) {
+  RETURN_IF_ERROR(BaseNesting::Check(pack));
+  BaseNesting nested;
+  ASSIGN_OR_RETURN(std::shared_ptr<PackReader> reader, BaseRangeReader(pack, offset, len));
+  const uint64_t cs = reader->header().chunk_size;
+  const uint64_t index = offset / cs, within = offset - index * cs;
+  if (len == 0 || within + len > reader->chunks()[index].raw_len) return BaseSource::UsePackRange(pack, offset, len, use);
+  ASSIGN_OR_RETURN(ChunkBytes chunk, LoadChunk(*reader, pack, index, base_cache_));
+  return use(std::span<const uint8_t>(chunk->data() + within, len));
+}
+
+Status Store::ReadPackRange(ObjectId pack, uint64_t offset, std::span<uint8_t> out) {
+  RETURN_IF_ERROR(BaseNesting::Check(pack));
+  BaseNesting nested;
+  ASSIGN_OR_RETURN(std::shared_ptr<PackReader> reader, BaseRangeReader(pack, offset, out.size()));
+  const PackReader& r = *reader;
+  const uint64_t cs = r.header().chunk_size;
   uint64_t pos = offset;
   while (pos < offset + out.size()) {
     const uint64_t index = pos / cs, within = pos - index * cs;

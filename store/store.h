@@ -235,6 +235,8 @@ class Store : public BaseSource {
   // Bytes [offset, offset+out.size()) of a pack's logical content, through
   // `base_cache` when set. Chunks stored against other packs use this.
   Status ReadPackRange(ObjectId pack, uint64_t offset, std::span<uint8_t> out) override;
+  Status UsePackRange(ObjectId pack, uint64_t offset, uint64_t len,
+                      const std::function<Status(std::span<const uint8_t>)>& use) override;
   std::optional<std::pair<ObjectId, uint64_t>> BaseOfChunk(ObjectId pack, uint64_t offset, uint64_t len) override;
   void SetBaseCache(ChunkCache* cache) { base_cache_ = cache; }
   // Chunk `index` of pack `id` decoded, through `cache` when not null (one
@@ -341,6 +343,8 @@ class Store : public BaseSource {
   Status OpenPackObjects(const std::string& packs, const std::string& rados_namespace);
   std::string rados_namespace_;
   Result<std::shared_ptr<PackReader>> CachedPack(ObjectId id);
+  // The base pack of a delta or reference, once [offset, offset+len) is known to lie inside it.
+  Result<std::shared_ptr<PackReader>> BaseRangeReader(ObjectId pack, uint64_t offset, uint64_t len);
   Status DecodePackInto(ObjectId id, uint64_t keep_bytes, int dst_fd);
   Status DeleteDeadPacks(const std::vector<ObjectId>& dead);
   // Makes every namespace change so far durable (syncfs). Called before an

@@ -9,7 +9,7 @@
 namespace ckptfs {
 namespace {
 
-ChunkBytes Bytes(size_t n, uint8_t fill = 1) { return std::make_shared<const std::vector<uint8_t>>(n, fill); }
+ChunkBytes Bytes(size_t n, uint8_t fill = 1) { return std::make_shared<const ChunkBuffer>(n, fill); }
 
 TEST(ChunkCacheTest, GetPutAndCounters) {
   ChunkCache c(10000);

@@ -1,0 +1,297 @@
+#!/usr/bin/env python3
+"""Restore benchmark: a model + AdamW checkpoint (torch.save) and its delta
+successor, saved through one ckptfs daemon (lossless and `lossy=0.05`
+subtrees) and directly to a plain directory on the same disk.
+
+Columns: save stall (torch.save + fsync), seal time and MB/s per core, cold
+torch.load and cold `cat` (page cache dropped and daemon restarted before
+each), 8 concurrent readers each loading its own shard, the daemon's peak
+RSS, and the mount/direct ratio of every timing, all from this one run.
+Markdown on stdout, JSON in bench/out/.
+
+  .venv-debian/bin/python bench/restore.py --gb 4
+  .venv-debian/bin/python bench/restore.py --gb 1 --shard-mb 128   # quicker
+"""
+import argparse
+import multiprocessing as mp
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _common as C  # noqa: E402
+
+READERS = 8
+
+
+def build_model(gb, width):
+    # checkpoint bytes ~= 3 x params x 4 (weights + exp_avg + exp_avg_sq)
+    layers = max(1, round(gb * (1 << 30) / 12 / (width * width + width)))
+    return torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(layers)])
+
+
+def train_step(model, opt, width):
+    x = torch.randn(16, width)
+    loss = (model(x) - x).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+
+
+def timed_save(obj, path):
+    """The save stall a trainer sees: torch.save, then fsync (what DCP and
+    Lightning-style savers do before they report a checkpoint done)."""
+    os.sync()
+    t0 = time.perf_counter()
+    with open(path, "wb") as f:
+        torch.save(obj, f)
+        f.flush()
+        os.fsync(f.fileno())
+    return time.perf_counter() - t0
+
+
+def timed_load(path):
+    t0 = time.perf_counter()
+    torch.load(path, map_location="cpu")
+    return time.perf_counter() - t0
+
+
+def timed_cat(path):
+    t0 = time.perf_counter()
+    subprocess.run(["cat", path], stdout=subprocess.DEVNULL, check=True)
+    return time.perf_counter() - t0
+
+
+class Daemon:
+    """The ckptfs mount, restarted before each cold read so that its chunk
+    cache is as cold as the page cache after drop_caches. Keeps the highest
+    VmHWM of all the daemons it started."""
+
+    def __init__(self, backing, mnt, opts):
+        self.backing, self.mnt, self.opts = backing, mnt, opts
+        self.peak_kib = 0
+        self.pid = None
+
+    def start(self):
+        C.mount(self.backing, self.mnt, self.opts)
+        self.pid = C.daemon_pid(self.backing)
+
+    def note_peak(self):
+        h = C.status_kib(self.pid, "VmHWM") if self.pid else None
+        self.peak_kib = max(self.peak_kib, h or 0)
+
+    def stop(self):
+        self.note_peak()
+        C.umount(self.mnt, self.backing)
+        self.pid = None
+
+    def restart(self):
+        self.stop()
+        self.start()
+
+
+def cold(daemon, path, fn):
+    """fn(path) with the page cache dropped and, for a file on the mount, a
+    fresh daemon."""
+    if path.startswith(daemon.mnt + os.sep):
+        daemon.restart()
+    if not C.drop_caches():
+        sys.exit("cannot drop the page cache (run as root): cold reads would be warm")
+    return fn(path)
+
+
+def _shard_reader(path, start, done):
+    start.wait()
+    t0 = time.perf_counter()
+    torch.load(path, map_location="cpu")
+    done.put((t0, time.perf_counter()))
+
+
+def concurrent_loads(paths):
+    """Seconds from the common start until the last of len(paths) processes,
+    each loading its own file, is done. Processes are forked with torch
+    already imported, so that no start-up is timed."""
+    ctx = mp.get_context("fork")
+    start, done = ctx.Event(), ctx.Queue()
+    procs = [ctx.Process(target=_shard_reader, args=(p, start, done)) for p in paths]
+    for p in procs:
+        p.start()
+    time.sleep(0.5)
+    t0 = time.perf_counter()
+    start.set()
+    ends = [done.get()[1] for _ in procs]
+    for p in procs:
+        p.join()
+        if p.exitcode != 0:
+            sys.exit(f"a shard reader failed (exit {p.exitcode})")
+    return max(ends) - t0
+
+
+def make_shards(state, shard_bytes):
+    """READERS dicts of tensors cut from the checkpoint's tensors (weights and
+    Adam moments), each about shard_bytes."""
+    flat = [t.reshape(-1) for t in state["model"].values()]
+    for s in state["optim"]["state"].values():
+        flat += [s["exp_avg"].reshape(-1), s["exp_avg_sq"].reshape(-1)]
+    allv = torch.cat(flat)
+    per = shard_bytes // 4
+    if per * READERS > allv.numel():
+        sys.exit(f"--shard-mb too big: the checkpoint has {allv.numel() * 4 >> 20} MB of tensors")
+    return [{"shard": i, "w": allv[i * per:(i + 1) * per].clone()} for i in range(READERS)]
+
+
+def seal_seconds(mnt):
+    return C.wait_sealed(mnt, poll=0.05)[1]
+
+
+def save_everywhere(obj, name, dirs, mnt, results):
+    """Saves obj as `name` in each of dirs (direct, lossless, lossy), waiting
+    for each seal before the next save so that no save pays for a seal."""
+    for kind, d in dirs.items():
+        r = results.setdefault((name, kind), {"file": name, "kind": kind})
+        r["save_s"] = timed_save(obj, os.path.join(d, name))
+        r["bytes"] = os.path.getsize(os.path.join(d, name))
+        if kind != "direct":
+            r["seal_s"] = seal_seconds(mnt)
+        print(f"saved {kind}/{name}: save {r['save_s']:.2f}s"
+              + (f", sealed {r['seal_s']:.2f}s later" if "seal_s" in r else ""), flush=True)
+
+
+def ratio(a, b):
+    return f"{a / b:.2f}x" if a is not None and b else "-"
+
+
+def pair(a, b):
+    return f"{a:.2f} / {b:.2f} ({ratio(a, b)})"
+
+
+def table(results, stats, cores):
+    by_path = {f["path"].lstrip("/"): f for f in stats["files"]}
+    rows = []
+    for name in ("ckpt-1.pt", "ckpt-2.pt"):
+        d = results[(name, "direct")]
+        for kind in ("lossless", "lossy"):
+            r = results[(name, kind)]
+            st = by_path.get(f"{kind}/{name}", {})
+            mbps = r["bytes"] / 1e6 / r["seal_s"] if r["seal_s"] else None
+            rows.append([
+                f"{name} {kind}" + (" (delta successor)" if name == "ckpt-2.pt" else ""), C.human(r["bytes"]),
+                pair(r["save_s"], d["save_s"]), f"{r['seal_s']:.2f}",
+                f"{mbps / cores:.0f}" if mbps else "-",
+                pair(r["load_s"], d["load_s"]), pair(r["cat_s"], d["cat_s"]),
+                C.human(st["stored"]) if "stored" in st else "?"])
+    return C.md_table(["file", "logical", "save stall s mount / direct", "seal s", "seal MB/s per core",
+                       "cold torch.load s mount / direct", "cold cat s mount / direct", "stored"], rows)
+
+
+def setup(work, opts):
+    backing, mnt, direct = (os.path.join(work, d) for d in ("backing", "mnt", "direct"))
+    if C.is_mounted(mnt):
+        C.umount(mnt, backing)
+    for d in (backing, direct):
+        shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(direct)
+    daemon = Daemon(backing, mnt, opts)
+    daemon.start()
+    dirs = {"direct": direct, "lossless": os.path.join(mnt, "lossless"), "lossy": os.path.join(mnt, "lossy")}
+    for d in dirs.values():
+        os.makedirs(d, exist_ok=True)
+    os.setxattr(dirs["lossy"], "user.ckptfs.policy", b"lossy=0.05")
+    return daemon, dirs
+
+
+def run_checkpoints(args, daemon, dirs):
+    torch.manual_seed(0)
+    model = build_model(args.gb, args.width)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    results = {}
+    train_step(model, opt, args.width)
+    state = {"model": model.state_dict(), "optim": opt.state_dict()}
+    save_everywhere(state, "ckpt-1.pt", dirs, daemon.mnt, results)
+    train_step(model, opt, args.width)
+    state = {"model": model.state_dict(), "optim": opt.state_dict()}
+    save_everywhere(state, "ckpt-2.pt", dirs, daemon.mnt, results)
+    shards = make_shards(state, args.shard_mb << 20)
+    del state, opt, model
+    return results, shards
+
+
+def cold_reads(daemon, dirs, results):
+    for (name, kind), r in results.items():
+        path = os.path.join(dirs[kind], name)
+        r["load_s"] = cold(daemon, path, timed_load)
+        r["cat_s"] = cold(daemon, path, timed_cat)
+        print(f"cold {kind}/{name}: torch.load {r['load_s']:.2f}s, cat {r['cat_s']:.2f}s", flush=True)
+
+
+def shard_reads(daemon, dirs, shards):
+    paths = {}
+    for kind in ("direct", "lossless"):
+        d = os.path.join(dirs[kind], "shards")
+        os.makedirs(d, exist_ok=True)
+        paths[kind] = [os.path.join(d, f"shard-{i}.pt") for i in range(len(shards))]
+        for s, p in zip(shards, paths[kind]):
+            torch.save(s, p)
+    seal_seconds(daemon.mnt)
+    total = sum(os.path.getsize(p) for p in paths["direct"])
+    out = {"bytes": total}
+    for kind in ("lossless", "direct"):
+        if kind == "lossless":
+            daemon.restart()
+        C.drop_caches()
+        out[f"{kind}_s"] = concurrent_loads(paths[kind])
+        print(f"{READERS} concurrent readers, {kind}: {out[f'{kind}_s']:.2f}s", flush=True)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--gb", type=float, default=4.0, help="checkpoint size in GiB (model + AdamW)")
+    ap.add_argument("--shard-mb", type=int, default=512, help="bytes of each concurrent reader's shard")
+    ap.add_argument("--width", type=int, default=2048)
+    ap.add_argument("--workdir", default=os.path.join(C.OUT_DIR, "restore"),
+                    help="holds backing/, mnt/ and direct/ (same disk for both)")
+    ap.add_argument("-o", "--mount-options", default="", help="extra ckptfs -o options")
+    ap.add_argument("--keep", action="store_true", help="keep the mount and files")
+    args = ap.parse_args()
+    C.check_binary()
+    work = os.path.abspath(args.workdir)
+    opts = [o for o in args.mount_options.split(",") if o]
+    cores = os.cpu_count()
+    daemon, dirs = setup(work, opts)
+    try:
+        results, shards = run_checkpoints(args, daemon, dirs)
+        stats = C.stats(daemon.mnt)
+        cold_reads(daemon, dirs, results)
+        conc = shard_reads(daemon, dirs, shards)
+        daemon.note_peak()
+    finally:
+        if daemon.pid:
+            daemon.stop()
+        if not args.keep:
+            shutil.rmtree(dirs["direct"], ignore_errors=True)
+            shutil.rmtree(daemon.backing, ignore_errors=True)
+
+    print(f"\n# ckptfs restore benchmark\n\n{args.gb:g} GiB checkpoint (model + AdamW), {cores} cores, "
+          f"mount options: {','.join(opts) or '(defaults)'}\n")
+    print(table(results, stats, cores))
+    agg_m, agg_d = conc["bytes"] / 1e6 / conc["lossless_s"], conc["bytes"] / 1e6 / conc["direct_s"]
+    print()
+    print(C.md_table(["metric", "value"], [
+        [f"{READERS} concurrent torch.load, {args.shard_mb} MB shard each (lossless), s mount / direct",
+         pair(conc["lossless_s"], conc["direct_s"])],
+        ["aggregate MB/s mount / direct", f"{agg_m:.0f} / {agg_d:.0f} ({ratio(agg_m, agg_d)})"],
+        ["daemon peak RSS (VmHWM, highest of every daemon in the run)", f"{daemon.peak_kib / 1024:.0f} MiB"],
+    ]))
+    path = C.write_json("restore", {
+        "args": vars(args), "cores": cores, "daemon_vmhwm_kib": daemon.peak_kib, "concurrent": conc,
+        "per_file": [dict(r) for r in results.values()], "stats": stats})
+    print(f"\nJSON: {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,115 @@
+#include "cache/decode_ahead.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace ckptfs {
+
+void DecodeAhead::Start() {
+  if (started_.exchange(true)) return;
+  for (int i = 0; i < threads_; ++i) workers_.emplace_back([this] { Work(); });
+}
+
+DecodeAhead::~DecodeAhead() {
+  {
+    std::lock_guard lk(mu_);
+    stop_ = true;
+    queue_.clear();
+  }
+  wake_.notify_all();
+  for (std::thread& t : workers_) t.join();
+}
+
+void DecodeAhead::Queue(const ChunkKey& key, uint64_t bytes, Load load) {
+  if (threads_ == 0 || !started_ || cache_->Contains(key)) return;
+  {
+    std::lock_guard lk(mu_);
+    if (stop_ || pending_.contains(key)) return;
+    // Over budget the reader decodes on its own thread, as without decode-ahead.
+    if (pending_bytes_ + bytes > BudgetBytes()) return;
+    pending_.insert(key);
+    pending_bytes_ += bytes;
+    queue_.push_back(Job{key, bytes, std::move(load)});
+  }
+  wake_.notify_one();
+}
+
+void DecodeAhead::Work() {
+  std::unique_lock lk(mu_);
+  for (;;) {
+    wake_.wait(lk, [&] { return stop_ || !queue_.empty(); });
+    if (stop_) return;
+    Job job = std::move(queue_.front());
+    queue_.pop_front();
+    ++busy_;
+    lk.unlock();
+    // A failure is not reported here: the reader's own load repeats it and
+    // returns the error to the application.
+    (void)cache_->GetOrLoad(job.key, job.load);
+    job.load = nullptr;  // release the pack before taking the lock
+    lk.lock();
+    --busy_;
+    ++decoded_;
+    pending_.erase(job.key);
+    pending_bytes_ -= job.bytes;
+    if (queue_.empty() && busy_ == 0) idle_.notify_all();
+  }
+}
+
+uint64_t DecodeAhead::WindowChunks(uint64_t chunk_bytes, int depth) const {
+  if (threads_ == 0 || !started_ || chunk_bytes == 0) return 0;
+  int streams = 0;
+  {
+    std::lock_guard lk(mu_);
+    streams = std::max(streams_, 1);
+  }
+  const uint64_t per_chunk = chunk_bytes * static_cast<uint64_t>(1 + std::max(depth, 0));
+  return std::min<uint64_t>(kMaxWindow, BudgetBytes() / (per_chunk * static_cast<uint64_t>(streams)));
+}
+
+uint64_t DecodeAhead::decoded() const {
+  std::lock_guard lk(mu_);
+  return decoded_;
+}
+
+void DecodeAhead::WaitIdle() {
+  std::unique_lock lk(mu_);
+  idle_.wait(lk, [&] { return queue_.empty() && busy_ == 0; });
+}
+
+DecodeAhead::Stream::~Stream() {
+  if (!counted_) return;
+  std::lock_guard lk(pool_->mu_);
+  --pool_->streams_;
+}
+
+std::vector<uint64_t> DecodeAhead::Stream::Advance(uint64_t pack, uint64_t first, uint64_t last, uint64_t chunk_count,
+                                                   uint64_t chunk_bytes, int depth) {
+  std::lock_guard lk(mu_);
+  if (!std::exchange(counted_, true)) {
+    std::lock_guard plk(pool_->mu_);
+    ++pool_->streams_;
+  }
+  if (pack != pack_) {  // another file, or a new version of this one
+    pack_ = pack;
+    next_ = 0;
+    queued_to_ = 0;
+  }
+  // The kernel's readahead sends a file's reads from several threads, a
+  // little out of order: a read of the chunk before counts as in sequence.
+  const bool sequential = first == next_ || first + 1 == next_;
+  next_ = sequential ? std::max(next_, last + 1) : last + 1;
+  if (!sequential) {
+    queued_to_ = last + 1;
+    return {};
+  }
+  const uint64_t window = pool_->WindowChunks(chunk_bytes, depth);
+  const uint64_t from = std::max(queued_to_, last + 1);
+  const uint64_t to = std::min(chunk_count, last + 1 + window);
+  std::vector<uint64_t> out;
+  for (uint64_t i = from; i < to; ++i) out.push_back(i);
+  queued_to_ = std::max(queued_to_, to);
+  return out;
+}
+
+}  // namespace ckptfs
