@@ -61,6 +61,7 @@ class SameSaveFiles : public SiblingSource {
 
   std::vector<std::string> Candidates() override;
   Result<std::shared_ptr<const ByteSource>> Open(const std::string& name) override;
+  std::string OwnName() override;
 
  private:
   struct Candidate {
@@ -133,7 +134,7 @@ std::vector<std::string> SameSaveFiles::Candidates() {
   });
   for (Candidate& c : candidates) {
     out.push_back(c.name);
-    found_.emplace(std::move(c.name), c.rec);
+    found_.insert_or_assign(std::move(c.name), c.rec);  // asked again: the file may have been sealed since
   }
   return out;
 }
@@ -151,6 +152,13 @@ Result<std::shared_ptr<const ByteSource>> SameSaveFiles::Open(const std::string&
     src = std::make_shared<StagingSource>(env_, std::move(fd), static_cast<uint64_t>(st.st_size));
   }
   return src;
+}
+
+std::string SameSaveFiles::OwnName() {
+  Result<std::string> path = store_->NamespacePathOf(stub_fd_);
+  if (!path.ok()) return {};
+  const size_t slash = path->rfind('/');
+  return slash == std::string::npos ? *path : path->substr(slash + 1);
 }
 
 }  // namespace

@@ -32,6 +32,9 @@ class SiblingSource {
   // Candidate `name`'s logical bytes as they are now; they must stay
   // readable while the file is coded. An error skips the candidate.
   virtual Result<std::shared_ptr<const ByteSource>> Open(const std::string& name) = 0;
+  // The file's own name in its directory, for hints such as a TF data
+  // shard's; empty when unknown.
+  virtual std::string OwnName() { return {}; }
 };
 
 // Parsing further than this many candidates costs more than it helps.

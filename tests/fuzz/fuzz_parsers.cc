@@ -75,6 +75,10 @@ void Run(const ByteSource& src) {
   for (uint32_t shard : {0u, idx->entries.empty() ? 0u : idx->entries.back().shard_id}) {
     Check(f::TfDataLayout(*idx, shard, size), size, /*sorted=*/true);
   }
+  // ...and is tied to its own index by content only when the CRCs agree.
+  if (auto shard = f::MatchTfDataShard(*idx, src); shard && *shard >= idx->num_shards) std::abort();
+  std::vector<f::NamedTfIndex> named{{"self", *std::move(idx)}};
+  if (auto l = f::TfDataLayoutFromIndexes(src, named)) Check(*l, size, /*sorted=*/true);
 #else
 #error "define one CKPTFS_FUZZ_<PARSER>"
 #endif
