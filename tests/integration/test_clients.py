@@ -263,10 +263,10 @@ def test_gguf(pypi_python, mount, plain_dir):
 
 def test_tensorflow_checkpoint(pypi_python, mount, plain_dir):
     """tf.train.Checkpoint save/restore of a tf.Module and a Keras model
-    with Adam state. The .data shards have no header, so inspect cannot
-    recognise them by content: "unknown" is the expected answer there."""
+    with Adam state. The .data shards have no header: inspect (as the
+    store's seal) ties each to the .index beside it by content."""
     files = roundtrip(mount, plain_dir, pypi_python, "tf_client.py",
-                      [("tf/*.index", "tf-bundle-index"), ("tf/*.data-*", "unknown"), ("tf/checkpoint", "unknown")])
+                      [("tf/*.index", "tf-bundle-index"), ("tf/*.data-*", "tf-bundle-data"), ("tf/checkpoint", "unknown")])
     assert any(f.endswith(".index") for f in files) and any(".data-" in f for f in files), sorted(files)
 
 
