@@ -10,6 +10,7 @@
 #include "codec/formats/gguf.h"
 #include "codec/formats/limits.h"
 #include "codec/formats/numpy.h"
+#include "codec/formats/onnx.h"
 #include "codec/formats/safetensors.h"
 #include "codec/formats/tf_bundle.h"
 #include "codec/formats/torch.h"
@@ -86,6 +87,10 @@ Result<FileLayout> Dispatch(const ByteSource& src) {
   if (LooksLikeLegacyTorch(h)) return ParseTorchLegacy(src);
   if (LooksLikeSafetensors(h, src.size())) return ParseSafetensors(src);
   if (HasTfIndexFooter(src)) return ParseTfIndex(src);
+  // No magic: only a file that parses as a whole ModelProto is ONNX.
+  if (LooksLikeOnnx(h)) {
+    if (Result<FileLayout> onnx = ParseOnnx(src); onnx.ok()) return onnx;
+  }
   // DCP files start with raw BYTE_IO items, so only the trailing zip shows.
   if (HasEocdEndingAt(src, src.size())) return ParseDcp(src);
   return Malformed("no known magic");

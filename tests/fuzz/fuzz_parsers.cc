@@ -11,6 +11,7 @@
 #include "codec/formats/layout.h"
 #include "codec/formats/limits.h"
 #include "codec/formats/numpy.h"
+#include "codec/formats/onnx.h"
 #include "codec/formats/safetensors.h"
 #include "codec/formats/tf_bundle.h"
 #include "codec/formats/torch.h"
@@ -79,6 +80,8 @@ void Run(const ByteSource& src) {
   if (auto shard = f::MatchTfDataShard(*idx, src); shard && *shard >= idx->num_shards) std::abort();
   std::vector<f::NamedTfIndex> named{{"self", *std::move(idx)}};
   if (auto l = f::TfDataLayoutFromIndexes(src, named)) Check(*l, size, /*sorted=*/true);
+#elif defined(CKPTFS_FUZZ_ONNX)
+  Check(f::ParseOnnx(src), size);
 #else
 #error "define one CKPTFS_FUZZ_<PARSER>"
 #endif
