@@ -2,7 +2,7 @@
 
 Every test runs one client script from tests/integration/clients/ with the
 interpreter of the project venv .venv-pypi (current PyPI torch, safetensors,
-numpy 2, gguf, tensorflow-cpu, the all-MiniLM-L6-v2 package; made by
+numpy 2, gguf, tensorflow-cpu, onnx, the all-MiniLM-L6-v2 package; made by
 scripts/install-deps.sh). The protocol is described in clients/common.py:
 
   1. the client writes its files into the mount (and, where the library is
@@ -268,6 +268,14 @@ def test_tensorflow_checkpoint(pypi_python, mount, plain_dir):
     files = roundtrip(mount, plain_dir, pypi_python, "tf_client.py",
                       [("tf/*.index", "tf-bundle-index"), ("tf/*.data-*", "tf-bundle-data"), ("tf/checkpoint", "unknown")])
     assert any(f.endswith(".index") for f in files) and any(".data-" in f for f in files), sorted(files)
+
+
+def test_onnx(pypi_python, mount, plain_dir):
+    """onnx.save with the weights inside the model and in an external data
+    file; onnx.load gives equal initializers. The external data file has no
+    header and is not yet tied to its model: "unknown" (generic zstd)."""
+    files = roundtrip(mount, plain_dir, pypi_python, "onnx_client.py", [("onnx/*.onnx", "onnx")])
+    assert sorted(files) == ["onnx/mlp.onnx", "onnx/mlp_ext.onnx", "onnx/mlp_ext.onnx.data"], sorted(files)
 
 
 def test_pretrained_minilm(pypi_python, mount, plain_dir):
