@@ -9,6 +9,7 @@
 
 #include "codec/formats/gguf.h"
 #include "codec/formats/limits.h"
+#include "codec/formats/msgpack.h"
 #include "codec/formats/numpy.h"
 #include "codec/formats/onnx.h"
 #include "codec/formats/safetensors.h"
@@ -87,9 +88,13 @@ Result<FileLayout> Dispatch(const ByteSource& src) {
   if (LooksLikeLegacyTorch(h)) return ParseTorchLegacy(src);
   if (LooksLikeSafetensors(h, src.size())) return ParseSafetensors(src);
   if (HasTfIndexFooter(src)) return ParseTfIndex(src);
-  // No magic: only a file that parses as a whole ModelProto is ONNX.
+  // No magic: only a file that parses as a whole ModelProto is ONNX, and
+  // only one msgpack map to the last byte, holding ndarrays, is Flax's.
   if (LooksLikeOnnx(h)) {
     if (Result<FileLayout> onnx = ParseOnnx(src); onnx.ok()) return onnx;
+  }
+  if (LooksLikeMsgpackMap(h)) {
+    if (Result<FileLayout> flax = ParseFlaxMsgpack(src); flax.ok()) return flax;
   }
   // DCP files start with raw BYTE_IO items, so only the trailing zip shows.
   if (HasEocdEndingAt(src, src.size())) return ParseDcp(src);

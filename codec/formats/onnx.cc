@@ -4,65 +4,24 @@
 #include <array>
 #include <vector>
 
+#include "codec/formats/forward_reader.h"
 #include "codec/formats/limits.h"
 
 namespace ckptfs::formats {
 namespace {
 
 constexpr uint64_t kMaxIrVersion = 64;
-constexpr size_t kWindow = 64 * 1024;
-
-// Reads a ByteSource forward through a window, so walking thousands of
-// small fields costs few reads, and skipping a large one costs none.
-class WireCursor {
- public:
-  WireCursor(const ByteSource& src, uint64_t pos, uint64_t end) : src_(src), pos_(pos), end_(end) {}
-  uint64_t pos() const { return pos_; }
-  uint64_t end() const { return end_; }
-  bool done() const { return pos_ >= end_; }
-
-  Result<uint8_t> Byte() {
-    if (pos_ >= end_) return Malformed("onnx: truncated field");
-    if (pos_ < win_off_ || pos_ >= win_off_ + win_.size()) {
-      const uint64_t n = std::min<uint64_t>(kWindow, src_.size() - pos_);
-      win_.resize(n);
-      RETURN_IF_ERROR(src_.ReadAt(pos_, win_));
-      win_off_ = pos_;
-    }
-    return win_[pos_++ - win_off_];
+// Protobuf varint over a ForwardReader.
+Result<uint64_t> Varint(ForwardReader& c) {
+  uint64_t r = 0;
+  for (unsigned shift = 0; shift < 64; shift += 7) {
+    ASSIGN_OR_RETURN(uint8_t b, c.Byte());
+    if (shift == 63 && b > 1) return Malformed("onnx: varint over 64 bits");
+    r |= uint64_t{b & 0x7fu} << shift;
+    if (!(b & 0x80)) return r;
   }
-  Result<uint64_t> Varint() {
-    uint64_t r = 0;
-    for (unsigned shift = 0; shift < 64; shift += 7) {
-      ASSIGN_OR_RETURN(uint8_t b, Byte());
-      if (shift == 63 && b > 1) return Malformed("onnx: varint over 64 bits");
-      r |= uint64_t{b & 0x7fu} << shift;
-      if (!(b & 0x80)) return r;
-    }
-    return Malformed("onnx: varint over 64 bits");
-  }
-  Status Skip(uint64_t n) {
-    if (n > end_ - pos_) return Malformed("onnx: field past the end of its message");
-    pos_ += n;
-    return Status::Ok();
-  }
-  Result<std::string> Bytes(uint64_t n) {
-    if (n > kMaxNameBytes) return Malformed("onnx: string field too long");
-    std::string s;
-    s.reserve(n);
-    for (uint64_t i = 0; i < n; ++i) {
-      ASSIGN_OR_RETURN(uint8_t b, Byte());
-      s.push_back(static_cast<char>(b));
-    }
-    return s;
-  }
-
- private:
-  const ByteSource& src_;
-  uint64_t pos_, end_;
-  std::vector<uint8_t> win_;
-  uint64_t win_off_ = 0;
-};
+  return Malformed("onnx: varint over 64 bits");
+}
 
 struct Field {
   uint32_t number = 0;
@@ -73,28 +32,24 @@ struct Field {
 
 // Reads one tag and, for wire type 2, the length; the caller reads or skips
 // the body (SkipBody).
-Result<Field> NextField(WireCursor& c) {
-  ASSIGN_OR_RETURN(uint64_t tag, c.Varint());
+Result<Field> NextField(ForwardReader& c) {
+  ASSIGN_OR_RETURN(uint64_t tag, Varint(c));
   Field f;
   if (tag > UINT32_MAX || (tag >> 3) == 0) return Malformed("onnx: bad field tag");
   f.number = static_cast<uint32_t>(tag >> 3);
   f.wire = static_cast<uint8_t>(tag & 7);
   switch (f.wire) {
     case 0: {
-      ASSIGN_OR_RETURN(f.value, c.Varint());
+      ASSIGN_OR_RETURN(f.value, Varint(c));
       return f;
     }
     case 1:
     case 5: {
-      const int n = f.wire == 1 ? 8 : 4;
-      for (int i = 0; i < n; ++i) {
-        ASSIGN_OR_RETURN(uint8_t b, c.Byte());
-        f.value |= uint64_t{b} << (8 * i);
-      }
+      ASSIGN_OR_RETURN(f.value, c.LittleEndian(f.wire == 1 ? 8 : 4));
       return f;
     }
     case 2: {
-      ASSIGN_OR_RETURN(f.value, c.Varint());
+      ASSIGN_OR_RETURN(f.value, Varint(c));
       if (f.value > c.end() - c.pos()) return Malformed("onnx: length-delimited field past its message");
       f.body = c.pos();
       return f;
@@ -104,7 +59,7 @@ Result<Field> NextField(WireCursor& c) {
   }
 }
 
-Status SkipBody(WireCursor& c, const Field& f) { return f.wire == 2 ? c.Skip(f.value) : Status::Ok(); }
+Status SkipBody(ForwardReader& c, const Field& f) { return f.wire == 2 ? c.Skip(f.value) : Status::Ok(); }
 
 Status Expect(const Field& f, uint8_t wire, const char* what) {
   if (f.wire == wire) return Status::Ok();
@@ -130,16 +85,16 @@ Status AddDim(Initializer* t, uint64_t v) {
 // TensorProto: dims=1 (int64, packed or not), data_type=2, name=8,
 // raw_data=9, data_location=14 (1: EXTERNAL).
 Result<Initializer> ParseTensor(const ByteSource& src, uint64_t begin, uint64_t len) {
-  WireCursor c(src, begin, begin + len);
+  ForwardReader c(src, begin, begin + len);
   Initializer t;
   while (!c.done()) {
     ASSIGN_OR_RETURN(Field f, NextField(c));
     if (f.number == 1 && f.wire == 0) {
       RETURN_IF_ERROR(AddDim(&t, f.value));
     } else if (f.number == 1 && f.wire == 2) {
-      WireCursor packed(src, f.body, f.body + f.value);
+      ForwardReader packed(src, f.body, f.body + f.value);
       while (!packed.done()) {
-        ASSIGN_OR_RETURN(uint64_t d, packed.Varint());
+        ASSIGN_OR_RETURN(uint64_t d, Varint(packed));
         RETURN_IF_ERROR(AddDim(&t, d));
       }
       RETURN_IF_ERROR(c.Skip(f.value));
@@ -148,7 +103,7 @@ Result<Initializer> ParseTensor(const ByteSource& src, uint64_t begin, uint64_t 
       t.data_type = static_cast<int64_t>(f.value);
     } else if (f.number == 8) {
       RETURN_IF_ERROR(Expect(f, 2, "TensorProto.name"));
-      ASSIGN_OR_RETURN(t.name, c.Bytes(f.value));
+      ASSIGN_OR_RETURN(t.name, c.String(f.value));
     } else if (f.number == 9) {
       RETURN_IF_ERROR(Expect(f, 2, "TensorProto.raw_data"));
       t.raw_offset = f.body, t.raw_length = f.value;
@@ -165,7 +120,7 @@ Result<Initializer> ParseTensor(const ByteSource& src, uint64_t begin, uint64_t 
 
 // GraphProto: initializer=5; every other field is skipped unread.
 Status ParseGraph(const ByteSource& src, uint64_t begin, uint64_t len, std::vector<Initializer>* out) {
-  WireCursor c(src, begin, begin + len);
+  ForwardReader c(src, begin, begin + len);
   while (!c.done()) {
     ASSIGN_OR_RETURN(Field f, NextField(c));
     if (f.number == 5) {
@@ -236,7 +191,7 @@ DType OnnxDTypeToDType(int64_t t) {
 }
 
 Result<FileLayout> ParseOnnx(const ByteSource& src) {
-  WireCursor c(src, 0, src.size());
+  ForwardReader c(src, 0, src.size());
   std::vector<Initializer> inits;
   bool graph = false, first = true;
   while (!c.done()) {

@@ -10,6 +10,7 @@
 #include "codec/formats/gguf.h"
 #include "codec/formats/layout.h"
 #include "codec/formats/limits.h"
+#include "codec/formats/msgpack.h"
 #include "codec/formats/numpy.h"
 #include "codec/formats/onnx.h"
 #include "codec/formats/safetensors.h"
@@ -82,6 +83,8 @@ void Run(const ByteSource& src) {
   if (auto l = f::TfDataLayoutFromIndexes(src, named)) Check(*l, size, /*sorted=*/true);
 #elif defined(CKPTFS_FUZZ_ONNX)
   Check(f::ParseOnnx(src), size);
+#elif defined(CKPTFS_FUZZ_FLAX_MSGPACK)
+  Check(f::ParseFlaxMsgpack(src), size);
 #else
 #error "define one CKPTFS_FUZZ_<PARSER>"
 #endif
