@@ -2,7 +2,7 @@
 
 Every test runs one client script from tests/integration/clients/ with the
 interpreter of the project venv .venv-pypi (current PyPI torch, safetensors,
-numpy 2, gguf, tensorflow-cpu, onnx, the all-MiniLM-L6-v2 package; made by
+numpy 2, gguf, tensorflow-cpu, onnx, flax (jax, optax), the all-MiniLM-L6-v2 package; made by
 scripts/install-deps.sh). The protocol is described in clients/common.py:
 
   1. the client writes its files into the mount (and, where the library is
@@ -276,6 +276,12 @@ def test_onnx(pypi_python, mount, plain_dir):
     header and is not yet tied to its model: "unknown" (generic zstd)."""
     files = roundtrip(mount, plain_dir, pypi_python, "onnx_client.py", [("onnx/*.onnx", "onnx")])
     assert sorted(files) == ["onnx/mlp.onnx", "onnx/mlp_ext.onnx", "onnx/mlp_ext.onnx.data"], sorted(files)
+
+
+def test_flax_msgpack(pypi_python, mount, plain_dir):
+    """flax.serialization.to_bytes of params and optax Adam state;
+    from_bytes restores every array bit-exact."""
+    roundtrip(mount, plain_dir, pypi_python, "flax_client.py", [("flax/*.msgpack", "flax-msgpack")])
 
 
 def test_pretrained_minilm(pypi_python, mount, plain_dir):
