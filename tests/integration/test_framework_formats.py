@@ -2,7 +2,8 @@
 real mount. TensorFlow's .data-* shards have no header: the seal finds the
 bundle's .index beside them and ties the two by content (extent and the
 CRC32C of the entries), then codes the shard's tensors losslessly; the next
-save's shard finds the last one's as its predecessor."""
+save's shard finds the last one's as its predecessor. Flax msgpack steps
+(step_N/ directories) find theirs the same way."""
 from __future__ import annotations
 
 import json
@@ -20,10 +21,10 @@ def run_client(python, *args, timeout=600) -> dict:
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
-def save_series(python, mount, mnt, ref) -> list[str]:
+def save_series(python, mount, mnt, ref, script="tf_series.py") -> list[str]:
     """Runs the saves, letting every seal finish before the next save (a
     save's predecessor must be sealed to be found)."""
-    p = subprocess.Popen([str(python), str(CLIENTS / "tf_series.py"), str(mnt), str(ref)], stdin=subprocess.PIPE,
+    p = subprocess.Popen([str(python), str(CLIENTS / script), str(mnt), str(ref)], stdin=subprocess.PIPE,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         while (line := p.stdout.readline()).startswith("saved "):
@@ -31,7 +32,7 @@ def save_series(python, mount, mnt, ref) -> list[str]:
             p.stdin.write("\n")
             p.stdin.flush()
         out, err = p.communicate(timeout=600)
-        assert p.returncode == 0, f"tf_series.py: rc {p.returncode}\n{out[-2000:]}\n{err[-4000:]}"
+        assert p.returncode == 0, f"{script}: rc {p.returncode}\n{out[-2000:]}\n{err[-4000:]}"
         return json.loads(line)["saved"]
     finally:
         if p.poll() is None:
@@ -77,3 +78,23 @@ def test_tf_data_shard_without_index_is_generic(mount, plain_dir):
     mount.remount()
     assert (mount.mnt / "orphan.data-00000-of-00001").read_bytes() == data
     assert inspect_json(mount.mnt / "orphan.data-00000-of-00001")["format"] == "unknown"
+
+
+def test_flax_steps_find_their_predecessors(pypi_python, mount, plain_dir):  # noqa: F811
+    """Successive Flax msgpack saves in step_N/ directories: each is stored
+    as deltas of an earlier step (lineage by tensor signature, not name)
+    and reads back bit-exact after a remount."""
+    saved = save_series(pypi_python, mount, mount.mnt, plain_dir, script="flax_series.py")
+    assert saved == [f"step_{n}/state.msgpack" for n in (1, 2, 3)], saved
+    st = mount.wait_sealed()
+    files = {f["path"].lstrip("/"): f for f in st["files"]}
+    mount.remount()
+    for n, rel in enumerate(saved, 1):
+        assert sha256_file(mount.mnt / rel) == sha256_file(plain_dir / f"step_{n}.msgpack"), rel
+        got = inspect_json(mount.mnt / rel)
+        assert got["format"] == "flax-msgpack" and len(got["tensors"]) == 4, got
+    zstd3 = zstd3_size((plain_dir / "step_1.msgpack").read_bytes())
+    assert files[saved[0]]["stored"] < zstd3, (files[saved[0]], zstd3)
+    for i, cur in enumerate(saved[1:], 1):
+        assert files[cur]["base"] in saved[:i] and files[cur]["depth"] >= 1, files[cur]
+    print("flax steps stored:", [files[s]["stored"] for s in saved], "zstd -3 of the first:", zstd3)
