@@ -82,7 +82,7 @@ TEST(FlaxMsgpackTest, OnlyMapsWithNdarrays) {
   // {"a": 1}: msgpack, but holds no array.
   EXPECT_EQ(Detect(Bytes{0x81, 0xa1, 'a', 0x01, 0, 0, 0, 0}).format, "unknown");
   // {"a": ext1(shape (2,), "float32", 8 bytes)}
-  Bytes ok = {0x81, 0xa1, 'a', 0xc7, 19, 0x01, 0x93, 0x91, 0x02, 0xa7, 'f', 'l', 'o', 'a', 't', '3', '2', 0xc4, 8};
+  Bytes ok = {0x81, 0xa1, 'a', 0xc7, 21, 0x01, 0x93, 0x91, 0x02, 0xa7, 'f', 'l', 'o', 'a', 't', '3', '2', 0xc4, 8};
   for (int i = 0; i < 8; ++i) ok.push_back(uint8_t(i));
   FileLayout l = Detect(ok);
   ASSERT_EQ(l.format, "flax-msgpack") << l.note;
