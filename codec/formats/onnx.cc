@@ -1,7 +1,6 @@
 #include "codec/formats/onnx.h"
 
-#include <algorithm>
-#include <array>
+#include <string>
 #include <vector>
 
 #include "codec/formats/forward_reader.h"
