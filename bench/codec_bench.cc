@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -24,6 +25,7 @@
 
 #include "codec/chunk_codec.h"
 #include "codec/formats/layout.h"
+#include "codec/formats/tf_bundle.h"
 #include "codec/lossless/entropy.h"
 #include "codec/lossless/lanes.h"
 #include "codec/lossless/plane_codec.h"
@@ -283,6 +285,23 @@ nlohmann::json MethodJson(const Method& m, uint64_t size) {
           {"dec_mbps", m.dec_s > 0 ? double(size) / 1e6 / m.dec_s : 0.0}};
 }
 
+// A TF data shard's layout comes from the bundle index beside it, as the
+// store's seal finds it (store/tf_shards.h).
+FileLayout LayoutOf(const std::string& path, const Bytes& data) {
+  FileLayout layout = DetectLayout(SpanSource(data));
+  if (layout.format != "unknown") return layout;
+  std::vector<formats::NamedTfIndex> indexes;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(std::filesystem::path(path).parent_path(), ec)) {
+    if (e.path().extension() != ".index") continue;
+    std::ifstream f(e.path(), std::ios::binary);
+    Bytes b((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    if (auto idx = formats::ReadTfBundleIndex(SpanSource(b)); idx.ok()) indexes.push_back({e.path(), *idx});
+  }
+  std::optional<FileLayout> tf = formats::TfDataLayoutFromIndexes(SpanSource(data), indexes);
+  return tf ? *tf : layout;
+}
+
 int BenchFile(const std::string& path, int repeats, bool zstd19, bool planes, bool only_ckptfs) {
   std::ifstream f(path, std::ios::binary | std::ios::ate);
   Bytes data(f ? static_cast<size_t>(f.tellg()) : 0);
@@ -290,7 +309,7 @@ int BenchFile(const std::string& path, int repeats, bool zstd19, bool planes, bo
     std::fprintf(stderr, "codec_bench: cannot read %s\n", path.c_str());
     return 2;
   }
-  FileLayout layout = DetectLayout(SpanSource(data));
+  FileLayout layout = LayoutOf(path, data);
   std::vector<TensorRange> ranges = TensorRangesOf(layout);
   std::vector<Chunk> chunks;
   for (uint64_t off = 0; off < data.size(); off += kDefaultChunkSize) {

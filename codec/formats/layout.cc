@@ -9,7 +9,9 @@
 
 #include "codec/formats/gguf.h"
 #include "codec/formats/limits.h"
+#include "codec/formats/msgpack.h"
 #include "codec/formats/numpy.h"
+#include "codec/formats/onnx.h"
 #include "codec/formats/safetensors.h"
 #include "codec/formats/tf_bundle.h"
 #include "codec/formats/torch.h"
@@ -86,6 +88,14 @@ Result<FileLayout> Dispatch(const ByteSource& src) {
   if (LooksLikeLegacyTorch(h)) return ParseTorchLegacy(src);
   if (LooksLikeSafetensors(h, src.size())) return ParseSafetensors(src);
   if (HasTfIndexFooter(src)) return ParseTfIndex(src);
+  // No magic: only a file that parses as a whole ModelProto is ONNX, and
+  // only one msgpack map to the last byte, holding ndarrays, is Flax's.
+  if (LooksLikeOnnx(h)) {
+    if (Result<FileLayout> onnx = ParseOnnx(src); onnx.ok()) return onnx;
+  }
+  if (LooksLikeMsgpackMap(h)) {
+    if (Result<FileLayout> flax = ParseFlaxMsgpack(src); flax.ok()) return flax;
+  }
   // DCP files start with raw BYTE_IO items, so only the trailing zip shows.
   if (HasEocdEndingAt(src, src.size())) return ParseDcp(src);
   return Malformed("no known magic");

@@ -91,7 +91,8 @@ struct ZipCrcField {
 
 struct FileLayout {
   // "torch-zip", "torch-legacy", "safetensors", "npy", "npz", "gguf",
-  // "tf-bundle-data", "tf-bundle-index", "dcp", "unknown"
+  // "tf-bundle-data", "tf-bundle-index", "dcp", "onnx", "flax-msgpack",
+  // "unknown"
   std::string format = "unknown";
   std::vector<TensorRegion> tensors;  // sorted by offset, non-overlapping, inside the file
   bool lossy_allowed = true;          // false for formats whose loaders verify data checksums (TF)

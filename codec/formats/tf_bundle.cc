@@ -475,4 +475,84 @@ FileLayout TfDataLayout(const TfBundleIndex& index, uint32_t shard_id, uint64_t 
   return l;
 }
 
+namespace {
+
+// Checks the CRC32C of an entry's bytes, read in pieces so a big entry
+// never needs to be in memory at once.
+bool EntryCrcMatches(const TfBundleEntry& e, const ByteSource& data) {
+  constexpr uint64_t kPiece = 1u << 20;
+  std::vector<uint8_t> buf(std::min(e.size, kPiece));
+  uint32_t crc = 0;
+  for (uint64_t done = 0; done < e.size;) {
+    const uint64_t n = std::min(kPiece, e.size - done);
+    if (!data.ReadAt(e.offset + done, std::span(buf).first(n)).ok()) return false;
+    crc = Crc32c(std::span<const uint8_t>(buf).first(n), crc);
+    done += n;
+  }
+  return MaskCrc32c(crc) == e.masked_crc32c;
+}
+
+bool ShardMatches(const TfBundleIndex& index, uint32_t shard, const ByteSource& data) {
+  uint64_t end = 0;
+  std::vector<const TfBundleEntry*> checkable;
+  for (const TfBundleEntry& e : index.entries) {
+    if (e.shard_id != shard || e.size == 0) continue;
+    end = std::max(end, e.offset + e.size);  // ParseEntry rules out overflow
+    // TF hashes a string tensor's lengths as u32s, not the varints on disk.
+    if (e.dtype != DType::kUnknown && !e.has_slices) checkable.push_back(&e);
+  }
+  if (end != data.size() || checkable.empty()) return false;
+  std::stable_sort(checkable.begin(), checkable.end(), [](auto* a, auto* b) { return a->size < b->size; });
+  uint64_t checked = 0;
+  for (const TfBundleEntry* e : checkable) {
+    if (checked > 0 && checked + e->size > kTfShardCheckBytes) break;
+    if (!EntryCrcMatches(*e, data)) return false;
+    checked += e->size;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::optional<uint32_t> MatchTfDataShard(const TfBundleIndex& index, const ByteSource& data) {
+  if (data.size() == 0) return std::nullopt;
+  std::vector<bool> seen(index.num_shards, false);
+  for (const TfBundleEntry& e : index.entries) {
+    if (e.shard_id >= index.num_shards || seen[e.shard_id]) continue;
+    seen[e.shard_id] = true;
+    if (ShardMatches(index, e.shard_id, data)) return e.shard_id;
+  }
+  return std::nullopt;
+}
+
+std::optional<FileLayout> TfDataLayoutFromIndexes(const ByteSource& data, const std::vector<NamedTfIndex>& indexes) {
+  for (const NamedTfIndex& idx : indexes) {
+    const std::optional<uint32_t> shard = MatchTfDataShard(idx.index, data);
+    if (!shard) continue;
+    FileLayout l = TfDataLayout(idx.index, *shard, data.size());
+    std::string where = "shard " + std::to_string(*shard) + " of " + std::to_string(idx.index.num_shards) +
+                        " of the bundle indexed by " + idx.name;
+    l.note = l.note.empty() ? where : where + "; " + l.note;
+    return l;
+  }
+  return std::nullopt;
+}
+
+bool LooksLikeTfDataShardName(std::string_view name) {
+  constexpr std::string_view kData = ".data-";
+  for (size_t at = name.find(kData); at != std::string_view::npos; at = name.find(kData, at + 1)) {
+    std::string_view rest = name.substr(at + kData.size());
+    auto digits = [&rest](size_t n) {
+      if (rest.size() < n) return false;
+      for (size_t i = 0; i < n; ++i) {
+        if (rest[i] < '0' || rest[i] > '9') return false;
+      }
+      rest.remove_prefix(n);
+      return true;
+    };
+    if (digits(5) && rest.starts_with("-of-") && (rest.remove_prefix(4), digits(5))) return true;
+  }
+  return false;
+}
+
 }  // namespace ckptfs::formats

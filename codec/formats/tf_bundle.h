@@ -13,8 +13,10 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "codec/formats/layout.h"
@@ -77,5 +79,27 @@ Result<FileLayout> ParseTfIndex(const ByteSource& src);
 // shape and which lies inside the file. Strings, variants, sliced parents
 // and big-endian bundles stay metadata (the note counts them).
 FileLayout TfDataLayout(const TfBundleIndex& index, uint32_t shard_id, uint64_t data_size);
+
+// Which shard of `index` the bytes of `data` are, judged by content alone:
+// the shard's entries must end exactly at the end of `data`, and the
+// CRC32C of its smallest fixed-size entries (at least one, up to
+// kTfShardCheckBytes of them) must match the index. Nothing when no shard
+// fits, or when a shard has no entry whose CRC can be checked (strings).
+inline constexpr uint64_t kTfShardCheckBytes = 4u << 20;
+std::optional<uint32_t> MatchTfDataShard(const TfBundleIndex& index, const ByteSource& data);
+
+// The layout of `data` as a data shard of the first of `indexes` (parsed
+// index files, each with a name for the note) whose shard it matches.
+struct NamedTfIndex {
+  std::string name;
+  TfBundleIndex index;
+};
+std::optional<FileLayout> TfDataLayoutFromIndexes(const ByteSource& data, const std::vector<NamedTfIndex>& indexes);
+
+// A name TensorFlow gives data shards ("ckpt-1.data-00000-of-00001", also
+// with a ".tempstate123" suffix while written). Only a hint for how long
+// to look for the index, which is written after the data: recognition is
+// by content (MatchTfDataShard).
+bool LooksLikeTfDataShardName(std::string_view name);
 
 }  // namespace ckptfs::formats

@@ -60,7 +60,7 @@ std::optional<FileLayout> LabelDcpShardFrom(const FileLayout& shard, uint64_t sh
 }
 
 std::optional<LabelledShard> LabelDcpShard(const FileLayout& shard, uint64_t shard_size, SiblingSource& siblings) {
-  const std::string self = siblings.SelfName();
+  const std::string self = siblings.OwnName();
   if (shard.format != "dcp" || self.empty()) return std::nullopt;
   do {
     for (const std::string& name : siblings.Candidates()) {

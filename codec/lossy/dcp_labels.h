@@ -27,7 +27,7 @@ struct LabelledShard {
 };
 
 // `shard` (a "dcp" layout) labelled from the first sibling that is a DCP
-// .metadata whose items for this file (SiblingSource::SelfName) cover every
+// .metadata whose items for this file (SiblingSource::OwnName) cover every
 // tensor of it. Waits for such a sibling while SiblingSource::WaitForMore
 // says it may still come; nothing when none does.
 std::optional<LabelledShard> LabelDcpShard(const FileLayout& shard, uint64_t shard_size, SiblingSource& siblings);

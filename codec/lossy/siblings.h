@@ -33,8 +33,9 @@ class SiblingSource {
   // readable while the file is coded. An error skips the candidate.
   virtual Result<std::shared_ptr<const ByteSource>> Open(const std::string& name) = 0;
   // The coded file's own name in its directory (DCP's .metadata names the
-  // shard files it indexes); empty when unknown.
-  virtual std::string SelfName() { return {}; }
+  // shard files it indexes; a TF data shard's name hints at its index);
+  // empty when unknown.
+  virtual std::string OwnName() { return {}; }
   // Waits a little for more of the save to appear (the .metadata a DCP
   // save writes after its shards) and says whether it is still worth
   // looking again; false once the file's save is surely over.

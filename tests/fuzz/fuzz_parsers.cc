@@ -10,7 +10,9 @@
 #include "codec/formats/gguf.h"
 #include "codec/formats/layout.h"
 #include "codec/formats/limits.h"
+#include "codec/formats/msgpack.h"
 #include "codec/formats/numpy.h"
+#include "codec/formats/onnx.h"
 #include "codec/formats/safetensors.h"
 #include "codec/formats/tf_bundle.h"
 #include "codec/formats/torch.h"
@@ -75,6 +77,14 @@ void Run(const ByteSource& src) {
   for (uint32_t shard : {0u, idx->entries.empty() ? 0u : idx->entries.back().shard_id}) {
     Check(f::TfDataLayout(*idx, shard, size), size, /*sorted=*/true);
   }
+  // ...and is tied to its own index by content only when the CRCs agree.
+  if (auto shard = f::MatchTfDataShard(*idx, src); shard && *shard >= idx->num_shards) std::abort();
+  std::vector<f::NamedTfIndex> named{{"self", *std::move(idx)}};
+  if (auto l = f::TfDataLayoutFromIndexes(src, named)) Check(*l, size, /*sorted=*/true);
+#elif defined(CKPTFS_FUZZ_ONNX)
+  Check(f::ParseOnnx(src), size);
+#elif defined(CKPTFS_FUZZ_FLAX_MSGPACK)
+  Check(f::ParseFlaxMsgpack(src), size);
 #else
 #error "define one CKPTFS_FUZZ_<PARSER>"
 #endif

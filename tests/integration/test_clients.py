@@ -2,7 +2,7 @@
 
 Every test runs one client script from tests/integration/clients/ with the
 interpreter of the project venv .venv-pypi (current PyPI torch, safetensors,
-numpy 2, gguf, tensorflow-cpu, the all-MiniLM-L6-v2 package; made by
+numpy 2, gguf, tensorflow-cpu, onnx, flax (jax, optax), the all-MiniLM-L6-v2 package; made by
 scripts/install-deps.sh). The protocol is described in clients/common.py:
 
   1. the client writes its files into the mount (and, where the library is
@@ -263,11 +263,25 @@ def test_gguf(pypi_python, mount, plain_dir):
 
 def test_tensorflow_checkpoint(pypi_python, mount, plain_dir):
     """tf.train.Checkpoint save/restore of a tf.Module and a Keras model
-    with Adam state. The .data shards have no header, so inspect cannot
-    recognise them by content: "unknown" is the expected answer there."""
+    with Adam state. The .data shards have no header: inspect (as the
+    store's seal) ties each to the .index beside it by content."""
     files = roundtrip(mount, plain_dir, pypi_python, "tf_client.py",
-                      [("tf/*.index", "tf-bundle-index"), ("tf/*.data-*", "unknown"), ("tf/checkpoint", "unknown")])
+                      [("tf/*.index", "tf-bundle-index"), ("tf/*.data-*", "tf-bundle-data"), ("tf/checkpoint", "unknown")])
     assert any(f.endswith(".index") for f in files) and any(".data-" in f for f in files), sorted(files)
+
+
+def test_onnx(pypi_python, mount, plain_dir):
+    """onnx.save with the weights inside the model and in an external data
+    file; onnx.load gives equal initializers. The external data file has no
+    header and is not yet tied to its model: "unknown" (generic zstd)."""
+    files = roundtrip(mount, plain_dir, pypi_python, "onnx_client.py", [("onnx/*.onnx", "onnx")])
+    assert sorted(files) == ["onnx/mlp.onnx", "onnx/mlp_ext.onnx", "onnx/mlp_ext.onnx.data"], sorted(files)
+
+
+def test_flax_msgpack(pypi_python, mount, plain_dir):
+    """flax.serialization.to_bytes of params and optax Adam state;
+    from_bytes restores every array bit-exact."""
+    roundtrip(mount, plain_dir, pypi_python, "flax_client.py", [("flax/*.msgpack", "flax-msgpack")])
 
 
 def test_pretrained_minilm(pypi_python, mount, plain_dir):

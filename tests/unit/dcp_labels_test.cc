@@ -45,7 +45,7 @@ class FakeSiblings : public SiblingSource {
   Result<std::shared_ptr<const ByteSource>> Open(const std::string& name) override {
     return std::shared_ptr<const ByteSource>(std::make_shared<SpanSource>(files_.at(name)));
   }
-  std::string SelfName() override { return kShard; }
+  std::string OwnName() override { return kShard; }
   bool WaitForMore() override { return ++waits_ <= 5; }
   int waits_ = 0;
 

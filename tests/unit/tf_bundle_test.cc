@@ -398,6 +398,77 @@ TEST(TfBundleTest, RealShardedBundleWithSlices) {
   EXPECT_EQ(seen.size(), 5u);  // b, h, save_counter and the two slices of w
 }
 
+// A data shard is tied to its index by content: extent and CRC32C.
+TEST(TfBundleTest, DataShardsMatchTheirIndexByContent) {
+  std::string dir = DataDir() + "/sharded/";
+  auto sharded = Read(test::ReadFileBytes(dir + "sh-1.index"));
+  auto single = Read(test::ReadFileBytes(DataDir() + "/single/ckpt-1.index"));
+  ASSERT_TRUE(sharded.ok() && single.ok());
+  std::vector<Bytes> shards;
+  for (int s = 0; s < 3; ++s)
+    shards.push_back(test::ReadFileBytes(dir + "sh-1.data-0000" + std::to_string(s) + "-of-00003"));
+  Bytes single_data = test::ReadFileBytes(DataDir() + "/single/ckpt-1.data-00000-of-00001");
+  for (uint32_t s = 0; s < 3; ++s) {
+    EXPECT_EQ(formats::MatchTfDataShard(*sharded, SpanSource(shards[s])), std::optional<uint32_t>(s));
+    EXPECT_EQ(formats::MatchTfDataShard(*single, SpanSource(shards[s])), std::nullopt);
+  }
+  EXPECT_EQ(formats::MatchTfDataShard(*single, SpanSource(single_data)), std::optional<uint32_t>(0));
+  EXPECT_EQ(formats::MatchTfDataShard(*sharded, SpanSource(single_data)), std::nullopt);
+
+  std::vector<formats::NamedTfIndex> indexes = {{"sh-1.index", *sharded}, {"ckpt-1.index", *single}};
+  auto l = formats::TfDataLayoutFromIndexes(SpanSource(single_data), indexes);
+  ASSERT_TRUE(l.has_value());
+  EXPECT_EQ(l->format, "tf-bundle-data");
+  EXPECT_FALSE(l->lossy_allowed);
+  EXPECT_EQ(l->tensors.size(), 13u);
+  EXPECT_EQ(l->note.rfind("shard 0 of 1 of the bundle indexed by ckpt-1.index", 0), 0u) << l->note;
+
+  // Same size, one bit flipped in any tensor that is checked: no match, and
+  // the file stays unknown (generic), never rejected.
+  Bytes flipped = single_data;
+  const TfBundleEntry* smallest = nullptr;
+  for (const TfBundleEntry& e : single->entries)
+    if (e.dtype != DType::kUnknown && e.size > 0 && (!smallest || e.size < smallest->size)) smallest = &e;
+  ASSERT_NE(smallest, nullptr);
+  flipped[smallest->offset] ^= 1;
+  EXPECT_EQ(formats::MatchTfDataShard(*single, SpanSource(flipped)), std::nullopt);
+  EXPECT_FALSE(formats::TfDataLayoutFromIndexes(SpanSource(flipped), indexes).has_value());
+  // Longer or shorter than the entries' extent: no match.
+  Bytes longer = single_data;
+  longer.push_back(0);
+  EXPECT_EQ(formats::MatchTfDataShard(*single, SpanSource(longer)), std::nullopt);
+  Bytes shorter(single_data.begin(), single_data.end() - 1);
+  EXPECT_EQ(formats::MatchTfDataShard(*single, SpanSource(shorter)), std::nullopt);
+  EXPECT_EQ(formats::MatchTfDataShard(*single, SpanSource(Bytes{})), std::nullopt);
+  // By content alone, the data shard is unknown.
+  EXPECT_EQ(Detect(single_data).format, "unknown");
+}
+
+// A shard whose only entries are strings cannot be checked: no match.
+TEST(TfBundleTest, ShardOfStringsOnlyDoesNotMatch) {
+  Bytes data(16, 'x');
+  EntrySpec text{.dtype = 7, .shape = {}, .offset = 0, .size = 16,
+                 .crc = formats::MaskCrc32c(formats::Crc32c(data))};
+  auto idx = Read(BuildIndex({{"text", text}}, 1));
+  ASSERT_TRUE(idx.ok()) << idx.status().ToString();
+  EXPECT_EQ(formats::MatchTfDataShard(*idx, SpanSource(data)), std::nullopt);
+  EntrySpec f32{.dtype = 1, .shape = {4}, .offset = 0, .size = 16, .crc = formats::MaskCrc32c(formats::Crc32c(data))};
+  auto idx2 = Read(BuildIndex({{"w", f32}}, 1));
+  ASSERT_TRUE(idx2.ok());
+  EXPECT_EQ(formats::MatchTfDataShard(*idx2, SpanSource(data)), std::optional<uint32_t>(0));
+}
+
+TEST(TfBundleTest, DataShardNames) {
+  EXPECT_TRUE(formats::LooksLikeTfDataShardName("ckpt-1.data-00000-of-00001"));
+  EXPECT_TRUE(formats::LooksLikeTfDataShardName("part-00000-of-00001.data-00000-of-00001.tempstate123"));
+  EXPECT_TRUE(formats::LooksLikeTfDataShardName("model.data-00002-of-00003"));
+  EXPECT_FALSE(formats::LooksLikeTfDataShardName("ckpt-1.index"));
+  EXPECT_FALSE(formats::LooksLikeTfDataShardName("x.data-0000-of-00001"));
+  EXPECT_FALSE(formats::LooksLikeTfDataShardName("x.data-00000-of-0001"));
+  EXPECT_FALSE(formats::LooksLikeTfDataShardName(".data-"));
+  EXPECT_FALSE(formats::LooksLikeTfDataShardName(""));
+}
+
 // Truncated and bit-flipped real indexes never crash and never pass as a
 // bundle with different contents.
 TEST(TfBundleTest, RealIndexTruncationsAndFlips) {

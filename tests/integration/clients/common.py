@@ -104,7 +104,7 @@ def same_tree(a, b, where: str = "obj") -> int:
 def versions() -> dict[str, str]:
     """Versions of the client libraries this process imported."""
     out = {"python": sys.version.split()[0]}
-    for name in ("numpy", "torch", "safetensors", "gguf", "tensorflow", "keras", "ml_dtypes",
+    for name in ("numpy", "torch", "safetensors", "gguf", "tensorflow", "keras", "ml_dtypes", "onnx", "flax", "jax",
                  "sentence_transformers", "transformers"):
         mod = sys.modules.get(name)
         if mod is not None:

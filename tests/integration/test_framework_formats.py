@@ -1,0 +1,100 @@
+"""Framework checkpoints beyond PyTorch, coded by the tensor codec through a
+real mount. TensorFlow's .data-* shards have no header: the seal finds the
+bundle's .index beside them and ties the two by content (extent and the
+CRC32C of the entries), then codes the shard's tensors losslessly; the next
+save's shard finds the last one's as its predecessor. Flax msgpack steps
+(step_N/ directories) find theirs the same way."""
+from __future__ import annotations
+
+import json
+import subprocess
+
+from test_clients import CLIENTS, inspect_json, pypi_python  # noqa: F401 (a fixture)
+from test_tensor_seal import zstd3_size
+from helpers import sha256_file
+
+
+def run_client(python, *args, timeout=600) -> dict:
+    p = subprocess.run([str(python), str(CLIENTS / "tf_series.py"), *map(str, args)], capture_output=True,
+                       text=True, timeout=timeout)
+    assert p.returncode == 0, f"tf_series.py {args}: rc {p.returncode}\n{p.stdout[-2000:]}\n{p.stderr[-4000:]}"
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def save_series(python, mount, mnt, ref, script="tf_series.py") -> list[str]:
+    """Runs the saves, letting every seal finish before the next save (a
+    save's predecessor must be sealed to be found)."""
+    p = subprocess.Popen([str(python), str(CLIENTS / script), str(mnt), str(ref)], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        while (line := p.stdout.readline()).startswith("saved "):
+            mount.wait_sealed()
+            p.stdin.write("\n")
+            p.stdin.flush()
+        out, err = p.communicate(timeout=600)
+        assert p.returncode == 0, f"{script}: rc {p.returncode}\n{out[-2000:]}\n{err[-4000:]}"
+        return json.loads(line)["saved"]
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def test_tf_data_shards_coded_as_tensors(pypi_python, mount, plain_dir):  # noqa: F811
+    mnt = mount.mnt / "tf"
+    mnt.mkdir()
+    saved = save_series(pypi_python, mount, mnt, plain_dir)
+    assert saved == ["ckpt-1", "ckpt-2", "ckpt-3"], saved
+    st = mount.wait_sealed()
+    files = {f["path"].lstrip("/"): f for f in st["files"]}
+    mount.remount()
+    shards = [f"tf/{s}.data-00000-of-00001" for s in saved]
+    for rel in shards + [f"tf/{s}.index" for s in saved]:
+        name = rel.split("/")[-1]
+        assert sha256_file(mount.mnt / rel) == sha256_file(plain_dir / name), f"{rel} differs after remount"
+    for rel in shards:
+        got = inspect_json(mount.mnt / rel)
+        assert got["format"] == "tf-bundle-data" and not got["lossy_allowed"], got
+        assert got["tensor_bytes"] == 2 * 4 * 1024 * 1024 + 4 * 1024 + 8 + 8, got  # w, m, b, step, save_counter
+    # The first shard is a keyframe coded by the tensor codec: smaller than zstd -3 of it.
+    first = files[shards[0]]
+    zstd3 = zstd3_size((plain_dir / shards[0].split("/")[-1]).read_bytes())
+    assert first["stored"] < 0.97 * zstd3, (first, zstd3)
+    # Later saves are stored against an earlier save's shard (the last one,
+    # or the root of its delta chain), and cost less than the keyframe.
+    for i, cur in enumerate(shards[1:], 1):
+        assert files[cur]["base"] in shards[:i] and files[cur]["depth"] >= 1, files[cur]
+        assert files[cur]["stored"] < first["stored"], (files[cur], first)
+    print("tf shards stored:", [files[s]["stored"] for s in shards], "zstd -3 of the first:", zstd3)
+    assert run_client(pypi_python, mnt, plain_dir, "restore")["checked"] == 12
+
+
+def test_tf_data_shard_without_index_is_generic(mount, plain_dir):
+    """A file named like a data shard, with no index describing it, is
+    stored as generic bytes after the wait, and reads back unchanged."""
+    data = bytes(range(256)) * 8192
+    (mount.mnt / "orphan.data-00000-of-00001").write_bytes(data)
+    mount.wait_sealed()
+    mount.remount()
+    assert (mount.mnt / "orphan.data-00000-of-00001").read_bytes() == data
+    assert inspect_json(mount.mnt / "orphan.data-00000-of-00001")["format"] == "unknown"
+
+
+def test_flax_steps_find_their_predecessors(pypi_python, mount, plain_dir):  # noqa: F811
+    """Successive Flax msgpack saves in step_N/ directories: each is stored
+    as deltas of an earlier step (lineage by tensor signature, not name)
+    and reads back bit-exact after a remount."""
+    saved = save_series(pypi_python, mount, mount.mnt, plain_dir, script="flax_series.py")
+    assert saved == [f"step_{n}/state.msgpack" for n in (1, 2, 3)], saved
+    st = mount.wait_sealed()
+    files = {f["path"].lstrip("/"): f for f in st["files"]}
+    mount.remount()
+    for n, rel in enumerate(saved, 1):
+        assert sha256_file(mount.mnt / rel) == sha256_file(plain_dir / f"step_{n}.msgpack"), rel
+        got = inspect_json(mount.mnt / rel)
+        assert got["format"] == "flax-msgpack" and len(got["tensors"]) == 4, got
+    zstd3 = zstd3_size((plain_dir / "step_1.msgpack").read_bytes())
+    assert files[saved[0]]["stored"] < zstd3, (files[saved[0]], zstd3)
+    for i, cur in enumerate(saved[1:], 1):
+        assert files[cur]["base"] in saved[:i] and files[cur]["depth"] >= 1, files[cur]
+    print("flax steps stored:", [files[s]["stored"] for s in saved], "zstd -3 of the first:", zstd3)
