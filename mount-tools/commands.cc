@@ -126,7 +126,7 @@ int RunUmount(const std::string& mountpoint, bool lazy, double timeout_s) {
   const std::optional<MountEntry> m = FuseMountAt(abs);
   if (!m) {
     std::cerr << "ckptfs umount: " << abs << " is not a FUSE mount point\n";
-    return 1;
+    return 2;
   }
   const std::string backing = m->source;
   if (::umount2(abs.c_str(), lazy ? MNT_DETACH : 0) != 0) {
@@ -134,19 +134,19 @@ int RunUmount(const std::string& mountpoint, bool lazy, double timeout_s) {
     if (err == EBUSY) {
       std::cerr << "ckptfs umount: " << abs << " is busy (files are open or a process has its cwd there); "
                 << "close them, or use --lazy to detach now and finish when they close\n";
-      return 1;
+      return 2;
     }
     // Not root: the setuid helper may unmount our own mounts.
     std::vector<std::string> argv = {"fusermount3", lazy ? "-uz" : "-u", abs};
     if (!RunProgram(argv)) {
       std::cerr << "ckptfs umount: " << abs << ": " << std::strerror(err) << "\n";
-      return 1;
+      return 2;
     }
   }
   if (!WaitForStoreRelease(backing, timeout_s) || !WaitForMountLock(abs, timeout_s)) {
     std::cerr << "ckptfs umount: unmounted " << abs << ", but the daemon is still sealing files after " << timeout_s
               << " s; it will finish in the background\n";
-    return 1;
+    return 2;
   }
   return 0;
 }

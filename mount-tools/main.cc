@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "mount-tools/commands.h"
+#include "mount-tools/mount_helper.h"
 
 namespace ckptfs {
 namespace {
@@ -27,6 +28,11 @@ struct Args {
   std::string ceph_conf = ClusterOptions{}.ceph_conf;  // stats, fsck, gc
 };
 
+constexpr char kExitStatus[] =
+    "Exit status: 0 success; 1 the command ran and found a problem (fsck: damage; gc: unreadable objects kept it "
+    "from deleting); 2 a usage or operational error (bad arguments, a mount or unmount that failed, a store that "
+    "cannot be opened).";
+
 // For a store whose packs are in a RADOS pool.
 void AddCephConf(CLI::App* cmd, Args& a) {
   cmd->add_option("--ceph-conf", a.ceph_conf, "Ceph configuration, for a store with packs in RADOS")
@@ -49,7 +55,7 @@ CLI::App* AddMount(CLI::App& app, Args& a) {
   mount->add_option("BACKING", a.mount.backing, "Backing directory: an existing empty dir or a ckptfs store")
       ->required();
   mount->add_option("MOUNTPOINT", a.mount.mountpoint, "Existing directory to mount on")->required();
-  mount->footer(MountOptionsHelp());
+  mount->footer(MountOptionsHelp() + "\n" + kExitStatus);
   return mount;
 }
 
@@ -128,6 +134,32 @@ int RunOperatorCommand(const CLI::App& app, const Commands& c, const Args& a) {
   return 2;
 }
 
+std::vector<std::string> SubcommandNames(const CLI::App& app) {
+  std::vector<std::string> names;
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; }))
+    names.push_back(sub->get_name());
+  return names;
+}
+
+// Called by mount(8) as mount.ckptfs, or by fuse3's mount.fuse as
+// `ckptfs STORE MOUNTPOINT -o OPTIONS` (mount_helper.h).
+int RunMountHelper(const std::vector<std::string>& args) {
+  auto call = ParseHelperCall(args);
+  if (!call.ok()) {
+    std::cerr << "mount.ckptfs: " << call.status().message() << "\n";
+    return 2;
+  }
+  if (call->fake) return 0;
+  return RunMount(call->mount);
+}
+
+// CLI11 exits 0 for --help and --version, and its own codes (104, 106...)
+// for usage errors; every usage error is exit 2 here.
+int ExitForParseError(const CLI::App& app, const CLI::ParseError& e) {
+  const int rc = app.exit(e);
+  return rc == 0 ? 0 : 2;
+}
+
 }  // namespace
 }  // namespace ckptfs
 
@@ -135,16 +167,20 @@ int main(int argc, char** argv) {
   CLI::App app{"ckptfs: a FUSE filesystem that stores deep-learning checkpoints compressed and crash-safe"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("ckptfs ") + CKPTFS_VERSION);
+  app.footer(ckptfs::kExitStatus);
   ckptfs::Args args;
   const ckptfs::Commands commands{ckptfs::AddMount(app, args), ckptfs::AddUmount(app, args),
                                   ckptfs::AddStats(app, args), ckptfs::AddFsck(app, args),
                                   ckptfs::AddGc(app, args),    ckptfs::AddInspect(app, args)};
+  for (CLI::App* sub : {commands.umount, commands.stats, commands.fsck, commands.gc, commands.inspect})
+    sub->footer(ckptfs::kExitStatus);
+  const std::vector<std::string> operands(argv + 1, argv + argc);
+  if (ckptfs::IsMountHelperName(argv[0]) || ckptfs::IsMountFuseCall(operands, ckptfs::SubcommandNames(app)))
+    return ckptfs::RunMountHelper(operands);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
-    // inspect: 0 ok (also for unknown formats), 2 usage or I/O error
-    return (rc != 0 && commands.inspect->parsed()) ? 2 : rc;
+    return ckptfs::ExitForParseError(app, e);
   }
   if (*commands.mount) return ckptfs::Mount(args);
   return ckptfs::RunOperatorCommand(app, commands, args);

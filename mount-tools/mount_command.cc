@@ -46,9 +46,10 @@ void LogRecovery(const RecoveryReport& r, bool to_stderr) {
   }
 }
 
+// Exit 2: an operational error, as for every command.
 int Fail(const std::string& msg) {
   std::cerr << "ckptfs mount: " << msg << "\n";
-  return 1;
+  return 2;
 }
 
 // The first entry of a directory other than . and .., if any.
