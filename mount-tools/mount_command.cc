@@ -189,7 +189,9 @@ int ServeMount(FuseMount& mount, Store* store, const MountOptions& opts, const M
   }
   spdlog::info("mounted {} on {}", paths.backing, paths.mountpoint);
   ReportStarted(&started);
-  return mount.Serve();
+  const int rc = mount.Serve();
+  ReportStopping();
+  return rc;
 }
 
 }  // namespace
