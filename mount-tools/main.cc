@@ -5,6 +5,7 @@
 
 #include "mount-tools/commands.h"
 #include "mount-tools/mount_helper.h"
+#include "mount-tools/transfer.h"
 
 namespace ckptfs {
 namespace {
@@ -26,6 +27,10 @@ struct Args {
   bool inspect_json = false;
   bool inspect_roles = false;
   std::string ceph_conf = ClusterOptions{}.ceph_conf;  // stats, fsck, gc
+  std::vector<std::string> export_operands;  // STORE [PATH] DEST
+  std::string import_src, import_store, import_path;
+  std::vector<std::string> import_options;
+  bool transfer_json = false;
 };
 
 constexpr char kExitStatus[] =
@@ -46,6 +51,8 @@ struct Commands {
   CLI::App* fsck;
   CLI::App* gc;
   CLI::App* inspect;
+  CLI::App* exporter;
+  CLI::App* importer;
 };
 
 CLI::App* AddMount(CLI::App& app, Args& a) {
@@ -107,6 +114,44 @@ CLI::App* AddInspect(CLI::App& app, Args& a) {
   return inspect;
 }
 
+CLI::App* AddExport(CLI::App& app, Args& a) {
+  auto* cmd = app.add_subcommand("export",
+                                 "Write the files of an unmounted store (or those under PATH) to DEST as plain files: "
+                                 "lossless ones bit-exact, lossy ones as reconstructed");
+  cmd->add_option("STORE [PATH] DEST", a.export_operands, "The store, a path inside it (optional), a new directory")
+      ->required()
+      ->expected(2, 3);
+  cmd->add_flag("--json", a.transfer_json, "Print a JSON summary");
+  return cmd;
+}
+
+CLI::App* AddImport(CLI::App& app, Args& a) {
+  auto* cmd = app.add_subcommand("import",
+                                 "Copy a checkpoint directory into an unmounted store (an empty directory becomes "
+                                 "one), oldest file first, so a series is stored as deltas; returns once all is sealed");
+  cmd->add_option("SRC", a.import_src, "A directory (or a file) to import")->required();
+  cmd->add_option("STORE", a.import_store, "The store")->required();
+  cmd->add_option("PATH", a.import_path, "Where in the store (default: SRC's name)");
+  cmd->add_option("-o", a.import_options, "Mount options for the import, e.g. lossy=0.05 (see mount --help)")
+      ->allow_extra_args(false);
+  cmd->add_flag("--json", a.transfer_json, "Print a JSON summary");
+  return cmd;
+}
+
+std::string Joined(const std::vector<std::string>& lists) {
+  std::string out;
+  for (const std::string& l : lists) out += (out.empty() ? "" : ",") + l;
+  return out;
+}
+
+int RunTransfer(const Commands& c, const Args& a) {
+  if (*c.exporter) {
+    const auto& ops = a.export_operands;
+    return RunExport(ops[0], ops.size() == 3 ? ops[1] : "", ops.back(), a.transfer_json);
+  }
+  return RunImport(a.import_src, a.import_store, a.import_path, Joined(a.import_options), a.transfer_json);
+}
+
 int Mount(Args& a) {
   for (const std::string& list : a.mount_option_lists) {
     Status st = ParseMountOptions(list, &a.mount);
@@ -128,6 +173,7 @@ int RunOperatorCommand(const CLI::App& app, const Commands& c, const Args& a) {
     if (*c.fsck) return RunFsck(a.fsck_path, a.fsck_json, a.ceph_conf);
     if (*c.gc) return RunGc(a.gc_path, a.gc_grace, a.ceph_conf);
     if (*c.inspect) return RunInspect(a.inspect_path, a.inspect_json, a.inspect_roles);
+    if (*c.exporter || *c.importer) return RunTransfer(c, a);
   } catch (const std::exception& e) {
     std::cerr << "ckptfs " << app.get_subcommands().front()->get_name() << ": " << e.what() << "\n";
   }
@@ -171,8 +217,10 @@ int main(int argc, char** argv) {
   ckptfs::Args args;
   const ckptfs::Commands commands{ckptfs::AddMount(app, args), ckptfs::AddUmount(app, args),
                                   ckptfs::AddStats(app, args), ckptfs::AddFsck(app, args),
-                                  ckptfs::AddGc(app, args),    ckptfs::AddInspect(app, args)};
-  for (CLI::App* sub : {commands.umount, commands.stats, commands.fsck, commands.gc, commands.inspect})
+                                  ckptfs::AddGc(app, args),    ckptfs::AddInspect(app, args),
+                                  ckptfs::AddExport(app, args), ckptfs::AddImport(app, args)};
+  for (CLI::App* sub : {commands.umount, commands.stats, commands.fsck, commands.gc, commands.inspect,
+                        commands.exporter, commands.importer})
     sub->footer(ckptfs::kExitStatus);
   const std::vector<std::string> operands(argv + 1, argv + argc);
   if (ckptfs::IsMountHelperName(argv[0]) || ckptfs::IsMountFuseCall(operands, ckptfs::SubcommandNames(app)))
