@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "mount-tools/commands.h"
+#include "mount-tools/freeze.h"
 #include "mount-tools/mount_helper.h"
 #include "mount-tools/transfer.h"
 
@@ -31,6 +32,8 @@ struct Args {
   std::string import_src, import_store, import_path;
   std::vector<std::string> import_options;
   bool transfer_json = false;
+  std::string freeze_path;
+  double freeze_timeout = 60;
 };
 
 constexpr char kExitStatus[] =
@@ -53,6 +56,8 @@ struct Commands {
   CLI::App* inspect;
   CLI::App* exporter;
   CLI::App* importer;
+  CLI::App* freeze;
+  CLI::App* thaw;
 };
 
 CLI::App* AddMount(CLI::App& app, Args& a) {
@@ -138,6 +143,21 @@ CLI::App* AddImport(CLI::App& app, Args& a) {
   return cmd;
 }
 
+CLI::App* AddFreeze(CLI::App& app, Args& a) {
+  auto* cmd = app.add_subcommand("freeze",
+                                 "Hold a mounted store still for a backup: its daemon stops until `ckptfs thaw`; a "
+                                 "copy of the store meanwhile is consistent (fsck clean; mounting it recovers)");
+  cmd->add_option("MOUNTPOINT", a.freeze_path, "The mount point")->required();
+  cmd->add_option("--timeout", a.freeze_timeout, "Seconds to wait for the daemon's threads to stop (default 60)");
+  return cmd;
+}
+
+CLI::App* AddThaw(CLI::App& app, Args& a) {
+  auto* cmd = app.add_subcommand("thaw", "Resume a daemon that `ckptfs freeze` stopped");
+  cmd->add_option("MOUNTPOINT", a.freeze_path, "The mount point")->required();
+  return cmd;
+}
+
 std::string Joined(const std::vector<std::string>& lists) {
   std::string out;
   for (const std::string& l : lists) out += (out.empty() ? "" : ",") + l;
@@ -174,6 +194,8 @@ int RunOperatorCommand(const CLI::App& app, const Commands& c, const Args& a) {
     if (*c.gc) return RunGc(a.gc_path, a.gc_grace, a.ceph_conf);
     if (*c.inspect) return RunInspect(a.inspect_path, a.inspect_json, a.inspect_roles);
     if (*c.exporter || *c.importer) return RunTransfer(c, a);
+    if (*c.freeze) return RunFreeze(a.freeze_path, a.freeze_timeout);
+    if (*c.thaw) return RunThaw(a.freeze_path);
   } catch (const std::exception& e) {
     std::cerr << "ckptfs " << app.get_subcommands().front()->get_name() << ": " << e.what() << "\n";
   }
@@ -218,9 +240,10 @@ int main(int argc, char** argv) {
   const ckptfs::Commands commands{ckptfs::AddMount(app, args), ckptfs::AddUmount(app, args),
                                   ckptfs::AddStats(app, args), ckptfs::AddFsck(app, args),
                                   ckptfs::AddGc(app, args),    ckptfs::AddInspect(app, args),
-                                  ckptfs::AddExport(app, args), ckptfs::AddImport(app, args)};
+                                  ckptfs::AddExport(app, args), ckptfs::AddImport(app, args),
+                                  ckptfs::AddFreeze(app, args), ckptfs::AddThaw(app, args)};
   for (CLI::App* sub : {commands.umount, commands.stats, commands.fsck, commands.gc, commands.inspect,
-                        commands.exporter, commands.importer})
+                        commands.exporter, commands.importer, commands.freeze, commands.thaw})
     sub->footer(ckptfs::kExitStatus);
   const std::vector<std::string> operands(argv + 1, argv + argc);
   if (ckptfs::IsMountHelperName(argv[0]) || ckptfs::IsMountFuseCall(operands, ckptfs::SubcommandNames(app)))

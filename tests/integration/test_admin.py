@@ -181,6 +181,14 @@ USAGE_ERRORS = [
     ["gc", "--grace", "lots", "x"],
     ["inspect"],
     ["inspect", "--bogus", "x"],
+    ["export"],
+    ["export", "store"],
+    ["export", "a", "b", "c", "d"],
+    ["import"],
+    ["import", "src"],
+    ["freeze"],
+    ["freeze", "--timeout", "x", "m"],
+    ["thaw"],
 ]
 
 
@@ -205,7 +213,8 @@ def test_operational_errors_exit_2(tmp_path):
         assert p.returncode == 2, describe(p, "should exit 2 (operational error)")
 
 
-@pytest.mark.parametrize("sub", [None, "mount", "umount", "stats", "fsck", "gc", "inspect"])
+@pytest.mark.parametrize("sub", [None, "mount", "umount", "stats", "fsck", "gc", "inspect", "export", "import",
+                                 "freeze", "thaw"])
 def test_help_states_the_exit_codes(sub):
     p = run_ckptfs(*([sub] if sub else []), "--help")
     assert p.returncode == 0, describe(p)
