@@ -1,5 +1,6 @@
 #include "mount-tools/commands.h"
 #include "mount-tools/daemon.h"
+#include "mount-tools/progress.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -368,13 +369,28 @@ int RunGc(const std::string& backing, std::optional<uint32_t> grace, const std::
   return 0;
 }
 
+namespace {
+
+// What fsck will verify, for its progress line: the sealed files' bytes.
+uint64_t SealedLogicalBytes(Store& store) {
+  auto files = store.Usage();
+  uint64_t sum = 0;
+  if (files.ok())
+    for (const FileUsage& f : *files) sum += f.staged ? 0 : f.logical;
+  return sum;
+}
+
+}  // namespace
+
 int RunFsck(const std::string& backing, bool json, const std::string& ceph_conf) {
   auto store = OpenReadOnly(Normal(backing), ceph_conf);
   if (!store.ok()) {
     std::cerr << "ckptfs fsck: " << store.status().message() << "\n";
     return 2;
   }
-  auto report = store.value()->Fsck();
+  Progress progress("fsck", SealedLogicalBytes(**store), ShouldShowProgress());
+  auto report = store.value()->Fsck([&](uint64_t checked) { progress.Update(checked); });
+  progress.Finish();
   if (!report.ok()) {
     std::cerr << "ckptfs fsck: " << report.status().message() << "\n";
     return 2;

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 
 namespace ckptfs {
@@ -29,6 +30,7 @@ double Progress::seconds() const {
 }
 
 std::string Progress::Line(const std::string& what, uint64_t done, uint64_t total, double seconds) {
+  total = std::max(total, done);  // an estimate of the total may fall short
   const double rate = seconds > 0 ? static_cast<double>(done) / seconds : 0;
   std::string line = what + "  " + HumanBytes(done) + " / " + HumanBytes(total);
   if (total > 0) line += "  " + std::to_string(done * 100 / total) + "%";
@@ -50,8 +52,8 @@ void Progress::Draw() {
   last_draw_ = std::chrono::steady_clock::now();
 }
 
-void Progress::Add(uint64_t bytes) {
-  done_ += bytes;
+void Progress::Update(uint64_t done) {
+  done_ = done;
   if (enabled_ && std::chrono::steady_clock::now() - last_draw_ > std::chrono::milliseconds(100)) Draw();
 }
 

@@ -20,7 +20,9 @@ class Progress {
   Progress(const Progress&) = delete;
   Progress& operator=(const Progress&) = delete;
 
-  void Add(uint64_t bytes);
+  void Add(uint64_t bytes) { Update(done_ + bytes); }
+  // Sets the bytes done so far.
+  void Update(uint64_t done);
   // Ends the line (once); later Adds draw nothing.
   void Finish();
   uint64_t done() const { return done_; }

@@ -157,3 +157,10 @@ def test_progress_line_on_a_terminal(tmp_path):
     p = subprocess.run(["script", "-qfec", cmd, "/dev/null"], capture_output=True, timeout=120)
     assert p.returncode == 0, describe(p)
     assert b"\rimport  " in p.stdout and b"/s" in p.stdout and b"100%" in p.stdout, repr(p.stdout)
+    for cmd in (f"{CKPTFS} fsck {store}", f"{CKPTFS} export {store} {tmp_path / 'out'}"):
+        p = subprocess.run(["script", "-qfec", cmd, "/dev/null"], capture_output=True, timeout=120)
+        assert p.returncode == 0, describe(p)
+        what = cmd.split()[1].encode()
+        assert b"\r" + what + b"  " in p.stdout and b"100%" in p.stdout, repr(p.stdout)
+    fsck = run_ckptfs("fsck", store)  # not a terminal: no progress line
+    assert fsck.returncode == 0 and fsck.stderr == "", describe(fsck)
