@@ -1,5 +1,6 @@
 #include "mount-tools/commands.h"
 #include "mount-tools/daemon.h"
+#include "mount-tools/progress.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -126,7 +127,7 @@ int RunUmount(const std::string& mountpoint, bool lazy, double timeout_s) {
   const std::optional<MountEntry> m = FuseMountAt(abs);
   if (!m) {
     std::cerr << "ckptfs umount: " << abs << " is not a FUSE mount point\n";
-    return 1;
+    return 2;
   }
   const std::string backing = m->source;
   if (::umount2(abs.c_str(), lazy ? MNT_DETACH : 0) != 0) {
@@ -134,19 +135,19 @@ int RunUmount(const std::string& mountpoint, bool lazy, double timeout_s) {
     if (err == EBUSY) {
       std::cerr << "ckptfs umount: " << abs << " is busy (files are open or a process has its cwd there); "
                 << "close them, or use --lazy to detach now and finish when they close\n";
-      return 1;
+      return 2;
     }
     // Not root: the setuid helper may unmount our own mounts.
     std::vector<std::string> argv = {"fusermount3", lazy ? "-uz" : "-u", abs};
     if (!RunProgram(argv)) {
       std::cerr << "ckptfs umount: " << abs << ": " << std::strerror(err) << "\n";
-      return 1;
+      return 2;
     }
   }
   if (!WaitForStoreRelease(backing, timeout_s) || !WaitForMountLock(abs, timeout_s)) {
     std::cerr << "ckptfs umount: unmounted " << abs << ", but the daemon is still sealing files after " << timeout_s
               << " s; it will finish in the background\n";
-    return 1;
+    return 2;
   }
   return 0;
 }
@@ -368,13 +369,28 @@ int RunGc(const std::string& backing, std::optional<uint32_t> grace, const std::
   return 0;
 }
 
+namespace {
+
+// What fsck will verify, for its progress line: the sealed files' bytes.
+uint64_t SealedLogicalBytes(Store& store) {
+  auto files = store.Usage();
+  uint64_t sum = 0;
+  if (files.ok())
+    for (const FileUsage& f : *files) sum += f.staged ? 0 : f.logical;
+  return sum;
+}
+
+}  // namespace
+
 int RunFsck(const std::string& backing, bool json, const std::string& ceph_conf) {
   auto store = OpenReadOnly(Normal(backing), ceph_conf);
   if (!store.ok()) {
     std::cerr << "ckptfs fsck: " << store.status().message() << "\n";
     return 2;
   }
-  auto report = store.value()->Fsck();
+  Progress progress("fsck", SealedLogicalBytes(**store), ShouldShowProgress());
+  auto report = store.value()->Fsck([&](uint64_t checked) { progress.Update(checked); });
+  progress.Finish();
   if (!report.ok()) {
     std::cerr << "ckptfs fsck: " << report.status().message() << "\n";
     return 2;

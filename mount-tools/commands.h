@@ -1,4 +1,6 @@
-// The operator commands behind the ckptfs CLI. Each returns an exit code.
+// The operator commands behind the ckptfs CLI. Each returns an exit code: 0
+// success, 1 the command ran and found a problem (fsck, gc), 2 a usage or
+// operational error.
 #pragma once
 
 #include <optional>
@@ -13,7 +15,8 @@ namespace ckptfs {
 int RunMount(const MountOptions& opts);
 
 // Unmounts MOUNTPOINT (also a stale one whose daemon died) and waits until
-// the daemon has sealed pending files and released the store.
+// the daemon has sealed pending files and released the store. 0 done, 2
+// not a mount, busy, or still sealing after `timeout_s`.
 int RunUmount(const std::string& mountpoint, bool lazy, double timeout_s);
 // Logical versus stored bytes under PATH (a mount, a dir in it, or BACKING).
 // `ceph_conf` (here and for fsck and gc): the Ceph configuration, for a

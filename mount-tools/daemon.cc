@@ -4,6 +4,7 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <systemd/sd-daemon.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -43,11 +44,15 @@ Result<UniqueFd> Daemonize() {
 }
 
 void ReportStarted(UniqueFd* pipe) {
+  // No-op without NOTIFY_SOCKET; the variable stays set for a later STOPPING=1.
+  ::sd_notify(0, "READY=1\nSTATUS=serving");
   if (!pipe->valid()) return;
   const char ok = 0;
   (void)!::write(pipe->get(), &ok, 1);
   pipe->reset();
 }
+
+void ReportStopping() { ::sd_notify(0, "STOPPING=1\nSTATUS=unmounted; sealing pending files"); }
 
 Status ProbeDevice(DeviceRequest request, const gpu::CudaOptions& cuda) {
   int fds[2];

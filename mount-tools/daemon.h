@@ -13,8 +13,12 @@ namespace ckptfs {
 // the returned pipe (ReportStarted), so `ckptfs mount` returns only once
 // the daemon serves and LOCK names it; if the child dies first, it fails.
 Result<UniqueFd> Daemonize();
-// Tells the waiting parent (if any) that the daemon serves, and closes the pipe.
+// Tells the waiting parent (if any) that the daemon serves, and closes the
+// pipe; and tells systemd (a Type=notify unit, NOTIFY_SOCKET set) READY=1,
+// which a unit's dependants wait for: recovery is done and the mount serves.
 void ReportStarted(UniqueFd* pipe);
+// Tells systemd that the mount is gone and the daemon drains its seals.
+void ReportStopping();
 
 // A shared store's daemons hold no LOCK (no lock is assumed across
 // nodes), so `ckptfs umount` waits for a cluster daemon to drain its seals

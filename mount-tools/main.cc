@@ -4,6 +4,9 @@
 #include <optional>
 
 #include "mount-tools/commands.h"
+#include "mount-tools/freeze.h"
+#include "mount-tools/mount_helper.h"
+#include "mount-tools/transfer.h"
 
 namespace ckptfs {
 namespace {
@@ -25,7 +28,18 @@ struct Args {
   bool inspect_json = false;
   bool inspect_roles = false;
   std::string ceph_conf = ClusterOptions{}.ceph_conf;  // stats, fsck, gc
+  std::vector<std::string> export_operands;  // STORE [PATH] DEST
+  std::string import_src, import_store, import_path;
+  std::vector<std::string> import_options;
+  bool transfer_json = false;
+  std::string freeze_path;
+  double freeze_timeout = 60;
 };
+
+constexpr char kExitStatus[] =
+    "Exit status: 0 success; 1 the command ran and found a problem (fsck: damage; gc: unreadable objects kept it "
+    "from deleting); 2 a usage or operational error (bad arguments, a mount or unmount that failed, a store that "
+    "cannot be opened).";
 
 // For a store whose packs are in a RADOS pool.
 void AddCephConf(CLI::App* cmd, Args& a) {
@@ -40,6 +54,10 @@ struct Commands {
   CLI::App* fsck;
   CLI::App* gc;
   CLI::App* inspect;
+  CLI::App* exporter;
+  CLI::App* importer;
+  CLI::App* freeze;
+  CLI::App* thaw;
 };
 
 CLI::App* AddMount(CLI::App& app, Args& a) {
@@ -49,7 +67,7 @@ CLI::App* AddMount(CLI::App& app, Args& a) {
   mount->add_option("BACKING", a.mount.backing, "Backing directory: an existing empty dir or a ckptfs store")
       ->required();
   mount->add_option("MOUNTPOINT", a.mount.mountpoint, "Existing directory to mount on")->required();
-  mount->footer(MountOptionsHelp());
+  mount->footer(MountOptionsHelp() + "\n" + kExitStatus);
   return mount;
 }
 
@@ -101,6 +119,59 @@ CLI::App* AddInspect(CLI::App& app, Args& a) {
   return inspect;
 }
 
+CLI::App* AddExport(CLI::App& app, Args& a) {
+  auto* cmd = app.add_subcommand("export",
+                                 "Write the files of an unmounted store (or those under PATH) to DEST as plain files: "
+                                 "lossless ones bit-exact, lossy ones as reconstructed");
+  cmd->add_option("STORE [PATH] DEST", a.export_operands, "The store, a path inside it (optional), a new directory")
+      ->required()
+      ->expected(2, 3);
+  cmd->add_flag("--json", a.transfer_json, "Print a JSON summary");
+  return cmd;
+}
+
+CLI::App* AddImport(CLI::App& app, Args& a) {
+  auto* cmd = app.add_subcommand("import",
+                                 "Copy a checkpoint directory into an unmounted store (an empty directory becomes "
+                                 "one), oldest file first, so a series is stored as deltas; returns once all is sealed");
+  cmd->add_option("SRC", a.import_src, "A directory (or a file) to import")->required();
+  cmd->add_option("STORE", a.import_store, "The store")->required();
+  cmd->add_option("PATH", a.import_path, "Where in the store (default: SRC's name)");
+  cmd->add_option("-o", a.import_options, "Mount options for the import, e.g. lossy=0.05 (see mount --help)")
+      ->allow_extra_args(false);
+  cmd->add_flag("--json", a.transfer_json, "Print a JSON summary");
+  return cmd;
+}
+
+CLI::App* AddFreeze(CLI::App& app, Args& a) {
+  auto* cmd = app.add_subcommand("freeze",
+                                 "Hold a mounted store still for a backup: its daemon stops until `ckptfs thaw`; a "
+                                 "copy of the store meanwhile is consistent (fsck clean; mounting it recovers)");
+  cmd->add_option("MOUNTPOINT", a.freeze_path, "The mount point")->required();
+  cmd->add_option("--timeout", a.freeze_timeout, "Seconds to wait for the daemon's threads to stop (default 60)");
+  return cmd;
+}
+
+CLI::App* AddThaw(CLI::App& app, Args& a) {
+  auto* cmd = app.add_subcommand("thaw", "Resume a daemon that `ckptfs freeze` stopped");
+  cmd->add_option("MOUNTPOINT", a.freeze_path, "The mount point")->required();
+  return cmd;
+}
+
+std::string Joined(const std::vector<std::string>& lists) {
+  std::string out;
+  for (const std::string& l : lists) out += (out.empty() ? "" : ",") + l;
+  return out;
+}
+
+int RunTransfer(const Commands& c, const Args& a) {
+  if (*c.exporter) {
+    const auto& ops = a.export_operands;
+    return RunExport(ops[0], ops.size() == 3 ? ops[1] : "", ops.back(), a.transfer_json);
+  }
+  return RunImport(a.import_src, a.import_store, a.import_path, Joined(a.import_options), a.transfer_json);
+}
+
 int Mount(Args& a) {
   for (const std::string& list : a.mount_option_lists) {
     Status st = ParseMountOptions(list, &a.mount);
@@ -122,10 +193,39 @@ int RunOperatorCommand(const CLI::App& app, const Commands& c, const Args& a) {
     if (*c.fsck) return RunFsck(a.fsck_path, a.fsck_json, a.ceph_conf);
     if (*c.gc) return RunGc(a.gc_path, a.gc_grace, a.ceph_conf);
     if (*c.inspect) return RunInspect(a.inspect_path, a.inspect_json, a.inspect_roles);
+    if (*c.exporter || *c.importer) return RunTransfer(c, a);
+    if (*c.freeze) return RunFreeze(a.freeze_path, a.freeze_timeout);
+    if (*c.thaw) return RunThaw(a.freeze_path);
   } catch (const std::exception& e) {
     std::cerr << "ckptfs " << app.get_subcommands().front()->get_name() << ": " << e.what() << "\n";
   }
   return 2;
+}
+
+std::vector<std::string> SubcommandNames(const CLI::App& app) {
+  std::vector<std::string> names;
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; }))
+    names.push_back(sub->get_name());
+  return names;
+}
+
+// Called by mount(8) as mount.ckptfs, or by fuse3's mount.fuse as
+// `ckptfs STORE MOUNTPOINT -o OPTIONS` (mount_helper.h).
+int RunMountHelper(const std::vector<std::string>& args) {
+  auto call = ParseHelperCall(args);
+  if (!call.ok()) {
+    std::cerr << "mount.ckptfs: " << call.status().message() << "\n";
+    return 2;
+  }
+  if (call->fake) return 0;
+  return RunMount(call->mount);
+}
+
+// CLI11 exits 0 for --help and --version, and its own codes (104, 106...)
+// for usage errors; every usage error is exit 2 here.
+int ExitForParseError(const CLI::App& app, const CLI::ParseError& e) {
+  const int rc = app.exit(e);
+  return rc == 0 ? 0 : 2;
 }
 
 }  // namespace
@@ -135,16 +235,23 @@ int main(int argc, char** argv) {
   CLI::App app{"ckptfs: a FUSE filesystem that stores deep-learning checkpoints compressed and crash-safe"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("ckptfs ") + CKPTFS_VERSION);
+  app.footer(ckptfs::kExitStatus);
   ckptfs::Args args;
   const ckptfs::Commands commands{ckptfs::AddMount(app, args), ckptfs::AddUmount(app, args),
                                   ckptfs::AddStats(app, args), ckptfs::AddFsck(app, args),
-                                  ckptfs::AddGc(app, args),    ckptfs::AddInspect(app, args)};
+                                  ckptfs::AddGc(app, args),    ckptfs::AddInspect(app, args),
+                                  ckptfs::AddExport(app, args), ckptfs::AddImport(app, args),
+                                  ckptfs::AddFreeze(app, args), ckptfs::AddThaw(app, args)};
+  for (CLI::App* sub : {commands.umount, commands.stats, commands.fsck, commands.gc, commands.inspect,
+                        commands.exporter, commands.importer, commands.freeze, commands.thaw})
+    sub->footer(ckptfs::kExitStatus);
+  const std::vector<std::string> operands(argv + 1, argv + argc);
+  if (ckptfs::IsMountHelperName(argv[0]) || ckptfs::IsMountFuseCall(operands, ckptfs::SubcommandNames(app)))
+    return ckptfs::RunMountHelper(operands);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
-    // inspect: 0 ok (also for unknown formats), 2 usage or I/O error
-    return (rc != 0 && commands.inspect->parsed()) ? 2 : rc;
+    return ckptfs::ExitForParseError(app, e);
   }
   if (*commands.mount) return ckptfs::Mount(args);
   return ckptfs::RunOperatorCommand(app, commands, args);

@@ -46,9 +46,10 @@ void LogRecovery(const RecoveryReport& r, bool to_stderr) {
   }
 }
 
+// Exit 2: an operational error, as for every command.
 int Fail(const std::string& msg) {
   std::cerr << "ckptfs mount: " << msg << "\n";
-  return 1;
+  return 2;
 }
 
 // The first entry of a directory other than . and .., if any.
@@ -193,7 +194,9 @@ int ServeMount(FuseMount& mount, Store* store, const MountOptions& opts, const M
   }
   spdlog::info("mounted {} on {}", paths.backing, paths.mountpoint);
   ReportStarted(&started);
-  return mount.Serve();
+  const int rc = mount.Serve();
+  ReportStopping();
+  return rc;
 }
 
 }  // namespace

@@ -26,6 +26,10 @@ PKGS=(
   # cluster mode (issue 16): packs in RADOS through librados, and the one-machine
   # Ceph cluster the cluster tests start (tests/integration/ceph_cluster.py)
   ceph-mon ceph-osd ceph-mds ceph-fuse ceph-common librados-dev python3-rados
+  # installing (issue 19): sd_notify for Type=notify units, the man page's
+  # scdoc source, and man to render it in the tests (cpack's dpkg-shlibdeps
+  # comes with build-essential's dpkg-dev)
+  libsystemd-dev scdoc man-db
 )
 
 SUDO=()

@@ -22,8 +22,8 @@ std::string CannotOpen(const Status& s) {
 // the way (which packs files and bases need, which staging files stubs name).
 class FsckRun {
  public:
-  FsckRun(Store* store, int staging_fd, int tmp_fd)
-      : store_(store), env_(store->env()), staging_fd_(staging_fd), tmp_fd_(tmp_fd) {}
+  FsckRun(Store* store, int staging_fd, int tmp_fd, std::function<void(uint64_t)> progress)
+      : store_(store), env_(store->env()), staging_fd_(staging_fd), tmp_fd_(tmp_fd), progress_(std::move(progress)) {}
 
   void CheckSuperblock(int root_fd, const std::string& store_path);
   void CheckFiles(int ns_fd);
@@ -47,6 +47,7 @@ class FsckRun {
   Store* store_;
   Env* env_;
   int staging_fd_, tmp_fd_;
+  std::function<void(uint64_t)> progress_;
   FsckReport rep_;
   std::unordered_map<ObjectId, std::string> pack_owner_;
   std::unordered_set<ObjectId> staging_ref_;
@@ -144,6 +145,7 @@ void FsckRun::CheckFilePack(const std::string& where, const std::string& path, c
   }
   rep_.chunks_checked += (*pack)->chunks().size();
   rep_.bytes_checked += (*pack)->header().logical_size;
+  if (progress_) progress_(rep_.bytes_checked);
   if ((*pack)->header().logical_size != rec.size) {
     rep_.errors.push_back(where + ": stub says " + std::to_string(rec.size) + " bytes but pack " +
                           ObjectIdHex(rec.object) + " holds " + std::to_string((*pack)->header().logical_size));
@@ -263,8 +265,8 @@ void FsckRun::CheckTmpDir() {
 
 }  // namespace
 
-Result<FsckReport> Store::Fsck() {
-  FsckRun run(this, staging_.get(), tmp_.get());
+Result<FsckReport> Store::Fsck(const std::function<void(uint64_t)>& progress) {
+  FsckRun run(this, staging_.get(), tmp_.get(), progress);
   run.CheckSuperblock(root_.get(), path_);
   run.CheckFiles(ns_.get());
   run.CheckBasePacks();

@@ -321,7 +321,9 @@ class Store : public BaseSource {
   // the daemon's deletions (deletion_blocked) until a later Recover reads
   // everything.
   Result<RecoveryReport> Recover();
-  Result<FsckReport> Fsck();
+  // `progress`, if given, hears the logical bytes verified so far after
+  // each pack (for a progress line).
+  Result<FsckReport> Fsck(const std::function<void(uint64_t bytes_checked)>& progress = {});
   // Cluster GC (store/cluster_gc.h), under the GC lease: deletes packs that
   // no stub on any node, no pin of a live node and no live pack's bases
   // need, once they have been marked doomed for the grace period.
