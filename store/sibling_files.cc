@@ -172,10 +172,10 @@ std::string SameSaveFiles::OwnName() {
 // Measured from the file's last write, so a seal long after the save
 // (recovery at mount) does not wait at all.
 bool SameSaveFiles::WaitForMore() {
-  const auto written = std::chrono::system_clock::time_point(
-      std::chrono::duration_cast<std::chrono::system_clock::duration>(std::chrono::seconds(written_.tv_sec) +
-                                                                       std::chrono::nanoseconds(written_.tv_nsec)));
-  if (std::chrono::system_clock::now() + kDcpMetadataPoll > written + kDcpMetadataWait) return false;
+  const uint64_t written = static_cast<uint64_t>(written_.tv_sec) * 1000000000ull + static_cast<uint64_t>(written_.tv_nsec);
+  const uint64_t wait = std::chrono::duration_cast<std::chrono::nanoseconds>(kDcpMetadataWait).count();
+  const uint64_t poll = std::chrono::duration_cast<std::chrono::nanoseconds>(kDcpMetadataPoll).count();
+  if (env_->WallTimeNs() + poll > written + wait) return false;
   std::this_thread::sleep_for(kDcpMetadataPoll);
   return true;
 }

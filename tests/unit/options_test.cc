@@ -52,6 +52,7 @@ std::vector<SetterCase> SetterCases() {
       {"lossy_keyframe_every=64", [](const MountOptions& o) { EXPECT_EQ(o.store.lossy_keyframe_every, 64u); }},
       {"seal_threads=3", [](const MountOptions& o) { EXPECT_EQ(o.fuse.fs.seal_threads, 3); }},
       {"seal_workers=2", [](const MountOptions& o) { EXPECT_EQ(o.store.seal_workers, 2u); }},
+      {"decode_threads=3", [](const MountOptions& o) { EXPECT_EQ(o.fuse.fs.decode_threads, 3); }},
       {"max_threads=256", [](const MountOptions& o) { EXPECT_EQ(o.fuse.max_threads, 256); }},
       {"device=cuda", [](const MountOptions& o) { EXPECT_EQ(o.device, DeviceRequest::kGpu); }},
       {"gpu_mem=64M", [](const MountOptions& o) { EXPECT_EQ(o.cuda.memory_bytes, size_t{64} << 20); }},
