@@ -42,18 +42,6 @@ const MountEntry* FindMount(const std::vector<MountEntry>& mounts, const std::st
   return best;
 }
 
-std::string Human(uint64_t n) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(n);
-  int u = 0;
-  while (v >= 1024 && u < 4) {
-    v /= 1024;
-    ++u;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), u == 0 ? "%.0f %s" : "%.1f %s", v, units[u]);
-  return buf;
-}
 
 double Ratio(uint64_t logical, uint64_t stored) {
   return stored == 0 ? 0.0 : static_cast<double>(logical) / static_cast<double>(stored);
@@ -256,12 +244,12 @@ int RunStats(const std::string& path, bool json, const std::string& ceph_conf) {
   std::printf("%-50s %12s %12s %8s %-7s %5s %-28s %s\n", "file", "logical", "stored", "ratio", "state", "depth",
               "lossy error (max)", "base");
   for (const auto& f : usage.value())
-    std::printf("%-50s %12s %12s %7.2fx %-7s %5u %-28s %s\n", f.path.c_str(), Human(f.logical).c_str(),
-                Human(f.stored).c_str(), Ratio(f.logical, f.stored),
+    std::printf("%-50s %12s %12s %7.2fx %-7s %5u %-28s %s\n", f.path.c_str(), HumanBytes(f.logical).c_str(),
+                HumanBytes(f.stored).c_str(), Ratio(f.logical, f.stored),
                 f.staged ? "staged" : f.lossy ? "lossy" : "sealed", static_cast<unsigned>(f.depth),
                 LossyErrors(f.lossy).c_str(), base_name(f).c_str());
-  if (kept > 0) std::printf("%-50s %12s %12s\n", "(packs of deleted files: bases, or still open)", "", Human(kept).c_str());
-  std::printf("%-50s %12s %12s %7.2fx %zu files\n", "total", Human(logical).c_str(), Human(stored + kept).c_str(),
+  if (kept > 0) std::printf("%-50s %12s %12s\n", "(packs of deleted files: bases, or still open)", "", HumanBytes(kept).c_str());
+  std::printf("%-50s %12s %12s %7.2fx %zu files\n", "total", HumanBytes(logical).c_str(), HumanBytes(stored + kept).c_str(),
               Ratio(logical, stored + kept), usage->size());
   return 0;
 }
@@ -283,7 +271,7 @@ bool StoreIsShared(const std::string& backing) {
 }
 
 void PrintClusterGcSummary(const ClusterGcReport& r, uint64_t grace) {
-  std::cout << "gc: deleted " << r.deleted.size() << " pack(s), " << Human(r.bytes_deleted) << "; kept "
+  std::cout << "gc: deleted " << r.deleted.size() << " pack(s), " << HumanBytes(r.bytes_deleted) << "; kept "
             << r.kept_referenced << " that files need, " << r.kept_pinned << " pinned by seals in flight, "
             << r.kept_young << " written less than the grace period (" << grace << " s) ago, " << r.kept_doomed
             << " marked doomed and waiting out the grace period\n";
@@ -405,7 +393,7 @@ int RunFsck(const std::string& backing, bool json, const std::string& ceph_conf)
     for (const auto& e : r.errors) std::cout << "error: " << e << "\n";
     for (const auto& w : r.warnings) std::cout << "warning: " << w << "\n";
     std::cout << (r.clean() ? "clean" : "CORRUPT") << ": " << r.files_checked << " files, " << r.packs_checked
-              << " packs, " << r.chunks_checked << " chunks, " << Human(r.bytes_checked) << " verified; "
+              << " packs, " << r.chunks_checked << " chunks, " << HumanBytes(r.bytes_checked) << " verified; "
               << r.errors.size() << " errors, " << r.warnings.size() << " warnings\n";
   }
   return r.clean() ? 0 : 1;

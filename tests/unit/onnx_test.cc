@@ -24,16 +24,6 @@ std::string DataDir() {
 
 FileLayout Detect(const Bytes& b) { return DetectLayout(SpanSource(b)); }
 
-void ExpectSane(const FileLayout& l, uint64_t size) {
-  uint64_t end = 0;
-  for (const TensorRegion& r : l.tensors) {
-    EXPECT_GE(r.offset, end);
-    EXPECT_GT(r.length, 0u);
-    EXPECT_LE(r.offset + r.length, size);
-    end = r.offset + r.length;
-  }
-}
-
 TEST(OnnxTest, RealModelWithRawData) {
   Bytes b = test::ReadFileBytes(DataDir() + "/model.onnx");
   ASSERT_FALSE(b.empty());
@@ -55,7 +45,7 @@ TEST(OnnxTest, RealModelWithRawData) {
   EXPECT_EQ(l.tensors[2].dtype, DType::kI64);
   EXPECT_EQ(l.tensors[3].dtype, DType::kBF16);
   EXPECT_EQ(l.tensors[3].label, "bf");
-  ExpectSane(l, b.size());
+  test::ExpectRegionsInOrder(l, b.size());
 }
 
 TEST(OnnxTest, ExternalDataModelHasNoRegions) {
@@ -77,7 +67,7 @@ TEST(OnnxTest, TruncationsAndFlipsFallBackToGeneric) {
     FileLayout l = Detect(pre);
     if (l.format == "onnx") {
       // Only a cut between top-level fields leaves a valid ModelProto.
-      ExpectSane(l, pre.size());
+      test::ExpectRegionsInOrder(l, pre.size());
     }
   }
   std::mt19937_64 rng(11);
@@ -85,7 +75,7 @@ TEST(OnnxTest, TruncationsAndFlipsFallBackToGeneric) {
     Bytes f = b;
     f[rng() % f.size()] ^= uint8_t(1u << (rng() % 8));
     FileLayout l = Detect(f);
-    ExpectSane(l, f.size());
+    test::ExpectRegionsInOrder(l, f.size());
     EXPECT_TRUE(l.format == "onnx" || l.format == "unknown") << l.format;
   }
 }

@@ -38,6 +38,16 @@ TempDir::~TempDir() {
   std::filesystem::remove_all(path_, ec);
 }
 
+void ExpectRegionsInOrder(const FileLayout& l, uint64_t size) {
+  uint64_t end = 0;
+  for (const TensorRegion& r : l.tensors) {
+    EXPECT_GE(r.offset, end);
+    EXPECT_GT(r.length, 0u);
+    EXPECT_LE(r.offset + r.length, size);
+    end = r.offset + r.length;
+  }
+}
+
 std::vector<uint8_t> RandomBytes(size_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::vector<uint8_t> out(n);

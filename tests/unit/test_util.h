@@ -15,6 +15,7 @@
 
 #include "base/status.h"
 #include "store/env.h"
+#include "codec/formats/layout.h"
 #include "store/store.h"
 
 namespace ckptfs::test {
@@ -43,6 +44,10 @@ class TempDir {
  private:
   std::string path_;
 };
+
+// A parser's regions are in file order, non-empty, disjoint and inside a
+// file of `size` bytes.
+void ExpectRegionsInOrder(const FileLayout& l, uint64_t size);
 
 std::vector<uint8_t> RandomBytes(size_t n, uint64_t seed);
 // Text-like bytes that zstd shrinks well.
