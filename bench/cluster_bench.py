@@ -241,16 +241,6 @@ class Worker:
         self.proc.wait()
 
 
-def drop_caches():
-    os.sync()
-    try:
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("3\n")
-        return True
-    except OSError:
-        return False
-
-
 def du(path):
     return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
 
@@ -349,7 +339,7 @@ def main():
         dropped = True
         last = args.checkpoints
         for way in ways:
-            dropped &= drop_caches()
+            dropped &= C.drop_caches()
             dirs = [os.path.join(mnt[way][(r + 1) % 3], f"ckpt/step{last}") for r in range(3)]
             rep = worker.send("load", *dirs)
             rows[way].update(restore_s=rep["seconds"], exact=rep["exact"], max_rel_error=rep["max_rel_error"])

@@ -12,6 +12,25 @@ constexpr size_t kMaxBaseCandidates = 64;
 
 using SigKey = std::pair<uint8_t, uint64_t>;  // element type, byte length
 
+// Where `candidate`'s tensors of each signature fall, k-th to k-th, for the
+// new ranges of that signature.
+BaseChoice MatchTensors(ObjectId id, uint64_t logical_size, const std::vector<TensorRange>& candidate,
+                        const std::map<SigKey, std::vector<size_t>>& wanted, size_t n_ranges) {
+  BaseChoice choice{id, logical_size, 0, std::vector<std::optional<uint64_t>>(n_ranges)};
+  std::map<SigKey, size_t> seen;
+  for (const TensorRange& t : candidate) {
+    auto w = wanted.find({static_cast<uint8_t>(t.dtype), t.length});
+    if (w == wanted.end()) continue;
+    size_t& k = seen[w->first];
+    if (k < w->second.size()) {
+      choice.base_offset[w->second[k]] = t.offset;
+      choice.matched_bytes += t.length;
+    }
+    ++k;
+  }
+  return choice;
+}
+
 }  // namespace
 
 void PackIndex::Add(ObjectId id, const PackMeta& meta, uint64_t logical_size, uint32_t chunk_size) {
@@ -118,35 +137,6 @@ void PackIndex::UnindexChunksLocked(ObjectId id, const Entry& e) {
     if (it != by_hash_.end() && it->second.first == id) by_hash_.erase(it);
   }
 }
-
-std::optional<BaseChoice> PackIndex::FindBase(std::span<const TensorRange> ranges) {
-  std::vector<BaseChoice> best = FindBaseCandidates(ranges, 1.0, 1);
-  if (best.empty() || !PinCandidate(best[0].pack)) return std::nullopt;
-  return std::move(best[0]);
-}
-
-namespace {
-
-// Where `candidate`'s tensors of each signature fall, k-th to k-th, for the
-// new ranges of that signature.
-BaseChoice MatchTensors(ObjectId id, uint64_t logical_size, const std::vector<TensorRange>& candidate,
-                        const std::map<SigKey, std::vector<size_t>>& wanted, size_t n_ranges) {
-  BaseChoice choice{id, logical_size, 0, std::vector<std::optional<uint64_t>>(n_ranges)};
-  std::map<SigKey, size_t> seen;
-  for (const TensorRange& t : candidate) {
-    auto w = wanted.find({static_cast<uint8_t>(t.dtype), t.length});
-    if (w == wanted.end()) continue;
-    size_t& k = seen[w->first];
-    if (k < w->second.size()) {
-      choice.base_offset[w->second[k]] = t.offset;
-      choice.matched_bytes += t.length;
-    }
-    ++k;
-  }
-  return choice;
-}
-
-}  // namespace
 
 std::vector<BaseChoice> PackIndex::FindBaseCandidates(std::span<const TensorRange> ranges, double share, size_t max) {
   std::vector<BaseChoice> out;

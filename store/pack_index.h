@@ -49,11 +49,8 @@ class PackIndex {
   // Ends a pin that FindBase or FindChunk took for a seal.
   std::vector<ObjectId> Unpin(ObjectId id);
 
-  // The most recently sealed live file whose tensors (matched by element
-  // type, length and order) cover the most of `ranges`; pinned for the caller.
-  std::optional<BaseChoice> FindBase(std::span<const TensorRange> ranges);
-  // The live files whose tensors cover at least `share` of the best one's
-  // matched bytes, at most `max`, most matched first and then most recent;
+  // The live files whose tensors (matched by element type, length and
+  // order) cover at least `share` of the best one's matched bytes, at most `max`, most matched first and then most recent;
   // none pinned. Several shards of one save (DCP ranks) match a successor
   // equally well by layout alone: the caller tells them apart by content.
   std::vector<BaseChoice> FindBaseCandidates(std::span<const TensorRange> ranges, double share, size_t max);
