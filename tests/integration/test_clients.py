@@ -57,11 +57,11 @@ def pypi_python() -> Path:
 class ClientRun:
     """One client process and the two phases of its protocol."""
 
-    def __init__(self, python: Path, script: str, mnt_dir: Path, ref_dir: Path):
+    def __init__(self, python: Path, script: str, mnt_dir: Path, ref_dir: Path, args=()):
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
         env.update(TF_CPP_MIN_LOG_LEVEL="3", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                    PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1")
-        self.args = [str(python), str(CLIENTS / script), str(mnt_dir), str(ref_dir)]
+        self.args = [str(python), str(CLIENTS / script), str(mnt_dir), str(ref_dir), *map(str, args)]
         self.err = tempfile.TemporaryFile()
         self.lines: list[str] = []
         self._buf = b""
