@@ -4,14 +4,14 @@ no network) as a sentence classifier for a few steps on the CPU, with
 save_steps=1 and save_total_limit=2 into a directory in the mount, then
 resume with trainer.train(resume_from_checkpoint=...).
 
-Phase 1 trains 4 steps into MNT_DIR/run: checkpoint-1 and -2 are rotated
-away, checkpoint-3 and -4 are kept. At every save a callback writes the
+Phase 1 trains 3 steps into MNT_DIR/run: checkpoint-1 is rotated away,
+checkpoint-2 and -3 are kept. At every save a callback writes the
 same model, optimizer and scheduler files into REF_DIR/checkpoint-N with
 the calls Trainer makes (save_model, torch.save of the state_dicts), and
 keeps the in-memory state of that step. Phase 2 (after the test sealed and
-remounted) resumes a fresh Trainer from MNT_DIR/run/checkpoint-3: the
-model and optimizer state it loaded must equal step 3's bit for bit, and
-the step it then trains must give step 4's weights again, bit for bit.
+remounted) resumes a fresh Trainer from MNT_DIR/run/checkpoint-2: the
+model and optimizer state it loaded must equal step 2's bit for bit, and
+the step it then trains must give step 3's weights again, bit for bit.
 See common.py for the protocol."""
 from __future__ import annotations
 
@@ -33,8 +33,9 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, Trainer, TrainingArguments  # noqa: E402
 
-STEPS = 4
-KEPT = ["checkpoint-3", "checkpoint-4"]
+STEPS = 3
+RESUME = STEPS - 1  # resumed from the older of the two kept checkpoints
+KEPT = [f"checkpoint-{RESUME}", f"checkpoint-{STEPS}"]
 # Files Trainer writes that the callback writes again, byte for byte, into REF_DIR.
 REF_FILES = ("model.safetensors", "config.json", "optimizer.pt", "scheduler.pt")
 # Fine-tuned: the last encoder layer, the pooler and the new classifier head
@@ -106,7 +107,8 @@ class CheckResumedState(transformers.TrainerCallback):
         self.checked = False
 
     def on_train_begin(self, args, state, control, **kwargs):
-        check(state.global_step == 3, f"{self.where}: resumed at global_step {state.global_step}, expected 3")
+        check(state.global_step == RESUME,
+              f"{self.where}: resumed at global_step {state.global_step}, expected {RESUME}")
         got = state_of(self.trainer)
         self.client.compare(self.expect["model"], got["model"], f"{self.where}: model after resume")
         self.client.compare(self.expect["optimizer"], got["optimizer"], f"{self.where}: optimizer after resume")
@@ -122,9 +124,8 @@ def record_kept(c, ref):
     run = c.mnt / "run"
     got = sorted(os.listdir(run))
     check(got == KEPT, f"save_total_limit=2 should leave {KEPT} in {run}, found {got}")
-    step3 = ref.states[3]
-    opt_bytes, opt_dtypes = torch_storages(step3["optimizer"])
-    model_sd = step3["model"]
+    opt_bytes, opt_dtypes = torch_storages(ref.states[STEPS]["optimizer"])
+    model_sd = ref.states[STEPS]["model"]
     for ckpt in KEPT:
         check(global_step(run / ckpt) == int(ckpt.split("-")[1]), f"{ckpt}: trainer_state.json global_step")
         for name in sorted(os.listdir(run / ckpt)):
@@ -167,14 +168,14 @@ def main():
         if when != "sealed":
             return
         # The recipe's resume, from the checkpoint before the last one, into the same output_dir.
-        checker = CheckResumedState(c, ref.states[3], when)
+        checker = CheckResumedState(c, ref.states[RESUME], when)
         resumed = new_trainer(run, [checker])
         checker.trainer = resumed
-        resumed.train(resume_from_checkpoint=str(run / "checkpoint-3"))
+        resumed.train(resume_from_checkpoint=str(run / KEPT[0]))
         check(checker.checked, "on_train_begin was not called on resume")
         check(resumed.state.global_step == STEPS, f"resumed run ended at step {resumed.state.global_step}")
         c.compare(ref.states[STEPS]["model"], state_of(resumed)["model"], f"{when}: step {STEPS} after resume")
-        check(global_step(run / "checkpoint-4") == STEPS, "checkpoint-4/trainer_state.json after resume")
+        check(global_step(run / KEPT[1]) == STEPS, f"{KEPT[1]}/trainer_state.json after resume")
         check(sorted(os.listdir(run)) == KEPT, f"after resume {run} holds {sorted(os.listdir(run))}")
         del resumed
 
