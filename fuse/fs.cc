@@ -63,6 +63,22 @@ Status Filesystem::Stat(Inode& inode, struct stat* st) {
   return content->FillStat(st);
 }
 
+MetricsSample Filesystem::SampleMetrics() {
+  MetricsSample s;
+  const PackIndex::Totals totals = store_->index().totals();
+  s.logical_bytes = totals.root_logical;
+  s.stored_bytes = totals.stored;
+  const SealQueue::Backlog backlog = seals_.backlog();
+  s.seal_queue_depth = backlog.files;
+  s.seal_queue_oldest_seconds = backlog.oldest_seconds;
+  s.cache_hits = cache_.hits();
+  s.cache_misses = cache_.misses();
+  s.cache_bytes = cache_.bytes();
+  s.cache_capacity_bytes = cache_.capacity();
+  ReadCounters(GlobalMetrics(), &s);
+  return s;
+}
+
 void Filesystem::ForgetLinkIfGone(Inode* victim) {
   if (victim == nullptr || victim->type != S_IFREG) return;
   auto st = store_->env()->Fstat(victim->fd.get());

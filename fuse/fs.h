@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "cache/chunk_cache.h"
+#include "base/metrics_text.h"
 #include "cache/decode_ahead.h"
 #include "fuse/inode.h"
 #include "fuse/seal_queue.h"
@@ -51,6 +52,8 @@ class Filesystem {
   Status Stat(Inode& inode, struct stat* st);
   // After an unlink or a rename that may have dropped `victim`'s last link.
   void ForgetLinkIfGone(Inode* victim);
+  // The figures of `-o metrics` and `ckptfs top` (base/metrics_text.h), now.
+  MetricsSample SampleMetrics();
 
   // `fn` runs once, on the first request after INIT: the kernel applies
   // INIT's reply (e.g. readahead) only then, so tuning must come after.

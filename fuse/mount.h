@@ -46,6 +46,7 @@ class FuseMount {
   // Serves requests until the mount is unmounted or a signal ends the loop,
   // then unmounts and seals what is pending. 0 on a clean exit, else 1.
   int Serve();
+  Filesystem& fs() { return *fs_; }
 
  private:
   FuseMount(Store* store, const FuseOptions& opts, const std::string& mountpoint, std::unique_ptr<Filesystem> fs);

@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "base/log.h"
+#include "base/metrics.h"
+#include "base/metrics_text.h"
 #include "codec/lossy/policy.h"
 #include "fuse/fs.h"
 #include "store/lossy_xattrs.h"
@@ -69,10 +71,17 @@ struct DirHandle {
 FileHandle* FH(fuse_file_info* fi) { return reinterpret_cast<FileHandle*>(static_cast<uintptr_t>(fi->fh)); }
 DirHandle* DH(fuse_file_info* fi) { return reinterpret_cast<DirHandle*>(static_cast<uintptr_t>(fi->fh)); }
 
+// Replies with `code` (0: success), counting the errors the metrics show.
+void ReplyCode(fuse_req_t req, int code) {
+  if (code == EIO) GlobalMetrics().eio_errors.Add();
+  if (code == ENOSPC || code == EDQUOT) GlobalMetrics().enospc_errors.Add();
+  fuse_reply_err(req, code);
+}
+
 void ReplyErr(fuse_req_t req, const Status& st) {
   if (st.code() != ENOENT && st.code() != EEXIST && st.code() != ENOTEMPTY && st.code() != ENODATA)
     spdlog::debug("request failed: {}", st.message());
-  fuse_reply_err(req, st.code());
+  ReplyCode(req, st.code());
 }
 
 bool IsWritable(int flags) { return (flags & O_ACCMODE) != O_RDONLY; }
@@ -265,7 +274,7 @@ void OpUnlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
 
 void OpRmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
   Status s = E(req)->UnlinkAt(In(req, parent).fd.get(), name, AT_REMOVEDIR);
-  fuse_reply_err(req, s.code());
+  ReplyCode(req, s.code());
 }
 
 void OpRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent, const char* newname,
@@ -400,6 +409,9 @@ void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* 
   };
   auto pieces = h->content->ReadForReply(static_cast<uint64_t>(off), size, &h->stream, staged_buffer);
   if (!pieces.ok()) return ReplyErr(req, pieces.status());
+  uint64_t bytes = 0;
+  for (const iovec& v : pieces->iov) bytes += v.iov_len;
+  GlobalMetrics().read_bytes.Add(bytes);
   fuse_reply_iov(req, pieces->iov.data(), static_cast<int>(pieces->iov.size()));
 }
 
@@ -424,7 +436,7 @@ void OpFlush(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
   // lose them, so close() need not wait for the seal. In cluster mode the
   // stub says the file is closed, so other nodes wait for its seal.
   FileHandle* h = FH(fi);
-  fuse_reply_err(req, h->writable ? h->content->OnFlush().code() : 0);
+  ReplyCode(req, h->writable ? h->content->OnFlush().code() : 0);
 }
 
 void OpRelease(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
@@ -440,7 +452,7 @@ void OpFsync(fuse_req_t req, fuse_ino_t, int, fuse_file_info* fi) {
   FileHandle* h = FH(fi);
   Status s = h->content->Sync();
   if (s.ok() && h->content->NeedsSeal()) Fs(req).seals().Push(h->content);
-  fuse_reply_err(req, s.code());
+  ReplyCode(req, s.code());
 }
 
 void OpOpendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
@@ -485,7 +497,7 @@ void OpReleasedir(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
 }
 
 void OpFsyncdir(fuse_req_t req, fuse_ino_t, int, fuse_file_info* fi) {
-  fuse_reply_err(req, E(req)->Fsync(DH(fi)->fd.get()).code());
+  ReplyCode(req, E(req)->Fsync(DH(fi)->fd.get()).code());
 }
 
 void OpStatfs(fuse_req_t req, fuse_ino_t ino) {
@@ -532,19 +544,33 @@ void ReplyXattrValue(fuse_req_t req, std::string_view value, size_t size) {
   fuse_reply_buf(req, value.data(), value.size());
 }
 
+// user.ckptfs.metrics on the mount's root: the daemon's figures now, in
+// Prometheus text (what `ckptfs top` reads). Not listed, so that copying
+// the root's attributes does not copy it; nobody sets it.
+bool IsMetricsXattr(fuse_ino_t ino, std::string_view name) { return ino == FUSE_ROOT_ID && name == kMetricsXattr; }
+
+void ReplyMetrics(fuse_req_t req, size_t size) {
+  const std::string text = FormatPrometheusText(Fs(req).SampleMetrics());
+  // The size a probe gets leaves room for the counters to grow before the
+  // read that follows it.
+  if (size == 0) return (void)fuse_reply_xattr(req, text.size() + 4096);
+  ReplyXattrValue(req, text, size);
+}
+
 void OpSetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size, int flags) {
   // They report how the file was sealed: only a seal writes them.
-  if (IsLossyXattr(name)) return (void)fuse_reply_err(req, EPERM);
+  if (IsLossyXattr(name) || IsMetricsXattr(ino, name)) return (void)fuse_reply_err(req, EPERM);
   if (Status s = CheckPolicyXattr(req, In(req, ino), name, std::string_view(value, size)); !s.ok()) {
     spdlog::warn("setxattr {}: {}", name, s.message());
     return ReplyErr(req, s);
   }
   Status s = E(req)->SetXattr(ProcFdPath(In(req, ino).fd.get()), name,
                               std::span(reinterpret_cast<const uint8_t*>(value), size), flags);
-  fuse_reply_err(req, s.code());
+  ReplyCode(req, s.code());
 }
 
 void OpGetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
+  if (IsMetricsXattr(ino, name)) return ReplyMetrics(req, size);
   if (IsLossyXattr(name)) {
     auto attrs = LossyAttrs(req, In(req, ino));
     if (!attrs.ok()) return ReplyErr(req, attrs.status());
@@ -578,14 +604,14 @@ void OpListxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
 }
 
 void OpRemovexattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
-  if (IsLossyXattr(name)) return (void)fuse_reply_err(req, EPERM);
+  if (IsLossyXattr(name) || IsMetricsXattr(ino, name)) return (void)fuse_reply_err(req, EPERM);
   if (name == std::string_view(kPolicyXattr)) {
     if (Status s = CheckPolicyOwner(req, In(req, ino)); !s.ok()) {
       spdlog::warn("removexattr {}: {}", name, s.message());
       return ReplyErr(req, s);
     }
   }
-  fuse_reply_err(req, E(req)->RemoveXattr(ProcFdPath(In(req, ino).fd.get()), name).code());
+  ReplyCode(req, E(req)->RemoveXattr(ProcFdPath(In(req, ino).fd.get()), name).code());
 }
 
 fuse_lowlevel_ops MakeOps() {

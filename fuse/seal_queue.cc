@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "base/log.h"
+#include "base/metrics.h"
 
 namespace ckptfs {
 
@@ -26,6 +27,7 @@ void SealQueue::Push(std::shared_ptr<FileContent> file) {
   {
     std::lock_guard lk(mu_);
     if (!queued_.insert(file.get()).second) return;
+    since_.try_emplace(file.get(), std::chrono::steady_clock::now());
     queue_.push_back(std::move(file));
   }
   cv_.notify_one();
@@ -39,6 +41,22 @@ void SealQueue::Drain() {
 size_t SealQueue::pending() const {
   std::lock_guard lk(mu_);
   return queue_.size() + static_cast<size_t>(running_);
+}
+
+SealQueue::Backlog SealQueue::backlog() const {
+  std::lock_guard lk(mu_);
+  Backlog b{since_.size(), 0};
+  const auto now = std::chrono::steady_clock::now();
+  for (const auto& [file, t] : since_)
+    b.oldest_seconds = std::max(b.oldest_seconds, std::chrono::duration<double>(now - t).count());
+  return b;
+}
+
+void SealQueue::SettleLocked(const FileContent* file) {
+  if (queued_.count(file)) return;
+  for (const auto& [due, f] : retries_)
+    if (f.get() == file) return;
+  since_.erase(file);
 }
 
 void SealQueue::RetryLater(std::shared_ptr<FileContent> file) {
@@ -86,9 +104,11 @@ void SealQueue::Work() {
       if (file->NeedsSeal()) Push(file);
     } else {
       spdlog::error("sealing {} failed, will retry: {}", file->label(), st.message());
+      GlobalMetrics().seal_failures.Add();
       if (file->NeedsSeal()) RetryLater(file);
     }
     lk.lock();
+    SettleLocked(file.get());
     --running_;
     if (queue_.empty() && running_ == 0) idle_cv_.notify_all();
   }

@@ -27,6 +27,13 @@ class SealQueue {
   // to be retried are not waited for: recovery at the next mount does them.
   void Drain();
   size_t pending() const;
+  // For the metrics: the files pushed and not yet sealed (queued, sealing,
+  // or waiting for a retry), and how long the oldest has waited.
+  struct Backlog {
+    size_t files = 0;
+    double oldest_seconds = 0;
+  };
+  Backlog backlog() const;
 
  private:
   void Work();
@@ -34,6 +41,9 @@ class SealQueue {
   // backoff; the file stays readable from its staging file meanwhile.
   void RetryLater(std::shared_ptr<FileContent> file);
   void PromoteDueRetriesLocked();
+  // After a worker is done with `file`: it leaves the backlog unless it is
+  // queued again or waits for a retry.
+  void SettleLocked(const FileContent* file);
 
   const int threads_;
   mutable std::mutex mu_;
@@ -43,6 +53,8 @@ class SealQueue {
   std::set<const FileContent*> queued_;
   std::multimap<std::chrono::steady_clock::time_point, std::shared_ptr<FileContent>> retries_;
   std::map<const FileContent*, std::chrono::seconds> backoff_;
+  // When each file of the backlog was first pushed.
+  std::map<const FileContent*, std::chrono::steady_clock::time_point> since_;
   int running_ = 0;
   bool stop_ = false;
   std::vector<std::thread> workers_;

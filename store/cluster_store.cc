@@ -144,7 +144,7 @@ void Store::RefreshIndexFromOtherNodes() {
     if (index_.Contains(p.id)) continue;
     Result<std::shared_ptr<PackReader>> r = OpenPack(p.id);
     if (!r.ok() || !(*r)->meta_status().ok()) continue;  // being written, or deleted meanwhile
-    index_.Add(p.id, (*r)->meta(), (*r)->header().logical_size, (*r)->header().chunk_size);
+    index_.Add(p.id, (*r)->meta(), (*r)->header().logical_size, (*r)->header().chunk_size, (*r)->stored_size());
     // Another node's file: a lineage candidate. Whether a stub still names
     // it is that node's business; cluster GC never deletes it under a seal
     // that pinned it.

@@ -33,10 +33,12 @@ BaseChoice MatchTensors(ObjectId id, uint64_t logical_size, const std::vector<Te
 
 }  // namespace
 
-void PackIndex::Add(ObjectId id, const PackMeta& meta, uint64_t logical_size, uint32_t chunk_size) {
+void PackIndex::Add(ObjectId id, const PackMeta& meta, uint64_t logical_size, uint32_t chunk_size,
+                    uint64_t stored_size) {
   std::lock_guard lk(mu_);
   if (packs_.count(id)) return;
-  Entry e{meta, logical_size, chunk_size};
+  Entry e{meta, logical_size, chunk_size, stored_size};
+  totals_.stored += stored_size;
   for (ObjectId b : meta.bases) {
     auto it = packs_.find(b);
     if (it != packs_.end()) ++it->second.users;
@@ -73,6 +75,7 @@ void PackIndex::AddRoot(ObjectId id) {
   if (it == packs_.end()) return;
   if (!it->second.candidate()) IndexChunksLocked(id, it->second);
   ++it->second.roots;
+  totals_.root_logical += it->second.logical_size;
 }
 
 std::vector<ObjectId> PackIndex::DropRoot(ObjectId id) {
@@ -80,7 +83,10 @@ std::vector<ObjectId> PackIndex::DropRoot(ObjectId id) {
   std::vector<ObjectId> dead;
   auto it = packs_.find(id);
   if (it == packs_.end()) return {id};  // unknown to the index: only the stub knew it
-  if (it->second.roots > 0) --it->second.roots;
+  if (it->second.roots > 0) {
+    --it->second.roots;
+    totals_.root_logical -= it->second.logical_size;
+  }
   if (!it->second.candidate()) UnindexChunksLocked(id, it->second);
   CollectLocked(id, &dead);
   return dead;
@@ -91,7 +97,10 @@ void PackIndex::Retire(ObjectId id) {
   auto it = packs_.find(id);
   if (it == packs_.end()) return;
   ++it->second.retired;
-  if (it->second.roots > 0) --it->second.roots;
+  if (it->second.roots > 0) {
+    --it->second.roots;
+    totals_.root_logical -= it->second.logical_size;
+  }
 }
 
 std::vector<ObjectId> PackIndex::Unretire(ObjectId id) { return EndHold(id, &Entry::retired); }
@@ -122,6 +131,7 @@ void PackIndex::CollectLocked(ObjectId id, std::vector<ObjectId>* dead) {
       --bit->second.users;
       todo.push_back(b);
     }
+    totals_.stored -= it->second.stored_size;
     packs_.erase(it);
     dead->push_back(cur);
   }
@@ -204,6 +214,11 @@ uint8_t PackIndex::RangeDepth(ObjectId pack, uint64_t off, uint64_t len) const {
 size_t PackIndex::size() const {
   std::lock_guard lk(mu_);
   return packs_.size();
+}
+
+PackIndex::Totals PackIndex::totals() const {
+  std::lock_guard lk(mu_);
+  return totals_;
 }
 
 }  // namespace ckptfs

@@ -29,8 +29,8 @@ struct BaseChoice {
 
 class PackIndex {
  public:
-  // A pack that exists on disk. Its bases gain a user.
-  void Add(ObjectId id, const PackMeta& meta, uint64_t logical_size, uint32_t chunk_size);
+  // A pack that exists on disk, `stored_size` bytes long. Its bases gain a user.
+  void Add(ObjectId id, const PackMeta& meta, uint64_t logical_size, uint32_t chunk_size, uint64_t stored_size = 0);
   // After adding packs in any order (at mount): counts users afresh.
   void RecountUsers();
   bool Contains(ObjectId id) const;
@@ -63,12 +63,20 @@ class PackIndex {
   uint8_t RangeDepth(ObjectId pack, uint64_t off, uint64_t len) const;
 
   size_t size() const;
+  // For the daemon's metrics: logical bytes of the packs stubs name (the
+  // sealed files), and bytes of every indexed pack.
+  struct Totals {
+    uint64_t root_logical = 0;
+    uint64_t stored = 0;
+  };
+  Totals totals() const;
 
  private:
   struct Entry {
     PackMeta meta;
     uint64_t logical_size = 0;
     uint32_t chunk_size = 0;
+    uint64_t stored_size = 0;
     uint32_t roots = 0, users = 0, pins = 0, retired = 0;
     bool candidate() const { return roots > 0 || retired > 0; }
   };
@@ -83,6 +91,7 @@ class PackIndex {
   mutable std::mutex mu_;
   std::unordered_map<ObjectId, Entry> packs_;
   std::unordered_map<uint64_t, std::pair<ObjectId, uint64_t>> by_hash_;  // -> (pack, chunk index)
+  Totals totals_;
 };
 
 }  // namespace ckptfs

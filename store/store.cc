@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/log.h"
+#include "base/metrics.h"
 #include "cache/chunk_cache.h"
 #include "codec/formats/layout.h"
 #include "codec/lossy/file_coder.h"
@@ -393,6 +394,15 @@ class PlannerPins {
   DropDead drop_;
 };
 
+// A published pack, for the daemon's metrics (base/metrics.h).
+void CountSeal(uint64_t logical, uint64_t stored, std::chrono::steady_clock::duration took) {
+  Metrics& m = GlobalMetrics();
+  m.sealed_files.Add();
+  m.sealed_bytes.Add(logical);
+  m.sealed_pack_bytes.Add(stored);
+  m.seal_nanoseconds.Add(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(took).count()));
+}
+
 }  // namespace
 
 Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic<bool>* cancel,
@@ -481,12 +491,14 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
   if (!stats.ok()) return fail(stats.status());
   WaitWhileExists(env_, opts_.seal_hold);
   if (Status s = pack_objects_->Publish(id, tmp_.get(), tmpname, tmp->get()); !s.ok()) return fail(s);
-  if (index_loaded_) index_.Add(id, stats->meta, size, opts_.chunk_size);
+  if (index_loaded_) index_.Add(id, stats->meta, size, opts_.chunk_size, stats->stored_size);
   if (planner && (stats->ref_chunks > 0 || stats->delta_chunks > 0)) {
     spdlog::debug("{}: {} chunks, {} shared, {} deltas against {}", ctx, stats->chunk_count, stats->ref_chunks,
                   stats->delta_chunks, ObjectIdHex(planner->base_pack()));
   }
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  const auto took = std::chrono::steady_clock::now() - started;
+  const double secs = std::chrono::duration<double>(took).count();
+  CountSeal(size, stats->stored_size, took);
   spdlog::debug("{}: {} bytes stored in {} ({:.3f}x), {:.3f} s with {} worker(s), {:.0f} MB/s", ctx, size,
                 stats->stored_size, stats->stored_size ? double(size) / double(stats->stored_size) : 0.0, secs, workers,
                 secs > 0 ? double(size) / 1e6 / secs : 0.0);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "base/metrics.h"
 #include "codec/lossy/dcp_labels.h"
 #include "codec/lossy/float_bits.h"
 
@@ -242,6 +243,7 @@ void LossyCoder::Record(const ChunkSegment& s) {
   r.stored += s.stored;
   if (s.coded_lossy) {
     r.max_error = std::max(r.max_error, static_cast<float>(s.outcome.error));
+    GlobalMetrics().lossy_error.Observe(s.outcome.error);
   } else {
     info_.exact_elements += n;
   }
