@@ -7,7 +7,13 @@
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 #include <thread>
 
@@ -53,6 +59,64 @@ void ReportStarted(UniqueFd* pipe) {
 }
 
 void ReportStopping() { ::sd_notify(0, "STOPPING=1\nSTATUS=unmounted; sealing pending files"); }
+
+bool StderrIsJournal() {
+  const char* stream = std::getenv("JOURNAL_STREAM");
+  unsigned long long dev = 0, ino = 0;
+  if (stream == nullptr || std::sscanf(stream, "%llu:%llu", &dev, &ino) != 2) return false;
+  struct stat st {};
+  return ::fstat(STDERR_FILENO, &st) == 0 && st.st_dev == dev && st.st_ino == ino;
+}
+
+namespace {
+
+std::atomic<int> hangup_pipe{-1};  // the write end, for the signal handler
+
+void OnHangup(int) {
+  const int saved = errno;
+  const int fd = hangup_pipe.load();
+  const char c = 'h';
+  if (fd >= 0) (void)!::write(fd, &c, 1);
+  errno = saved;
+}
+
+}  // namespace
+
+LogReopenOnHangup::LogReopenOnHangup() {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) {
+    spdlog::warn("SIGHUP will not reopen the log: pipe: {}", std::strerror(errno));
+    return;
+  }
+  read_end_ = UniqueFd(fds[0]);
+  hangup_pipe.store(fds[1]);
+  struct sigaction sa {};
+  sa.sa_handler = OnHangup;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  ::sigaction(SIGHUP, &sa, nullptr);
+  thread_ = std::thread([fd = read_end_.get()] {
+    char c;
+    for (ssize_t n; (n = ::read(fd, &c, 1)) != 0;) {
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 || c != 'h') return;
+      ReopenLogFile();
+      spdlog::info("log reopened (SIGHUP)");
+    }
+  });
+}
+
+LogReopenOnHangup::~LogReopenOnHangup() {
+  if (!thread_.joinable()) return;
+  struct sigaction sa {};
+  sa.sa_handler = SIG_IGN;  // the daemon is stopping: a late SIGHUP changes nothing
+  ::sigaction(SIGHUP, &sa, nullptr);
+  const int fd = hangup_pipe.exchange(-1);
+  const char stop = 's';
+  (void)!::write(fd, &stop, 1);
+  thread_.join();
+  ::close(fd);
+}
 
 Status ProbeDevice(DeviceRequest request, const gpu::CudaOptions& cuda) {
   int fds[2];

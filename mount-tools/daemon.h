@@ -2,6 +2,8 @@
 // compute device it seals with.
 #pragma once
 
+#include <thread>
+
 #include "base/status.h"
 #include "base/unique_fd.h"
 #include "gpu/cuda_device.h"
@@ -19,6 +21,25 @@ Result<UniqueFd> Daemonize();
 void ReportStarted(UniqueFd* pipe);
 // Tells systemd that the mount is gone and the daemon drains its seals.
 void ReportStopping();
+
+// Whether stderr is the journal: systemd sets JOURNAL_STREAM to its
+// device:inode for a service's stdout and stderr (systemd.exec(5)).
+bool StderrIsJournal();
+
+// While alive, SIGHUP reopens the log file (logrotate's postrotate sends
+// it) instead of ending the mount, as libfuse's handler would. The
+// handler only writes to a pipe; a thread reopens and logs that it did.
+class LogReopenOnHangup {
+ public:
+  LogReopenOnHangup();
+  ~LogReopenOnHangup();
+  LogReopenOnHangup(const LogReopenOnHangup&) = delete;
+  LogReopenOnHangup& operator=(const LogReopenOnHangup&) = delete;
+
+ private:
+  UniqueFd read_end_;
+  std::thread thread_;
+};
 
 // A shared store's daemons hold no LOCK (no lock is assumed across
 // nodes), so `ckptfs umount` waits for a cluster daemon to drain its seals
