@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "base/log.h"
 #include "fuse/mount.h"
 #include "store/cluster_gc.h"
 #include "store/store.h"
@@ -281,9 +282,23 @@ void PrintClusterGcSummary(const ClusterGcReport& r, uint64_t grace) {
   }
 }
 
+nlohmann::json ClusterGcJson(const ClusterGcReport& r, uint64_t grace) {
+  return {{"cluster", true},
+          {"deleted_packs", r.deleted.size()},
+          {"bytes_deleted", r.bytes_deleted},
+          {"kept_referenced", r.kept_referenced},
+          {"kept_pinned", r.kept_pinned},
+          {"kept_young", r.kept_young},
+          {"kept_doomed", r.kept_doomed},
+          {"grace_seconds", grace},
+          {"lease_lost", r.lease_lost},
+          {"unreadable", r.unreadable},
+          {"actions", r.actions}};
+}
+
 // Cluster GC beside the mounted daemons: no LOCK (they do not hold it
 // either), one collector at a time through the GC lease.
-int RunClusterGc(const std::string& backing, std::optional<uint32_t> grace, const std::string& ceph_conf) {
+int RunClusterGc(const std::string& backing, std::optional<uint32_t> grace, const std::string& ceph_conf, bool json) {
   StoreOptions so;
   so.cluster.ceph_conf = ceph_conf;
   so.create_if_missing = false;
@@ -300,8 +315,12 @@ int RunClusterGc(const std::string& backing, std::optional<uint32_t> grace, cons
     std::cerr << "ckptfs gc: " << rep.status().message() << "\n";
     return 2;
   }
-  for (const std::string& line : rep->actions) std::cout << line << "\n";
-  PrintClusterGcSummary(*rep, g);
+  if (json) {
+    std::cout << ClusterGcJson(*rep, g).dump(2) << "\n";
+  } else {
+    for (const std::string& line : rep->actions) std::cout << line << "\n";
+    PrintClusterGcSummary(*rep, g);
+  }
   if (rep->lease_lost) {
     std::cerr << "ckptfs gc: stopped early: the GC lease was lost (another collector took it over)\n";
     return 2;
@@ -318,8 +337,10 @@ int RunClusterGc(const std::string& backing, std::optional<uint32_t> grace, cons
 
 }  // namespace
 
-int RunGc(const std::string& backing, std::optional<uint32_t> grace, const std::string& ceph_conf) {
-  if (StoreIsShared(Normal(backing))) return RunClusterGc(Normal(backing), grace, ceph_conf);
+int RunGc(const std::string& backing, std::optional<uint32_t> grace, const std::string& ceph_conf, bool json) {
+  // stdout is the JSON alone; what recovery logs is in its "actions".
+  if (json) InitLogging("", "warn");
+  if (StoreIsShared(Normal(backing))) return RunClusterGc(Normal(backing), grace, ceph_conf, json);
   if (grace) {
     std::cerr << "ckptfs gc: --grace applies to shared (cluster) stores only; " << Normal(backing)
               << " is a single-node store, whose gc deletes what nothing needs at once\n";
@@ -335,11 +356,28 @@ int RunGc(const std::string& backing, std::optional<uint32_t> grace, const std::
     std::cerr << "\n";
     return 2;
   }
-  for (const std::string& line : store.value()->made_private()) std::cout << line << "\n";
-  auto rep = store.value()->Recover();
+  if (!json)
+    for (const std::string& line : store.value()->made_private()) std::cout << line << "\n";
+  Progress progress("gc", 0, ShouldShowProgress(), "packs");
+  auto rep = store.value()->Recover([&](uint64_t read, uint64_t total) {
+    progress.SetTotal(total);
+    progress.Update(read);
+  });
+  progress.Finish();
   if (!rep.ok()) {
     std::cerr << "ckptfs gc: " << rep.status().message() << "\n";
     return 2;
+  }
+  if (json) {
+    const nlohmann::json out = {{"cluster", false},
+                                {"deleted_packs", rep->orphan_packs_removed},
+                                {"deleted_staging", rep->orphan_staging_removed},
+                                {"kept_packs", store.value()->index().size()},
+                                {"packs_read", progress.done()},
+                                {"unreadable", rep->unreadable},
+                                {"actions", rep->actions}};
+    std::cout << out.dump(2) << "\n";
+    return rep->swept() ? 0 : 1;
   }
   for (const std::string& line : rep->actions) std::cout << line << "\n";
   if (!rep->swept()) {

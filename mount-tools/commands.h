@@ -27,8 +27,13 @@ int RunFsck(const std::string& backing, bool json, const std::string& ceph_conf)
 // Full garbage collection of an unmounted store (the mark-and-sweep that
 // recovery runs at every mount). 0 done, 2 could not run (e.g. mounted).
 // A shared store gets cluster GC (with `grace` seconds, else the store's
-// default), run beside its mounted daemons; any other gets recovery's sweep.
-int RunGc(const std::string& backing, std::optional<uint32_t> grace, const std::string& ceph_conf);
+// default), run beside its mounted daemons; any other gets recovery's sweep,
+// with a progress line on a terminal. `json`: a JSON summary on stdout.
+int RunGc(const std::string& backing, std::optional<uint32_t> grace, const std::string& ceph_conf, bool json = false);
+// The daemon's figures for the mount PATH is in, from its root's
+// user.ckptfs.metrics: redrawn every second until q or Ctrl-C, or printed
+// once (`once`, or as JSON with `json`). 0 ok, 2 not a ckptfs mount.
+int RunTop(const std::string& path, bool once, bool json);
 // Runs the content-based format parsers on FILE and prints format, note and
 // tensor regions. 0 ok (an unrecognised file is format "unknown"), 2 error.
 // `roles` adds each tensor's label, order and lossy role to the JSON (kept

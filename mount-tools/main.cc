@@ -24,6 +24,10 @@ struct Args {
   bool fsck_json = false;
   std::string gc_path;
   std::optional<uint32_t> gc_grace;
+  bool gc_json = false;
+  std::string top_path;
+  bool top_once = false;
+  bool top_json = false;
   std::string inspect_path;
   bool inspect_json = false;
   bool inspect_roles = false;
@@ -58,6 +62,7 @@ struct Commands {
   CLI::App* importer;
   CLI::App* freeze;
   CLI::App* thaw;
+  CLI::App* top;
 };
 
 CLI::App* AddMount(CLI::App& app, Args& a) {
@@ -106,7 +111,18 @@ CLI::App* AddGc(CLI::App& app, Args& a) {
                  "Shared store: seconds a pack must have been unneeded before it is deleted (default: the "
                  "store's, 600)")
       ->check(CLI::Range(0u, 30u * 86400u));
+  gc->add_flag("--json", a.gc_json, "Print a JSON summary");
   return gc;
+}
+
+CLI::App* AddTop(CLI::App& app, Args& a) {
+  auto* top = app.add_subcommand("top",
+                                 "Show a mount's live figures (bytes stored, seal queue, throughput, cache, errors, "
+                                 "lossy error), refreshed every second; q or Ctrl-C quits");
+  top->add_option("MOUNTPOINT", a.top_path, "The mount point, or a path inside it")->required();
+  top->add_flag("--once", a.top_once, "Print one sample and exit");
+  top->add_flag("--json", a.top_json, "Print one sample as JSON and exit");
+  return top;
 }
 
 CLI::App* AddInspect(CLI::App& app, Args& a) {
@@ -191,7 +207,8 @@ int RunOperatorCommand(const CLI::App& app, const Commands& c, const Args& a) {
     if (*c.umount) return RunUmount(a.umount_path, a.lazy, a.timeout);
     if (*c.stats) return RunStats(a.stats_path, a.stats_json, a.ceph_conf);
     if (*c.fsck) return RunFsck(a.fsck_path, a.fsck_json, a.ceph_conf);
-    if (*c.gc) return RunGc(a.gc_path, a.gc_grace, a.ceph_conf);
+    if (*c.gc) return RunGc(a.gc_path, a.gc_grace, a.ceph_conf, a.gc_json);
+    if (*c.top) return RunTop(a.top_path, a.top_once, a.top_json);
     if (*c.inspect) return RunInspect(a.inspect_path, a.inspect_json, a.inspect_roles);
     if (*c.exporter || *c.importer) return RunTransfer(c, a);
     if (*c.freeze) return RunFreeze(a.freeze_path, a.freeze_timeout);
@@ -241,9 +258,10 @@ int main(int argc, char** argv) {
                                   ckptfs::AddStats(app, args), ckptfs::AddFsck(app, args),
                                   ckptfs::AddGc(app, args),    ckptfs::AddInspect(app, args),
                                   ckptfs::AddExport(app, args), ckptfs::AddImport(app, args),
-                                  ckptfs::AddFreeze(app, args), ckptfs::AddThaw(app, args)};
+                                  ckptfs::AddFreeze(app, args), ckptfs::AddThaw(app, args),
+                                  ckptfs::AddTop(app, args)};
   for (CLI::App* sub : {commands.umount, commands.stats, commands.fsck, commands.gc, commands.inspect,
-                        commands.exporter, commands.importer, commands.freeze, commands.thaw})
+                        commands.exporter, commands.importer, commands.freeze, commands.thaw, commands.top})
     sub->footer(ckptfs::kExitStatus);
   const std::vector<std::string> operands(argv + 1, argv + argc);
   if (ckptfs::IsMountHelperName(argv[0]) || ckptfs::IsMountFuseCall(operands, ckptfs::SubcommandNames(app)))

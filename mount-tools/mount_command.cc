@@ -9,10 +9,14 @@
 #include <cstring>
 #include <iostream>
 
+#include <spdlog/sinks/systemd_sink.h>
+
 #include "base/log.h"
+#include "base/metrics_text.h"
 #include "fuse/mount.h"
 #include "mount-tools/commands.h"
 #include "mount-tools/daemon.h"
+#include "mount-tools/metrics_server.h"
 #include "store/cluster_gc.h"
 #include "store/private_store.h"
 
@@ -149,11 +153,18 @@ void SetUpProcess() {
   ::mallopt(M_MMAP_THRESHOLD, 256 * 1024);
 }
 
-// From here on the log goes to its file (and to stderr with -f).
+// From here on the log goes to its file (and to stderr with -f). Under
+// systemd, whose journal is stderr, it goes to the journal with each line's
+// priority, and to a file only when log= names one.
 void StartDaemonLog(const MountOptions& opts, const MountPaths& paths, const Store& store) {
-  const std::string log_path = opts.log_path.empty() ? paths.backing + "/ckptfs.log" : opts.log_path;
+  std::string log_path = opts.log_path.empty() ? paths.backing + "/ckptfs.log" : opts.log_path;
+  std::vector<spdlog::sink_ptr> journal;
+  if (opts.foreground && StderrIsJournal()) {
+    journal.push_back(std::make_shared<spdlog::sinks::systemd_sink_mt>());
+    if (opts.log_path.empty()) log_path.clear();
+  }
   spdlog::drop_all();
-  InitLogging(log_path, opts.log_level, opts.foreground);
+  InitLogging(log_path, opts.log_level, opts.foreground && journal.empty(), journal);
   spdlog::info("ckptfs {} mounting {} on {}", CKPTFS_VERSION, paths.backing, paths.mountpoint);
   for (const std::string& line : store.made_private()) spdlog::warn("store permissions: {}", line);
   for (const std::string& line : LooseParentsOf(Env::Default(), paths.backing))
@@ -184,6 +195,17 @@ int ServeMount(FuseMount& mount, Store* store, const MountOptions& opts, const M
   }
   UseDevice(store, opts.device, opts.cuda);
   mount.StartSealing();
+  const LogReopenOnHangup log_reopen;
+  std::unique_ptr<MetricsServer> metrics;
+  if (opts.metrics.enabled()) {
+    auto server =
+        MetricsServer::Start(opts.metrics, [&mount] { return FormatPrometheusText(mount.fs().SampleMetrics()); });
+    if (!server.ok()) {
+      spdlog::error("{}", server.status().message());
+      return Fail(server.status().message());
+    }
+    metrics = std::move(server).value();
+  }
   // Threads do not survive the fork above: started here, stopped at unmount.
   std::unique_ptr<PeriodicClusterGc> gc;
   const ClusterOptions& cluster = store->options().cluster;
@@ -206,6 +228,9 @@ int RunMount(const MountOptions& opts) {
   InitLogging("", opts.log_level);
   auto paths = CheckPaths(opts);
   if (!paths.ok()) return Fail(paths.status().message());
+  if (opts.metrics.enabled()) {
+    if (Status s = CheckMetricsAddress(opts.metrics); !s.ok()) return Fail(s.message());
+  }
   if (opts.device == DeviceRequest::kGpu) {
     if (Status probe = ProbeDevice(opts.device, opts.cuda); !probe.ok()) return Fail(probe.message());
   }

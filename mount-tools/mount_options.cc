@@ -1,5 +1,8 @@
 #include "mount-tools/mount_options.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -129,6 +132,15 @@ Result<std::string> PackLocation(const OptionArg& a) {
   if (a.value == "dir") return a.value;
   if (a.value.rfind("rados:", 0) == 0 && a.value.size() > 6) return a.value;
   return Status::InvalidArgument("option packs=" + a.value + ": use dir or rados:POOL");
+}
+
+Status SetMetrics(const OptionArg& a, MountOptions* o) {
+  const bool allow_remote = o->metrics.allow_remote;
+  Result<MetricsAddress> addr = ParseMetricsAddress(a.value);
+  if (!addr.ok()) return addr.status().WithContext("option metrics=" + a.value);
+  o->metrics = *addr;
+  o->metrics.allow_remote = allow_remote;
+  return Status::Ok();
 }
 
 // Kernel mount options: they take no value, and the help lists them together.
@@ -269,6 +281,17 @@ const MountOptionSpec kTable[] = {
      "daemon log (default BACKING/ckptfs.log)"},
     {"log_level", Takes::kValue, "LEVEL", SetLogLevel, "trace|debug|info|warn|error|off",
      [](const MountOptions& d) { return d.log_level; }},
+    {"metrics", Takes::kValue, "[HOST:]PORT", SetMetrics,
+     "serve the daemon's figures (bytes, seal queue, throughput, cache, errors, lossy error) in the Prometheus "
+     "text format at http://HOST:PORT/metrics; HOST defaults to 127.0.0.1, and one other than loopback needs "
+     "metrics_remote too, since the endpoint has no authentication. `ckptfs top` shows the same without it"},
+    {"metrics_remote", Takes::kNoValue, "",
+     [](const OptionArg&, MountOptions* o) {
+       o->metrics.allow_remote = true;
+       return Status::Ok();
+     },
+     "let metrics= listen on an address other than loopback (0.0.0.0, a LAN address): anyone who reaches it "
+     "reads the store's sizes and activity"},
     {"max_write", Takes::kValue, "SIZE",
      [](const OptionArg& a, MountOptions* o) {
        return Into(SizeIn(a, 4096, 1u << 20, false, "from 4K to 1M"), &o->fuse.fs.max_write);
@@ -420,6 +443,45 @@ Result<uint64_t> ParseSize(const std::string& text) {
   else
     return Status::InvalidArgument("bad size '" + text + "': use a number with K, M, G or T");
   return static_cast<uint64_t>(n) * mult;
+}
+
+bool MetricsAddress::loopback() const {
+  in_addr v4{};
+  if (::inet_pton(AF_INET, host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  return ::inet_pton(AF_INET6, host.c_str(), &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6);
+}
+
+std::string MetricsAddress::ToString() const {
+  const bool v6 = host.find(':') != std::string::npos;
+  return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
+
+Result<MetricsAddress> ParseMetricsAddress(const std::string& text) {
+  MetricsAddress a;
+  std::string port = text;
+  a.host = "127.0.0.1";
+  if (!text.empty() && text[0] == '[') {
+    const size_t close = text.find("]:");
+    if (close == std::string::npos) return Status::InvalidArgument("write an IPv6 address as [ADDR]:PORT");
+    a.host = text.substr(1, close - 1);
+    port = text.substr(close + 2);
+  } else if (const size_t colon = text.rfind(':'); colon != std::string::npos) {
+    a.host = text.substr(0, colon);
+    port = text.substr(colon + 1);
+  }
+  if (a.host == "localhost") a.host = "127.0.0.1";
+  in_addr v4{};
+  in6_addr v6{};
+  if (::inet_pton(AF_INET, a.host.c_str(), &v4) != 1 && ::inet_pton(AF_INET6, a.host.c_str(), &v6) != 1)
+    return Status::InvalidArgument("'" + a.host + "' is not an IP address (use e.g. 127.0.0.1:9464 or [::1]:9464)");
+  char* end = nullptr;
+  errno = 0;
+  const long n = std::strtol(port.c_str(), &end, 10);
+  if (port.empty() || *end != '\0' || errno != 0 || n < 1 || n > 65535)
+    return Status::InvalidArgument("expected [HOST:]PORT with a port from 1 to 65535");
+  a.port = static_cast<uint16_t>(n);
+  return a;
 }
 
 Status ParseMountOptions(const std::string& list, MountOptions* out) {

@@ -20,6 +20,20 @@ namespace ckptfs {
 // chunks of a file as it seals.
 StoreOptions DaemonStoreOptions();
 
+// Where -o metrics= serves (mount-tools/metrics_server.h); port 0: nowhere.
+struct MetricsAddress {
+  std::string host;  // an IPv4 or IPv6 literal
+  uint16_t port = 0;
+  bool allow_remote = false;  // -o metrics_remote: a host other than loopback is allowed
+  bool enabled() const { return port != 0; }
+  bool loopback() const;
+  // "127.0.0.1:9464", "[::1]:9464"
+  std::string ToString() const;
+};
+// "9464" (loopback), "HOST:9464", "[V6]:9464"; HOST is an address literal
+// or localhost.
+Result<MetricsAddress> ParseMetricsAddress(const std::string& text);
+
 struct MountOptions {
   std::string backing;
   std::string mountpoint;
@@ -32,6 +46,7 @@ struct MountOptions {
   std::string log_path;  // default: BACKING/ckptfs.log
   std::string log_level = "info";
   bool nonempty = false;  // mount over a directory that has entries
+  MetricsAddress metrics;
 };
 
 // One -o option as given: "key" or "key=value".

@@ -30,6 +30,8 @@ PKGS=(
   # scdoc source, and man to render it in the tests (cpack's dpkg-shlibdeps
   # comes with build-essential's dpkg-dev)
   libsystemd-dev scdoc man-db
+  # live metrics (issue 19): the -o metrics= endpoint's HTTP server
+  libcivetweb-dev
 )
 
 SUDO=()

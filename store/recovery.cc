@@ -248,7 +248,7 @@ void NamespaceRecovery::ResealStaged(const std::string& where, int fd, const Stu
 
 }  // namespace
 
-Result<RecoveryReport> Store::Recover() {
+Result<RecoveryReport> Store::Recover(const PackProgress& progress) {
   RecoveryReport rep;
   RETURN_IF_ERROR(RemoveUnpublishedPacks(env_, tmp_.get(), &rep));
   NamespaceRecovery walk(this, &rep);
@@ -256,7 +256,7 @@ Result<RecoveryReport> Store::Recover() {
 
   // 3. Garbage: objects nothing refers to, deleted only when every stub,
   // pack and base could be read (CollectPacks adds what it cannot read).
-  RETURN_IF_ERROR(CollectPacks(walk.packs_ref(), &rep));
+  RETURN_IF_ERROR(CollectPacks(walk.packs_ref(), &rep, progress));
   deletion_blocked_ = !rep.swept();
   if (!rep.swept()) {
     spdlog::warn(
@@ -296,6 +296,7 @@ struct FoundPack {
   std::optional<PackMeta> meta;  // nullopt: references unknown
   uint64_t logical_size = 0;
   uint32_t chunk_size = 0;
+  uint64_t stored_size = 0;
 };
 using FoundPacks = std::unordered_map<ObjectId, FoundPack>;
 
@@ -315,14 +316,16 @@ Status RemoveUnfinishedPack(Store* store, const PackObjectEntry& e, RecoveryRepo
 }
 
 // Every pack, with its references where its meta block can be read.
-Result<FoundPacks> FindPacks(Store* store, RecoveryReport* rep) {
+Result<FoundPacks> FindPacks(Store* store, RecoveryReport* rep, const Store::PackProgress& progress) {
   FoundPacks found;
   ASSIGN_OR_RETURN(const PackListing listing, store->pack_objects().List(ListDetail::kNames));
   for (const PackUnlisted& u : listing.unlisted) {
     NoteUnreadable(rep, u.where + (u.directory ? " (directory)" : " (pack)"), u.status.message());
   }
   for (const std::string& where : listing.unexpected) spdlog::warn("recovery: leaving unexpected file {}", where);
+  uint64_t read = 0;
   for (const PackObjectEntry& p : listing.packs) {
+    if (progress) progress(read++, listing.packs.size());
     if (!p.complete) {
       RETURN_IF_ERROR(RemoveUnfinishedPack(store, p, rep));
       continue;
@@ -338,8 +341,10 @@ Result<FoundPacks> FindPacks(Store* store, RecoveryReport* rep) {
       e.meta = (*r)->meta();
       e.logical_size = (*r)->header().logical_size;
       e.chunk_size = (*r)->header().chunk_size;
+      e.stored_size = (*r)->stored_size();
     }
   }
+  if (progress) progress(read, listing.packs.size());
   return found;
 }
 
@@ -364,8 +369,9 @@ std::unordered_set<ObjectId> MarkFoundLive(const std::unordered_map<ObjectId, st
 
 }  // namespace
 
-Status Store::CollectPacks(const std::unordered_map<ObjectId, std::string>& roots, RecoveryReport* rep) {
-  ASSIGN_OR_RETURN(const FoundPacks found, FindPacks(this, rep));
+Status Store::CollectPacks(const std::unordered_map<ObjectId, std::string>& roots, RecoveryReport* rep,
+                           const PackProgress& progress) {
+  ASSIGN_OR_RETURN(const FoundPacks found, FindPacks(this, rep, progress));
   const std::unordered_set<ObjectId> live = MarkFoundLive(roots, found, *pack_objects_, rep);
 
   // Sweep what nothing needs, unless something could not be read; index the
@@ -376,7 +382,7 @@ Status Store::CollectPacks(const std::unordered_map<ObjectId, std::string>& root
   bool synced = false;
   for (const auto& [id, e] : found) {
     if (!sweep || live.count(id)) {
-      if (e.meta) index_.Add(id, *e.meta, e.logical_size, e.chunk_size);
+      if (e.meta) index_.Add(id, *e.meta, e.logical_size, e.chunk_size, e.stored_size);
       continue;
     }
     if (!synced) RETURN_IF_ERROR(SyncBeforeDeleting());

@@ -320,7 +320,10 @@ class Store : public BaseSource {
   // lists them in RecoveryReport::unreadable, deletes nothing, and blocks
   // the daemon's deletions (deletion_blocked) until a later Recover reads
   // everything.
-  Result<RecoveryReport> Recover();
+  // `progress`, if given, hears how many of the store's packs have been
+  // read so far, of how many (for `ckptfs gc`'s progress line).
+  using PackProgress = std::function<void(uint64_t packs_read, uint64_t packs_total)>;
+  Result<RecoveryReport> Recover(const PackProgress& progress = {});
   // `progress`, if given, hears the logical bytes verified so far after
   // each pack (for a progress line).
   Result<FsckReport> Fsck(const std::function<void(uint64_t bytes_checked)>& progress = {});
@@ -370,7 +373,8 @@ class Store : public BaseSource {
   // `roots` maps each pack stubs name to one stub's path (for messages).
   // Anything it cannot read goes to rep->unreadable; with any there (a stub
   // could not be read either), nothing is deleted.
-  Status CollectPacks(const std::unordered_map<ObjectId, std::string>& roots, RecoveryReport* rep);
+  Status CollectPacks(const std::unordered_map<ObjectId, std::string>& roots, RecoveryReport* rep,
+                      const PackProgress& progress);
   // Recovery's last step, once everything could be read: deletes the
   // staging files no stub names (`referenced` holds those some stub names).
   Status RemoveOrphanStaging(const std::unordered_set<ObjectId>& referenced, RecoveryReport* rep);

@@ -69,6 +69,12 @@ std::vector<SetterCase> SetterCases() {
          EXPECT_TRUE(o.foreground);  // libfuse traces to the terminal
        }},
       {"nonempty", [](const MountOptions& o) { EXPECT_TRUE(o.nonempty); }},
+      {"metrics=9464", [](const MountOptions& o) { EXPECT_EQ(o.metrics.ToString(), "127.0.0.1:9464"); }},
+      {"metrics_remote,metrics=0.0.0.0:80",
+       [](const MountOptions& o) {
+         EXPECT_EQ(o.metrics.ToString(), "0.0.0.0:80");
+         EXPECT_TRUE(o.metrics.allow_remote);
+       }},
       {"packs=rados:ckpt", [](const MountOptions& o) { EXPECT_EQ(o.store.cluster.packs, "rados:ckpt"); }},
       {"ceph_conf=/etc/ceph/c.conf",
        [](const MountOptions& o) { EXPECT_EQ(o.store.cluster.ceph_conf, "/etc/ceph/c.conf"); }},
