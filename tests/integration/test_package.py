@@ -72,7 +72,7 @@ def test_man_page_renders_and_covers_every_option_and_exit_code(tmp_path):
     source = (ROOT / "docs/ckptfs.8.scd").read_text()
     missing = [n for n in mount_option_names() if f"*{n}" not in source]
     assert not missing, f"docs/ckptfs.8.scd does not describe mount options {missing}"
-    for sub in ("mount", "umount", "stats", "fsck", "gc", "inspect", "export", "import", "freeze", "thaw"):
+    for sub in ("mount", "umount", "stats", "fsck", "gc", "inspect", "export", "import", "freeze", "thaw", "top"):
         assert f"*{sub}*" in source, sub
 
 
@@ -90,7 +90,7 @@ def test_bash_completion(tmp_path):
     script = ROOT / "packaging" / "ckptfs.bash-completion"
     ckptfs = str(CKPTFS)
     assert complete(script, [ckptfs, "fs"]) == ["fsck"]
-    subs = {"mount", "umount", "stats", "fsck", "gc", "inspect", "export", "import", "freeze", "thaw"}
+    subs = {"mount", "umount", "stats", "fsck", "gc", "inspect", "export", "import", "freeze", "thaw", "top"}
     assert set(complete(script, [ckptfs, ""])) == subs | {"--help", "--version"}
     assert complete(script, [ckptfs, "fsck", "--j"]) == ["--json"]
     assert complete(script, [ckptfs, "mount", "-o", "cache_size=1G,zst"]) == ["cache_size=1G,zstd_level="]
