@@ -20,6 +20,7 @@
 #include "codec/lossy/policy.h"
 #include "fuse/fs.h"
 #include "store/lossy_xattrs.h"
+#include "store/usage_xattrs.h"
 
 namespace ckptfs {
 namespace {
@@ -537,6 +538,20 @@ Result<std::vector<std::pair<std::string, std::string>>> LossyAttrs(fuse_req_t r
   return LossyXattrs(info);
 }
 
+// A usage attribute (store/usage_xattrs.h), from the stub and pack at each
+// call, so that a poll sees a seal finish; nothing where there is none.
+Result<std::optional<std::string>> UsageAttr(fuse_req_t req, const Inode& inode, std::string_view name) {
+  Store* store = Fs(req).store();
+  const bool dir = inode.type == S_IFDIR;
+  if (name == kEffectivePolicyXattr && (dir || inode.type == S_IFREG)) {
+    const int fd = inode.fd.get();
+    return std::optional<std::string>(FormatLossyPolicy(dir ? store->PolicyOfDirectory(fd) : store->PolicyFor(fd)));
+  }
+  if (inode.type != S_IFREG) return std::optional<std::string>();
+  ASSIGN_OR_RETURN(FileUsage usage, store->UsageOf(ProcFdPath(inode.fd.get())));
+  return UsageXattr(usage, name);
+}
+
 // Replies with `value` to a getxattr or listxattr that offered `size` bytes.
 void ReplyXattrValue(fuse_req_t req, std::string_view value, size_t size) {
   if (size == 0) return (void)fuse_reply_xattr(req, value.size());
@@ -558,8 +573,8 @@ void ReplyMetrics(fuse_req_t req, size_t size) {
 }
 
 void OpSetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size, int flags) {
-  // They report how the file was sealed: only a seal writes them.
-  if (IsLossyXattr(name) || IsMetricsXattr(ino, name)) return (void)fuse_reply_err(req, EPERM);
+  // They report how the file was sealed and is stored, or the daemon's figures: only ckptfs writes them.
+  if (IsLossyXattr(name) || IsUsageXattr(name) || IsMetricsXattr(ino, name)) return (void)fuse_reply_err(req, EPERM);
   if (Status s = CheckPolicyXattr(req, In(req, ino), name, std::string_view(value, size)); !s.ok()) {
     spdlog::warn("setxattr {}: {}", name, s.message());
     return ReplyErr(req, s);
@@ -571,6 +586,12 @@ void OpSetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* va
 
 void OpGetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
   if (IsMetricsXattr(ino, name)) return ReplyMetrics(req, size);
+  if (IsUsageXattr(name)) {
+    auto value = UsageAttr(req, In(req, ino), name);
+    if (!value.ok()) return ReplyErr(req, value.status());
+    if (!value->has_value()) return (void)fuse_reply_err(req, ENODATA);
+    return ReplyXattrValue(req, **value, size);
+  }
   if (IsLossyXattr(name)) {
     auto attrs = LossyAttrs(req, In(req, ino));
     if (!attrs.ok()) return ReplyErr(req, attrs.status());
@@ -604,7 +625,7 @@ void OpListxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
 }
 
 void OpRemovexattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
-  if (IsLossyXattr(name) || IsMetricsXattr(ino, name)) return (void)fuse_reply_err(req, EPERM);
+  if (IsLossyXattr(name) || IsUsageXattr(name) || IsMetricsXattr(ino, name)) return (void)fuse_reply_err(req, EPERM);
   if (name == std::string_view(kPolicyXattr)) {
     if (Status s = CheckPolicyOwner(req, In(req, ino)); !s.ok()) {
       spdlog::warn("removexattr {}: {}", name, s.message());

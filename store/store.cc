@@ -929,8 +929,25 @@ LossyPolicy Store::PolicyFor(int stub_fd) {
     spdlog::debug("no lossy policy for {}: {}", FdPathForLog(stub_fd), path.status().message());
     return {};
   }
-  // From the file's directory up to ns/ itself, through ns_.
-  std::string dir = *path;
+  return PolicyAbove(*path);
+}
+
+LossyPolicy Store::PolicyOfDirectory(int dir_fd) {
+  Result<struct stat> self = env_->Fstat(dir_fd);
+  Result<struct stat> ns = env_->Fstat(ns_.get());
+  if (self.ok() && ns.ok() && self->st_dev == ns->st_dev && self->st_ino == ns->st_ino) return PolicyAbove("/");
+  Result<std::string> path = NamespacePathOf(dir_fd);
+  if (!path.ok()) {
+    spdlog::debug("no lossy policy for {}: {}", FdPathForLog(dir_fd), path.status().message());
+    return {};
+  }
+  // As for a file in it: the search starts at the directory itself.
+  return PolicyAbove(*path + "/");
+}
+
+LossyPolicy Store::PolicyAbove(const std::string& path) {
+  // From the entry's directory up to ns/ itself, through ns_.
+  std::string dir = path;
   std::vector<uint8_t> buf(64);
   while (!dir.empty()) {
     const size_t slash = dir.rfind('/');

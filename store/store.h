@@ -116,6 +116,14 @@ struct FsckReport {
   bool clean() const { return errors.empty(); }
 };
 
+// The chunks of one codec in a file's own pack.
+struct CodecUsage {
+  ChunkCodec codec = ChunkCodec::kRaw;
+  uint64_t chunks = 0;
+  uint64_t raw = 0;     // logical bytes they hold
+  uint64_t stored = 0;  // their payloads in the pack
+};
+
 struct FileUsage {
   std::string path;  // relative to the namespace root
   uint64_t logical = 0;
@@ -125,6 +133,7 @@ struct FileUsage {
   ObjectId base = 0;               // the pack most of its stored-against chunks name (0: none)
   uint8_t depth = 0;               // longest delta chain a read of it decodes
   std::optional<LossyInfo> lossy;  // sealed under a lossy policy: what it did
+  std::vector<CodecUsage> codecs;  // sealed files: per codec, in ChunkCodec order
 };
 
 // A model file and its optimizer file belong to the same save when their
@@ -334,8 +343,16 @@ class Store : public BaseSource {
   // nodes/NODE/pins/ of this node (cluster mode; -1 otherwise).
   int pins_dir_fd() const { return pins_.get(); }
   Result<std::vector<FileUsage>> Usage(const std::string& subpath = "");
+  // The same for the one file whose stub is at `stub_path` (through
+  // /proc/self/fd; the mount's usage attributes); `path` stays empty.
+  Result<FileUsage> UsageOf(const std::string& stub_path);
+  // The policy a file sealed in the directory `dir_fd` (under ns/) would get.
+  LossyPolicy PolicyOfDirectory(int dir_fd);
 
  private:
+  Result<FileUsage> UsageOfStub(int stub_fd, std::string path);
+  // The nearest policy of the directories above the namespace path `path`.
+  LossyPolicy PolicyAbove(const std::string& path);
   Store(Env* env, std::string path, StoreOptions opts) : env_(env), path_(std::move(path)), opts_(opts) {}
   Status InitLayout();
   // Cluster mode at open: records the store as shared, joins as a node,

@@ -2,6 +2,7 @@
 // safe to run on a store that is not mounted.
 #include <fcntl.h>
 
+#include <algorithm>
 #include <unordered_set>
 
 #include "base/log.h"
@@ -26,46 +27,66 @@ Result<std::string> CleanSubpath(const std::string& subpath) {
   return out;
 }
 
+// Chunks and bytes of each codec in `pack`, in ChunkCodec order.
+std::vector<CodecUsage> CodecsOf(const PackReader& pack) {
+  std::vector<CodecUsage> out;
+  for (const ChunkEntry& c : pack.chunks()) {
+    auto it = std::find_if(out.begin(), out.end(), [&](const CodecUsage& u) { return u.codec == c.codec; });
+    if (it == out.end()) it = out.insert(out.end(), CodecUsage{.codec = c.codec});
+    it->chunks++;
+    it->raw += c.raw_len;
+    it->stored += c.stored_len;
+  }
+  std::sort(out.begin(), out.end(), [](const CodecUsage& a, const CodecUsage& b) { return a.codec < b.codec; });
+  return out;
+}
+
 }  // namespace
+
+Result<FileUsage> Store::UsageOfStub(int fd, std::string path) {
+  ASSIGN_OR_RETURN(StubRecord rec, ReadStub(env_, fd));
+  ASSIGN_OR_RETURN(struct stat stub_st, env_->Fstat(fd));
+  FileUsage u;
+  u.path = std::move(path);
+  u.stored = static_cast<uint64_t>(stub_st.st_size);
+  if (rec.state == StubState::kStaged) {
+    u.staged = true;
+    if (Result<struct stat> st = env_->FstatAt(staging_.get(), internal::StagingFileName(rec.object), 0); st.ok()) {
+      u.logical = static_cast<uint64_t>(st->st_size);
+      u.stored += static_cast<uint64_t>(st->st_blocks) * 512;
+    } else {
+      u.logical = rec.size;
+    }
+    return u;
+  }
+  u.logical = rec.size;
+  u.pack = rec.object;
+  if (rec.object == 0) return u;
+  if (Result<uint64_t> n = PackFileSize(rec.object); n.ok()) u.stored += *n;
+  if (Result<std::shared_ptr<PackReader>> p = OpenPack(rec.object); p.ok()) {
+    u.depth = (*p)->meta().max_depth();
+    if (!(*p)->meta().bases.empty()) u.base = (*p)->meta().bases.front();
+    u.lossy = (*p)->meta().lossy;
+    u.codecs = CodecsOf(**p);
+  }
+  return u;
+}
+
+Result<FileUsage> Store::UsageOf(const std::string& stub_path) {
+  ASSIGN_OR_RETURN(UniqueFd fd, env_->OpenAt(AT_FDCWD, stub_path, O_RDONLY | O_CLOEXEC));
+  return UsageOfStub(fd.get(), "");
+}
 
 Result<std::vector<FileUsage>> Store::Usage(const std::string& subpath) {
   ASSIGN_OR_RETURN(std::string sub, CleanSubpath(subpath));
   std::vector<FileUsage> out;
   auto visit = [&](const std::string& path, int fd, const Status& open_status) -> Status {
-    if (!open_status.ok()) {
-      spdlog::warn("usage: skipping ns/{}: {}", path, open_status.message());
+    Result<FileUsage> u = open_status.ok() ? UsageOfStub(fd, path) : Result<FileUsage>(open_status);
+    if (!u.ok()) {
+      spdlog::warn("usage: skipping ns/{}: {}", path, u.status().message());
       return Status::Ok();
     }
-    Result<StubRecord> rec = ReadStub(env_, fd);
-    Result<struct stat> stub_st = env_->Fstat(fd);
-    if (!rec.ok() || !stub_st.ok()) {
-      spdlog::warn("usage: skipping ns/{}: {}", path, (!rec.ok() ? rec.status() : stub_st.status()).message());
-      return Status::Ok();
-    }
-    FileUsage u;
-    u.path = path;
-    u.stored = static_cast<uint64_t>(stub_st->st_size);
-    if (rec->state == StubState::kStaged) {
-      u.staged = true;
-      if (Result<struct stat> st = env_->FstatAt(staging_.get(), internal::StagingFileName(rec->object), 0); st.ok()) {
-        u.logical = static_cast<uint64_t>(st->st_size);
-        u.stored += static_cast<uint64_t>(st->st_blocks) * 512;
-      } else {
-        u.logical = rec->size;
-      }
-    } else {
-      u.logical = rec->size;
-      u.pack = rec->object;
-      if (rec->object != 0) {
-        if (Result<uint64_t> n = PackFileSize(rec->object); n.ok()) u.stored += *n;
-        if (Result<std::shared_ptr<PackReader>> p = OpenPack(rec->object); p.ok()) {
-          u.depth = (*p)->meta().max_depth();
-          if (!(*p)->meta().bases.empty()) u.base = (*p)->meta().bases.front();
-          u.lossy = (*p)->meta().lossy;
-        }
-      }
-    }
-    out.push_back(std::move(u));
+    out.push_back(std::move(*u));
     return Status::Ok();
   };
 
