@@ -924,7 +924,11 @@ Status Store::SyncDirectoryOf(int stub_fd) {
 }
 
 LossyPolicy Store::PolicyFor(int stub_fd) {
+  // A rename racing with the lookup (a checkpoint written as NAME.tmp and
+  // renamed to NAME as soon as it is closed) makes NamespacePathOf fail
+  // once: look again, rather than seal a file of a lossy directory exactly.
   Result<std::string> path = NamespacePathOf(stub_fd);
+  for (int attempt = 1; attempt < 3 && !path.ok(); ++attempt) path = NamespacePathOf(stub_fd);
   if (!path.ok()) {
     spdlog::debug("no lossy policy for {}: {}", FdPathForLog(stub_fd), path.status().message());
     return {};
