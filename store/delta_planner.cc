@@ -146,8 +146,9 @@ std::optional<ChunkPlan> DeltaPlanner::PlanDedup(std::span<const uint8_t> raw, u
   pins_.push_back(hit->first);
   if (!Admitted(hit->first)) return std::nullopt;
   // A hash match is a hint, not a proof: compare the bytes.
-  std::vector<uint8_t> stored(raw.size());
-  if (!bases_->ReadPackRange(hit->first, hit->second, stored).ok()) return std::nullopt;
+  std::vector<uint8_t>& stored = other_bytes_;
+  stored.resize(raw.size());
+  if (!bases_->ReadPackRangeOnce(hit->first, hit->second, stored).ok()) return std::nullopt;
   if (std::memcmp(stored.data(), raw.data(), raw.size()) != 0) return std::nullopt;
   return RefPlan(ChunkCodec::kRef, hit->first, hit->second, index_->RangeDepth(hit->first, hit->second, raw.size()));
 }
@@ -160,7 +161,7 @@ bool DeltaPlanner::LoadBaseBytes(uint64_t offset, std::span<const uint8_t> raw, 
   std::optional<uint64_t> off = BaseOffset(offset, raw.size(), ranges);
   if (!off) return false;
   base_bytes_.resize(raw.size());
-  if (!bases_->ReadPackRange(base_->pack, *off, base_bytes_).ok()) return false;
+  if (!bases_->ReadPackRangeOnce(base_->pack, *off, base_bytes_).ok()) return false;
   base_off_ = off;
   base_depth_ = index_->RangeDepth(base_->pack, *off, raw.size());
   return true;
@@ -226,8 +227,9 @@ std::optional<ChunkPlan> DeltaPlanner::PlanAgainstKeyframe(uint64_t offset, std:
       !Admitted(pack)) {
     return std::nullopt;
   }
-  std::vector<uint8_t> root(raw.size());
-  if (!bases_->ReadPackRange(pack, pack_offset, root).ok()) return std::nullopt;
+  std::vector<uint8_t>& root = other_bytes_;
+  root.resize(raw.size());
+  if (!bases_->ReadPackRangeOnce(pack, pack_offset, root).ok()) return std::nullopt;
   return DeltaAgainst(pack, pack_offset, 1, offset, raw, root, ranges, limit);
 }
 

@@ -100,6 +100,9 @@ class DeltaPlanner : public ChunkPlanner {
   std::optional<uint64_t> base_off_;
   uint8_t base_depth_ = 0;
   std::vector<uint8_t> base_bytes_;
+  // A dedup hit's or the chain's keyframe's bytes, kept from chunk to chunk
+  // (a fresh chunk-sized buffer costs a page fault per 4 KiB).
+  std::vector<uint8_t> other_bytes_;
   LossyCoder* lossy_ = nullptr;
   // This worker's buffers for the lossy pieces it codes, in both passes;
   // they go with the planner when the seal ends.

@@ -40,6 +40,13 @@ class BaseSource {
  public:
   virtual ~BaseSource() = default;
   virtual Status ReadPackRange(ObjectId pack, uint64_t offset, std::span<uint8_t> out) = 0;
+  // The same bytes, for a reader that needs them once (a seal reading the
+  // base of a delta): a source with a cache of decoded chunks may decode a
+  // chunk it does not hold straight into `out`, which saves a chunk-sized
+  // allocation (fresh pages) and a copy, and leaves the cache to readers.
+  virtual Status ReadPackRangeOnce(ObjectId pack, uint64_t offset, std::span<uint8_t> out) {
+    return ReadPackRange(pack, offset, out);
+  }
   // Runs `use` on the bytes of [offset, offset+len) of `pack`. A source with
   // a cache of decoded chunks lends a range inside one chunk without copying
   // it; this default reads it into a buffer.

@@ -736,6 +736,20 @@ Status Store::ReadPackRange(ObjectId pack, uint64_t offset, std::span<uint8_t> o
   return Status::Ok();
 }
 
+Status Store::ReadPackRangeOnce(ObjectId pack, uint64_t offset, std::span<uint8_t> out) {
+  ASSIGN_OR_RETURN(std::shared_ptr<PackReader> reader, BaseRangeReader(pack, offset, out.size()));
+  const uint64_t cs = reader->header().chunk_size;
+  const uint64_t index = offset / cs;
+  const bool whole_chunk = offset % cs == 0 && !out.empty() && reader->chunks()[index].raw_len == out.size();
+  if (!whole_chunk || (base_cache_ != nullptr && base_cache_->Contains(ChunkKey{pack, index}))) {
+    return ReadPackRange(pack, offset, out);
+  }
+  RETURN_IF_ERROR(BaseNesting::Check(pack));
+  BaseNesting nested;
+  reader->Prefetch(index + 1);
+  return reader->ReadChunkInto(index, out, this);
+}
+
 Result<std::shared_ptr<PackReader>> Store::OpenPack(ObjectId id) {
   // A pack that a stub or another pack names is never missing in a healthy
   // store, so its absence is damage: EIO for readers (invariant 3), not a

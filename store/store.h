@@ -244,6 +244,7 @@ class Store : public BaseSource {
   // Bytes [offset, offset+out.size()) of a pack's logical content, through
   // `base_cache` when set. Chunks stored against other packs use this.
   Status ReadPackRange(ObjectId pack, uint64_t offset, std::span<uint8_t> out) override;
+  Status ReadPackRangeOnce(ObjectId pack, uint64_t offset, std::span<uint8_t> out) override;
   Status UsePackRange(ObjectId pack, uint64_t offset, uint64_t len,
                       const std::function<Status(std::span<const uint8_t>)>& use) override;
   std::optional<std::pair<ObjectId, uint64_t>> BaseOfChunk(ObjectId pack, uint64_t offset, uint64_t len) override;

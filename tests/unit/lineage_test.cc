@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -11,6 +12,7 @@
 #include <random>
 
 #include "tests/unit/fault_env.h"
+#include "cache/chunk_cache.h"
 #include "store/base_closeness.h"
 #include "store/store.h"
 #include "tests/unit/test_util.h"
@@ -172,6 +174,43 @@ TEST_F(LineageTest, SuccessorIsStoredAsDeltaAndReadsBack) {
   // Half the tensor is unchanged: the successor costs well under half.
   EXPECT_LT(b.stored * 2, a.stored);
   ExpectFsckClean();
+}
+
+// The seal reads a delta's base with ReadPackRangeOnce: the same bytes as
+// ReadPackRange for whole chunks (decoded straight into the buffer, chunks
+// stored against other packs included), partial and straddling ranges, and
+// a chunk the cache already holds; a miss leaves the cache as it was.
+TEST_F(LineageTest, ReadPackRangeOnceReadsWhatReadPackRangeReads) {
+  auto v = Versions(3);
+  for (size_t i = 0; i < v.size(); ++i) Seal("v" + std::to_string(i), v[i]);
+  ChunkCache cache(64 << 20);
+  store_->SetBaseCache(&cache);
+  const FileUsage last = UsageOf("v2");
+  ASSERT_GT(last.depth, 0u);
+  const uint64_t size = v[2].size();
+  std::vector<uint8_t> want, got;
+  auto check = [&](uint64_t off, uint64_t len) {
+    SCOPED_TRACE(std::to_string(off) + "+" + std::to_string(len));
+    want.assign(len, 0);
+    got.assign(len, 0xEE);
+    ASSERT_TRUE(store_->ReadPackRange(last.pack, off, want).ok());
+    ASSERT_TRUE(store_->ReadPackRangeOnce(last.pack, off, got).ok());
+    EXPECT_TRUE(got == want);
+    EXPECT_TRUE(std::equal(want.begin(), want.end(), v[2].begin() + static_cast<ptrdiff_t>(off)));
+  };
+  for (uint64_t off = 0; off < size; off += kChunk) {
+    const uint64_t len = std::min<uint64_t>(kChunk, size - off);
+    got.assign(len, 0xEE);
+    ASSERT_TRUE(store_->ReadPackRangeOnce(last.pack, off, got).ok());
+    EXPECT_TRUE(std::equal(got.begin(), got.end(), v[2].begin() + static_cast<ptrdiff_t>(off))) << off;
+    EXPECT_FALSE(cache.Contains(ChunkKey{last.pack, off / kChunk})) << off;
+    check(off, len);  // now cached: the cache's copy
+  }
+  check(kChunk / 2, kChunk);  // straddles two chunks
+  check(3, 100);
+  std::vector<uint8_t> past(kChunk);
+  EXPECT_FALSE(store_->ReadPackRangeOnce(last.pack, size - kChunk / 2, past).ok());
+  store_->SetBaseCache(nullptr);
 }
 
 // DCP-style shards: every rank's file has the same layout, so by layout
