@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "codec/formats/limits.h"
+#include "codec/formats/tf_bundle.h"
 
 namespace ckptfs::formats {
 namespace {
@@ -72,16 +73,16 @@ class OcdbtCursor {
   size_t pos_ = 0;
 };
 
-Result<std::vector<uint8_t>> Zstd(std::span<const uint8_t> in) {
+Result<std::vector<uint8_t>> Zstd(std::span<const uint8_t> in, uint64_t cap) {
   std::unique_ptr<ZSTD_DCtx, decltype(&ZSTD_freeDCtx)> ctx(ZSTD_createDCtx(), ZSTD_freeDCtx);
   if (!ctx) return Status::Error(ENOMEM, "ocdbt: no zstd context");
   std::vector<uint8_t> out;
   ZSTD_inBuffer src{in.data(), in.size(), 0};
   size_t ret = 1;
   while (ret != 0) {
-    if (out.size() >= kMaxLayoutBytes) return Malformed("ocdbt: node decodes past the layout cap");
+    if (out.size() >= cap) return Malformed("ocdbt: nodes decode past the layout cap");
     const size_t have = out.size();
-    out.resize(std::min<uint64_t>(kMaxLayoutBytes, std::max<size_t>(have * 2, 64 * 1024)));
+    out.resize(std::min<uint64_t>(cap, std::max<size_t>(have * 2, 64 * 1024)));
     ZSTD_outBuffer dst{out.data() + have, out.size() - have, 0};
     ret = ZSTD_decompressStream(ctx.get(), &dst, &src);
     if (ZSTD_isError(ret)) return Malformed(std::string("ocdbt: zstd: ") + ZSTD_getErrorName(ret));
@@ -93,7 +94,7 @@ Result<std::vector<uint8_t>> Zstd(std::span<const uint8_t> in) {
 }
 
 // The body of a manifest or node: header checked, decompressed.
-Result<std::vector<uint8_t>> Body(std::span<const uint8_t> enc, uint32_t magic) {
+Result<std::vector<uint8_t>> Body(std::span<const uint8_t> enc, uint32_t magic, uint64_t cap) {
   if (enc.size() < kOuterHeader + 2 + kCrcBytes) return Malformed("ocdbt: too short");
   uint32_t m = 0;
   for (unsigned i = 0; i < 4; ++i) m = (m << 8) | enc[i];
@@ -107,8 +108,11 @@ Result<std::vector<uint8_t>> Body(std::span<const uint8_t> enc, uint32_t magic) 
   if (version != 0 || compression > 1) return Malformed("ocdbt: unknown version or compression");
   const size_t header = kOuterHeader + 2;  // both varints are one byte, as checked
   std::span<const uint8_t> body = enc.subspan(header, enc.size() - header - kCrcBytes);
-  if (compression == 0) return std::vector<uint8_t>(body.begin(), body.end());
-  return Zstd(body);
+  if (compression == 0) {
+    if (body.size() > cap) return Malformed("ocdbt: nodes past the layout cap");
+    return std::vector<uint8_t>(body.begin(), body.end());
+  }
+  return Zstd(body, cap);
 }
 
 struct FileTable {
@@ -137,6 +141,7 @@ Result<FileTable> DataFileTable(OcdbtCursor& c, const std::string& transitive) {
     ASSIGN_OR_RETURN(std::string s, c.Bytes(suffix[i]));
     std::string path = prev.substr(0, prefix[i]) + s;
     if (base[i] > path.size()) return Malformed("ocdbt: base path longer than the path");
+    if (transitive.size() + path.size() > kMaxKeyLength) return Malformed("ocdbt: data file path too long");
     t.bases.push_back(transitive + path.substr(0, base[i]));
     t.paths.push_back(transitive + path);
     prev = std::move(path);
@@ -194,6 +199,7 @@ Status LeafEntries(OcdbtCursor& c, uint64_t n, const std::string& prefix, const 
   }
   node->entries.resize(n);
   for (uint64_t i = 0; i < n; ++i) {
+    if (prefix.size() + keys[i].size() > kMaxKeyLength) return Malformed("ocdbt: key too long");
     node->entries[i].key = prefix + keys[i];
     if (kinds[i] != 1) continue;
     ASSIGN_OR_RETURN(uint64_t id, c.Varint());
@@ -219,6 +225,7 @@ Status InteriorEntries(OcdbtCursor& c, uint64_t n, const std::string& prefix, co
   ASSIGN_OR_RETURN(std::vector<std::string> keys, Keys(c, n, &common));
   node->children.resize(n);
   for (uint64_t i = 0; i < n; ++i) {
+    if (prefix.size() + common[i] > kMaxKeyLength) return Malformed("ocdbt: key too long");
     node->children[i].prefix = prefix + keys[i].substr(0, common[i]);
     ASSIGN_OR_RETURN(uint64_t id, c.Varint());
     ASSIGN_OR_RETURN(node->children[i].node, FileOf(files, id));
@@ -275,7 +282,7 @@ Result<OcdbtRoot> ReadOcdbtManifest(const ByteSource& manifest) {
   if (manifest.size() > kMaxMetadataBytes) return Malformed("ocdbt: manifest too large");
   std::vector<uint8_t> enc(manifest.size());
   RETURN_IF_ERROR(manifest.ReadAt(0, enc));
-  ASSIGN_OR_RETURN(std::vector<uint8_t> body, Body(enc, kManifestMagic));
+  ASSIGN_OR_RETURN(std::vector<uint8_t> body, Body(enc, kManifestMagic, kMaxLayoutBytes));
   OcdbtCursor c(body);
   RETURN_IF_ERROR(c.Skip(16));  // uuid
   ASSIGN_OR_RETURN(uint8_t kind, c.Byte());
@@ -290,9 +297,13 @@ Result<OcdbtRoot> ReadOcdbtManifest(const ByteSource& manifest) {
   return LatestVersion(c, files);
 }
 
-Result<OcdbtNode> DecodeOcdbtNode(std::span<const uint8_t> encoded, const std::string& prefix,
-                                  const std::string& base_path) {
-  ASSIGN_OR_RETURN(std::vector<uint8_t> body, Body(encoded, kBtreeMagic));
+namespace {
+
+// A node, decoding at most *budget bytes (taken from it).
+Result<OcdbtNode> DecodeNode(std::span<const uint8_t> encoded, const std::string& prefix, const std::string& base_path,
+                             uint64_t* budget) {
+  ASSIGN_OR_RETURN(std::vector<uint8_t> body, Body(encoded, kBtreeMagic, *budget));
+  *budget -= body.size();
   OcdbtCursor c(body);
   OcdbtNode node;
   ASSIGN_OR_RETURN(node.height, c.Byte());
@@ -307,9 +318,18 @@ Result<OcdbtNode> DecodeOcdbtNode(std::span<const uint8_t> encoded, const std::s
   return node;
 }
 
+}  // namespace
+
+Result<OcdbtNode> DecodeOcdbtNode(std::span<const uint8_t> encoded, const std::string& prefix,
+                                  const std::string& base_path) {
+  uint64_t budget = kMaxLayoutBytes;
+  return DecodeNode(encoded, prefix, base_path, &budget);
+}
+
 Result<std::vector<OcdbtEntry>> ListOcdbt(const OcdbtRoot& root, const OcdbtOpener& open) {
   std::vector<OcdbtEntry> out;
-  uint64_t decoded = 0;
+  uint64_t budget = kMaxLayoutBytes;  // decoded bytes of every node together
+  uint64_t key_bytes = 0;
   struct Pending {
     OcdbtChild at;
     unsigned height;
@@ -318,13 +338,17 @@ Result<std::vector<OcdbtEntry>> ListOcdbt(const OcdbtRoot& root, const OcdbtOpen
   while (!stack.empty()) {
     Pending p = std::move(stack.back());
     stack.pop_back();
-    decoded += p.at.node.length;
-    if (decoded > kMaxLayoutBytes) return Malformed("ocdbt: tree larger than the layout cap");
+    if (p.at.node.length > budget) return Malformed("ocdbt: tree larger than the layout cap");
+    budget -= p.at.node.length;
     ASSIGN_OR_RETURN(std::vector<uint8_t> enc, ReadRange(open, p.at.node, kMaxLayoutBytes));
-    ASSIGN_OR_RETURN(OcdbtNode node, DecodeOcdbtNode(enc, p.at.prefix, p.at.node.base));
+    ASSIGN_OR_RETURN(OcdbtNode node, DecodeNode(enc, p.at.prefix, p.at.node.base, &budget));
     if (node.height != p.height) return Malformed("ocdbt: node height differs from its parent's record");
-    for (OcdbtEntry& e : node.entries) out.push_back(std::move(e));
-    if (out.size() > kMaxEntries) return Malformed("ocdbt: too many keys");
+    for (OcdbtEntry& e : node.entries) {
+      // Keys inherit their parents' prefixes: bounded as they come out.
+      key_bytes += e.key.size() + e.value.size();
+      out.push_back(std::move(e));
+    }
+    if (out.size() > kMaxEntries || key_bytes > kMaxLayoutBytes) return Malformed("ocdbt: too many keys");
     // Pushed in reverse so children come off the stack in key order.
     for (auto it = node.children.rbegin(); it != node.children.rend(); ++it) {
       if (p.height == 0) break;
@@ -332,6 +356,33 @@ Result<std::vector<OcdbtEntry>> ListOcdbt(const OcdbtRoot& root, const OcdbtOpen
     }
   }
   return out;
+}
+
+Result<OcdbtRoot> OcdbtTailNode(const ByteSource& src, const std::string& path) {
+  const uint64_t size = src.size();
+  const uint64_t span = std::min<uint64_t>(size, kMaxTailNodeSearch);
+  std::vector<uint8_t> tail(span);
+  RETURN_IF_ERROR(src.ReadAt(size - span, tail));
+  // From the end: the last node starts at the magic whose length field
+  // reaches exactly to the end of the file.
+  for (size_t i = span >= kOuterHeader + 2 + kCrcBytes ? span - (kOuterHeader + 2 + kCrcBytes) + 1 : 0; i-- > 0;) {
+    if (tail[i] != 0x0c || tail[i + 1] != 0xdb || tail[i + 2] != 0x20 || tail[i + 3] != 0xde) continue;
+    uint64_t len = 0;
+    for (unsigned b = 0; b < 8; ++b) len |= static_cast<uint64_t>(tail[i + 4 + b]) << (8 * b);
+    if (len != span - i) continue;
+    std::span<const uint8_t> node(tail.data() + i, len);
+    uint32_t crc = 0;
+    for (unsigned b = 0; b < 4; ++b) crc |= static_cast<uint32_t>(node[len - 4 + b]) << (8 * b);
+    if (Crc32c(node.first(len - kCrcBytes)) != crc) continue;
+    ASSIGN_OR_RETURN(OcdbtNode decoded, DecodeOcdbtNode(node, "", ""));
+    OcdbtRoot root;
+    root.node.path = path;
+    root.node.offset = size - span + i;
+    root.node.length = len;
+    root.height = decoded.height;
+    return root;
+  }
+  return Malformed("ocdbt: " + path + " does not end with a B+tree node");
 }
 
 bool LooksLikeOcdbtDataName(std::string_view name) {

@@ -5,11 +5,12 @@
 // a data file `d/<32 hex digits>`. A data file holds values one after another
 // (zarr chunks), often followed by tree nodes; nothing in it says where one
 // value ends. Its tensors are found from the manifest and tree beside it
-// (docs: tensorstore's kvstore/ocdbt format; docs/FORMAT.md, "Orbax").
+// (tensorstore's docs, kvstore/ocdbt "Storage format"; docs/ARCHITECTURE.md).
 //
 // Chunks Orbax compresses (its default: zarr2 with zstd, or zarr3's zstd
 // codec) stay bytes; chunks written uncompressed (use_compression=False)
-// are tensor regions, each labelled with its array's tree path.
+// are tensor regions, each labelled with its array's tree path (README:
+// the recommended Orbax setting).
 #pragma once
 
 #include <cstdint>
@@ -83,6 +84,14 @@ Result<std::vector<OcdbtEntry>> ListOcdbt(const OcdbtRoot& root, const OcdbtOpen
 // layout without tensors, with a note saying so.
 Result<FileLayout> OcdbtDataLayout(const std::vector<OcdbtEntry>& keys, const std::string& self, uint64_t self_size,
                                    const OcdbtOpener& open);
+
+// A B+tree node that ends where `src` ends (a commit's data file often
+// holds its values, then the tree's new nodes), found from the end within
+// kMaxTailNodeSearch bytes and checked by its CRC32C; `path` names `src`
+// in the database. The manifest is written only after the data, so this
+// root is what a data file's seal can read at once.
+inline constexpr uint64_t kMaxTailNodeSearch = 4u << 20;
+Result<OcdbtRoot> OcdbtTailNode(const ByteSource& src, const std::string& path);
 
 // A data file's name as OCDBT writes them: 32 lowercase hex digits.
 bool LooksLikeOcdbtDataName(std::string_view name);

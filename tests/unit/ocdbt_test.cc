@@ -146,3 +146,28 @@ TEST(OcdbtTest, DamagedManifestsAndNodesFailCleanly) {
 
 }  // namespace
 }  // namespace ckptfs
+
+namespace ckptfs {
+namespace {
+
+TEST(OcdbtTest, TheNodesAfterACommitsValuesGiveTheLayoutWithoutTheManifest) {
+  Db db("raw");
+  const std::string self = db.Largest();
+  Result<formats::OcdbtRoot> root = formats::OcdbtTailNode(SpanSource(*db.files.at(self)), self);
+  ASSERT_TRUE(root.ok()) << root.status().message();
+  EXPECT_EQ(root->node.offset + root->node.length, db.files.at(self)->size());
+  Result<std::vector<formats::OcdbtEntry>> keys = formats::ListOcdbt(*root, db.Opener());
+  ASSERT_TRUE(keys.ok()) << keys.status().message();
+  Result<FileLayout> l = formats::OcdbtDataLayout(*keys, self, db.files.at(self)->size(), db.Opener());
+  ASSERT_TRUE(l.ok()) << l.status().message();
+  EXPECT_EQ(l->tensors.size(), 3u);
+  // A node-only file and a damaged tail have none.
+  Bytes cut(db.files.at(self)->begin(), db.files.at(self)->end() - 1);
+  EXPECT_FALSE(formats::OcdbtTailNode(SpanSource(cut), self).ok());
+  Bytes flipped = *db.files.at(self);
+  flipped[flipped.size() - 10] ^= 1;
+  EXPECT_FALSE(formats::OcdbtTailNode(SpanSource(flipped), self).ok());
+}
+
+}  // namespace
+}  // namespace ckptfs
