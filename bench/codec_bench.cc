@@ -25,6 +25,7 @@
 
 #include "codec/chunk_codec.h"
 #include "codec/formats/layout.h"
+#include "codec/formats/ocdbt.h"
 #include "codec/formats/tf_bundle.h"
 #include "codec/lossless/entropy.h"
 #include "codec/lossless/lanes.h"
@@ -285,11 +286,35 @@ nlohmann::json MethodJson(const Method& m, uint64_t size) {
           {"dec_mbps", m.dec_s > 0 ? double(size) / 1e6 / m.dec_s : 0.0}};
 }
 
+// An Orbax data file's layout comes from the OCDBT database around it
+// (../manifest.ocdbt and the tree nodes in d/), as the store's seal finds it
+// (store/ocdbt_data.h).
+std::optional<FileLayout> OcdbtLayoutOf(const std::filesystem::path& path, const Bytes& data) {
+  const std::filesystem::path root = path.parent_path().parent_path();
+  if (path.parent_path().filename() != "d" || !std::filesystem::exists(root / "manifest.ocdbt")) return std::nullopt;
+  std::vector<std::shared_ptr<Bytes>> keep;
+  formats::OcdbtOpener open = [&](const std::string& rel) -> Result<std::shared_ptr<const ByteSource>> {
+    std::ifstream f(root / rel, std::ios::binary);
+    if (!f) return Status::Error(ENOENT, rel);
+    keep.push_back(std::make_shared<Bytes>((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>()));
+    return std::shared_ptr<const ByteSource>(std::make_shared<SpanSource>(*keep.back()));
+  };
+  Result<std::shared_ptr<const ByteSource>> manifest = open("manifest.ocdbt");
+  if (!manifest.ok()) return std::nullopt;
+  Result<formats::OcdbtRoot> root_node = formats::ReadOcdbtManifest(**manifest);
+  if (!root_node.ok()) return std::nullopt;
+  Result<std::vector<formats::OcdbtEntry>> keys = formats::ListOcdbt(*root_node, open);
+  if (!keys.ok()) return std::nullopt;
+  Result<FileLayout> l = formats::OcdbtDataLayout(*keys, "d/" + path.filename().string(), data.size(), open);
+  return l.ok() ? std::optional<FileLayout>(std::move(l).value()) : std::nullopt;
+}
+
 // A TF data shard's layout comes from the bundle index beside it, as the
 // store's seal finds it (store/tf_shards.h).
 FileLayout LayoutOf(const std::string& path, const Bytes& data) {
   FileLayout layout = DetectLayout(SpanSource(data));
   if (layout.format != "unknown") return layout;
+  if (std::optional<FileLayout> o = OcdbtLayoutOf(path, data)) return *o;
   std::vector<formats::NamedTfIndex> indexes;
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(std::filesystem::path(path).parent_path(), ec)) {

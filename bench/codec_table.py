@@ -24,6 +24,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 METHODS = [("zstd3", "zstd -3"), ("zstd19", "zstd -19"), ("bytegroup", "bytegrp+zstd"), ("ckptfs", "ckptfs")]
 
+ORBAX_DATA = "%s/1/default/ocdbt.process_0/d/*"
 # (row label, glob under the work dir, is "model+AdamW", is "bf16 weights")
 ROWS = [
     ("MiniLM pretrained, fp32, safetensors", "minilm-fp32.safetensors", False, False),
@@ -37,7 +38,13 @@ ROWS = [
     ("MiniLM pretrained, fp32, TF checkpoint .data shard", "tf-minilm/*.data-*", False, False),
     ("MiniLM pretrained, fp32, ONNX (raw_data initializers)", "minilm-fp32.onnx", False, False),
     ("MiniLM pretrained, fp32, Flax msgpack (to_bytes)", "minilm-fp32.msgpack", False, False),
+    ("MiniLM pretrained, fp32, Orbax OCDBT (use_compression=False)", ORBAX_DATA % "orbax-minilm", False, False),
+    # Orbax's default: every chunk arrives zstd-compressed, and stays so.
+    ("MiniLM pretrained, fp32, Orbax OCDBT (default zstd chunks)", ORBAX_DATA % "orbax-minilm-zstd", False, False),
 ]
+# Rows whose chunks arrive compressed: no tensor codec applies, so the
+# entropy-bound check is not theirs.
+COMPRESSED_ROWS = {"MiniLM pretrained, fp32, Orbax OCDBT (default zstd chunks)"}
 
 
 def ensure_workloads(work, rows):
@@ -45,8 +52,9 @@ def ensure_workloads(work, rows):
     want = {pattern for _, pattern, _, _ in rows}
     if "finetune-fp32-step*.pt" in want and not glob.glob(os.path.join(work, "finetune-fp32-step*.pt")):
         subprocess.run([py, os.path.join(ROOT, "bench", "make_codec_workloads.py"), work], check=True)
-    framework = {"minilm-fp32.onnx", "tf-minilm/*.data-*", "minilm-fp32.msgpack"}
-    if want & framework and not glob.glob(os.path.join(work, "minilm-fp32.msgpack")):
+    framework = {"minilm-fp32.onnx", "tf-minilm/*.data-*", "minilm-fp32.msgpack", ORBAX_DATA % "orbax-minilm",
+                 ORBAX_DATA % "orbax-minilm-zstd"}
+    if want & framework and not glob.glob(os.path.join(work, ORBAX_DATA % "orbax-minilm-zstd")):
         subprocess.run([py, os.path.join(ROOT, "bench", "make_framework_workloads.py"), work], check=True)
 
 
@@ -102,6 +110,9 @@ def main():
             checks.append((f"{label}: ratio >= 1.25", c["ratio"], 1.25))
         if bf16:
             checks.append((f"{label}: ratio >= 1.45", c["ratio"], 1.45))
+        if label in COMPRESSED_ROWS:
+            print(f"note  {label}: chunks arrive compressed, no bound check", file=sys.stderr)
+            continue
         checks.append((f"{label}: ratio >= 0.98 x entropy bound", c["ratio"] / r["bound"], 0.98))
         checks.append((f"{label}: ratio > zstd -19", c["ratio"] / r["zstd19"]["ratio"], 1.0 + 1e-9))
         checks.append((f"{label}: encode >= 1.2 x zstd -3", c["enc"] / r["zstd3"]["enc"], 1.2))

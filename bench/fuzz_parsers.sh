@@ -8,6 +8,8 @@
 # written by real clients (torch.save zip and legacy, safetensors, numpy
 # save/savez/savez_compressed, the gguf writer, a tf.train.Checkpoint index,
 # onnx.save models (tests/data/onnx), flax to_bytes (tests/data/flax),
+# orbax-checkpoint OCDBT databases (tests/data/orbax: the manifest and the
+# data file holding the tree's root, as fuzz_ocdbt reads them),
 # torch.distributed.checkpoint) plus small handmade ones, then runs every
 # target for the given time with -timeout=10 (an input taking longer is a
 # hang). `jobs` > 1 runs that many libFuzzer workers per target.
@@ -26,7 +28,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=$ROOT/build-fuzz
 SEEDS=$BUILD/seeds
 TARGETS=(fuzz_layout fuzz_pickle fuzz_torch_zip fuzz_torch_legacy fuzz_dcp fuzz_safetensors fuzz_npy fuzz_npz
-  fuzz_gguf fuzz_tf_index fuzz_onnx fuzz_flax_msgpack fuzz_lossless_decode fuzz_tensor_chunk fuzz_delta_chunk fuzz_delta_roundtrip fuzz_lossy_chunk
+  fuzz_gguf fuzz_tf_index fuzz_onnx fuzz_flax_msgpack fuzz_ocdbt fuzz_lossless_decode fuzz_tensor_chunk fuzz_delta_chunk fuzz_delta_roundtrip fuzz_lossy_chunk
   fuzz_lossy_roundtrip fuzz_pack)
 command -v clang++ >/dev/null || { echo "clang++ not found (apt-get install -y clang)" >&2; exit 1; }
 
@@ -188,6 +190,15 @@ for f in "$ROOT"/tests/data/onnx/*.onnx; do
 done
 for f in "$ROOT"/tests/data/flax/*.msgpack; do
   [ -f "$f" ] && cp "$f" "$SEEDS/flax_msgpack/repo-$(basename "$f")" && cp "$f" "$SEEDS/layout/flax-$(basename "$f")"
+done
+# fuzz_ocdbt's input: a 2-byte length, manifest.ocdbt, then one data file.
+for db in "$ROOT"/tests/data/orbax/*/; do
+  [ -f "$db/manifest.ocdbt" ] || continue
+  for f in "$db"/d/*; do
+    python3 -c 'import struct, sys; m = open(sys.argv[1], "rb").read(); d = open(sys.argv[2], "rb").read()
+open(sys.argv[3], "wb").write(struct.pack("<H", len(m)) + m + d)' "$db/manifest.ocdbt" "$f" \
+      "$SEEDS/ocdbt/repo-$(basename "$db")-$(basename "$f")"
+  done
 done
 for f in "$ROOT"/tests/data/tf_bundle/*/*.index; do
   [ -f "$f" ] && cp "$f" "$SEEDS/tf_index/repo-$(basename "$(dirname "$f")").index"

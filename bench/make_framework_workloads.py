@@ -9,6 +9,9 @@ Runs without torch, since TensorFlow and torch cannot share a process.
   minilm-fp32.onnx                              onnx.save, raw_data initializers
   minilm-fp32.msgpack                           flax.serialization.to_bytes of the
                                                 weights as a nested state dict
+  orbax-minilm/, orbax-minilm-zstd/             orbax-checkpoint CheckpointManager step 1
+                                                of the same tree, chunks uncompressed
+                                                (use_compression=False) and Orbax's zstd
 """
 import os
 import sys
@@ -53,6 +56,22 @@ def flax_msgpack(out, sd):
         f.write(serialization.to_bytes({"params": tree}))
 
 
+def orbax_checkpoint(out, sd):
+    import orbax.checkpoint as ocp
+    tree = {}
+    for k, v in sd.items():
+        *path, leaf = k.split(".")
+        node = tree
+        for p in path:
+            node = node.setdefault(p, {})
+        node[leaf] = np.ascontiguousarray(v)
+    for name, compress in (("orbax-minilm", False), ("orbax-minilm-zstd", True)):
+        mgr = ocp.CheckpointManager(os.path.abspath(os.path.join(out, name)),
+                                    item_handlers=ocp.PyTreeCheckpointHandler(use_compression=compress))
+        mgr.save(1, args=ocp.args.PyTreeSave({"params": tree}))
+        mgr.wait_until_finished()
+
+
 def main():
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
@@ -60,6 +79,7 @@ def main():
     onnx_model(out, sd)
     flax_msgpack(out, sd)
     tf_checkpoint(out, sd)
+    orbax_checkpoint(out, sd)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@
 #include "codec/formats/layout.h"
 #include "codec/lossy/roles.h"
 #include "mount-tools/commands.h"
+#include "store/ocdbt_data.h"
 #include "store/tf_shards.h"
 
 namespace ckptfs {
@@ -61,6 +62,10 @@ class DirectorySiblings : public SiblingSource {
     if (!fd.valid()) return Status::FromErrno("open " + name);
     return std::shared_ptr<const ByteSource>(std::make_shared<OwnedFdSource>(std::move(fd)));
   }
+  Result<std::shared_ptr<const ByteSource>> OpenInParent(const std::string& name) override {
+    const std::filesystem::path dir = std::filesystem::absolute(file_).parent_path();
+    return Open((dir.parent_path() / name).string());
+  }
   std::string OwnName() override { return file_.filename(); }
 
  private:
@@ -72,7 +77,9 @@ FileLayout InspectLayout(const std::string& path, const ByteSource& src) {
   if (layout.format != "unknown") return layout;
   DirectorySiblings siblings(path);
   std::optional<FileLayout> tf = TfDataLayoutFromSiblings(src, siblings, std::chrono::milliseconds(0));
-  return tf ? std::move(*tf) : layout;
+  if (tf) return std::move(*tf);
+  std::optional<FileLayout> ocdbt = OcdbtDataLayoutFromSiblings(src, siblings, std::chrono::milliseconds(0));
+  return ocdbt ? std::move(*ocdbt) : layout;
 }
 
 }  // namespace

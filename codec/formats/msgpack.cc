@@ -206,9 +206,7 @@ DType NumpyNameToDType(std::string_view n) {
 Result<FileLayout> ParseFlaxMsgpack(const ByteSource& src) {
   FileLayout l;
   l.format = "flax-msgpack";
-  // Lossy roles for optax's state (mu, nu: Adam's m and v, stored tree by
-  // tree rather than per parameter) are not written yet: exact for now.
-  l.lossy_allowed = false;
+  // optax's mu and nu trees get Adam's roles by label (lossy/roles.h).
   Walker w(src, &l);
   ForwardReader r(src, 0, src.size());
   RETURN_IF_ERROR(w.Item(r, "", 0));

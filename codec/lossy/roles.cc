@@ -150,6 +150,50 @@ void MatchEntries(const FileLayout& layout, const std::vector<int32_t>& seq, con
   }
 }
 
+// optax's ScaleByAdamState keeps mu and nu as trees shaped like the
+// parameters ("opt_state.0.mu.params.Dense_0.kernel", Orbax and Flax
+// msgpack labels): a "mu" component whose "nu" twin exists is Adam's m,
+// the twin its v, and the parameter is the weight whose label ends with
+// what follows "mu". A layer merely named mu has no such twin.
+size_t MomentComponent(std::string_view label, std::string_view which) {
+  const std::string dotted = "." + std::string(which) + ".";
+  if (label.starts_with(dotted.substr(1))) return 0;
+  const size_t at = label.find(dotted);
+  return at == std::string_view::npos ? std::string_view::npos : at + 1;
+}
+
+bool AssignOptaxMoments(const FileLayout& layout, std::vector<RoleAssignment>* roles) {
+  std::map<std::string_view, int32_t> by_label;
+  for (size_t i = 0; i < layout.tensors.size(); ++i) {
+    if ((*roles)[i].role != TensorRole::kOther) by_label.emplace(layout.tensors[i].label, static_cast<int32_t>(i));
+  }
+  bool any = false;
+  for (const auto& [label, m] : by_label) {
+    const size_t at = MomentComponent(label, "mu");
+    if (at == std::string_view::npos) continue;
+    std::string twin(label);
+    twin[at] = 'n';
+    auto v = by_label.find(twin);
+    if (v == by_label.end() || KeyOf(layout.tensors[v->second]) != KeyOf(layout.tensors[m])) continue;
+    (*roles)[m] = {TensorRole::kAdamM, v->second};
+    (*roles)[v->second] = {TensorRole::kAdamV, -1};
+    any = true;
+  }
+  if (!any) return false;
+  for (const auto& [label, m] : by_label) {
+    if ((*roles)[m].role != TensorRole::kAdamM) continue;
+    const std::string rest = "." + std::string(label.substr(MomentComponent(label, "mu") + 3));
+    for (const auto& [wl, w] : by_label) {
+      if ((*roles)[w].role != TensorRole::kWeight || KeyOf(layout.tensors[w]) != KeyOf(layout.tensors[m])) continue;
+      if (wl.ends_with(rest) || wl == std::string_view(rest).substr(1)) {
+        (*roles)[w].partner_v = (*roles)[m].partner_v;
+        break;
+      }
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 bool IsDataName(std::string_view c) {
@@ -195,6 +239,7 @@ const char* TensorRoleName(TensorRole r) {
 std::vector<RoleAssignment> AssignRoles(const FileLayout& layout, LossyScope scope) {
   std::vector<RoleAssignment> roles(layout.tensors.size());
   for (size_t i = 0; i < roles.size(); ++i) roles[i].role = RoleOf(layout, layout.tensors[i], scope);
+  if (!IsTorchFormat(layout) && AssignOptaxMoments(layout, &roles)) return roles;
   std::vector<int32_t> seq = LogicalOrder(layout);
   std::vector<Entry> entries = GroupEntries(layout, seq, roles);
   for (const Entry& e : entries) {

@@ -32,6 +32,11 @@ class SiblingSource {
   // Candidate `name`'s logical bytes as they are now; they must stay
   // readable while the file is coded. An error skips the candidate.
   virtual Result<std::shared_ptr<const ByteSource>> Open(const std::string& name) = 0;
+  // File `name` of the directory above the coded file's (an OCDBT data
+  // file's manifest.ocdbt), under the same rules as a candidate.
+  virtual Result<std::shared_ptr<const ByteSource>> OpenInParent(const std::string& name) {
+    return Status::Error(ENOENT, "no parent directory to open " + name + " in");
+  }
   // The coded file's own name in its directory (DCP's .metadata names the
   // shard files it indexes; a TF data shard's name hints at its index);
   // empty when unknown.

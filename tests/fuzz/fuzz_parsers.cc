@@ -11,6 +11,7 @@
 #include "codec/formats/layout.h"
 #include "codec/formats/limits.h"
 #include "codec/formats/msgpack.h"
+#include "codec/formats/ocdbt.h"
 #include "codec/formats/numpy.h"
 #include "codec/formats/onnx.h"
 #include "codec/formats/safetensors.h"
@@ -85,6 +86,26 @@ void Run(const ByteSource& src) {
   Check(f::ParseOnnx(src), size);
 #elif defined(CKPTFS_FUZZ_FLAX_MSGPACK)
   Check(f::ParseFlaxMsgpack(src), size);
+#elif defined(CKPTFS_FUZZ_OCDBT)
+  // Input: a 2-byte little-endian length, a manifest of that length, then
+  // one data file that every path of the database opens.
+  uint8_t len[2];
+  if (size < 2 || !src.ReadAt(0, len).ok()) return;
+  const uint64_t mlen = len[0] | (uint64_t{len[1]} << 8);
+  if (mlen > size - 2) return;
+  const ckptfs::SubSource manifest(src, 2, mlen), data(src, 2 + mlen, size - 2 - mlen);
+  (void)f::StartsWithOcdbtNode(data);
+  auto root = f::ReadOcdbtManifest(manifest);
+  if (!root.ok()) return;
+  f::OcdbtOpener open = [&](const std::string&) -> Result<std::shared_ptr<const ByteSource>> {
+    return std::shared_ptr<const ByteSource>(&data, [](const ByteSource*) {});
+  };
+  auto keys = f::ListOcdbt(*root, open);
+  if (!keys.ok()) return;
+  for (const auto& e : *keys) {
+    if (e.ref && e.ref->path.size() > f::kMaxNameBytes) std::abort();
+  }
+  Check(f::OcdbtDataLayout(*keys, root->node.path, data.size(), open), data.size());
 #else
 #error "define one CKPTFS_FUZZ_<PARSER>"
 #endif

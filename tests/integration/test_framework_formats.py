@@ -11,6 +11,7 @@ import subprocess
 
 from test_clients import CLIENTS, inspect_json, pypi_python  # noqa: F401 (a fixture)
 from test_tensor_seal import zstd3_size
+from conftest import run_ckptfs
 from helpers import sha256_file
 
 
@@ -98,3 +99,101 @@ def test_flax_steps_find_their_predecessors(pypi_python, mount, plain_dir):  # n
     for i, cur in enumerate(saved[1:], 1):
         assert files[cur]["base"] in saved[:i] and files[cur]["depth"] >= 1, files[cur]
     print("flax steps stored:", [files[s]["stored"] for s in saved], "zstd -3 of the first:", zstd3)
+
+
+def orbax_client(python, *args, stdin=None, timeout=600):
+    return subprocess.run([str(python), str(CLIENTS / "orbax_series.py"), *map(str, args)], capture_output=True,
+                          text=True, timeout=timeout, input=stdin)
+
+
+def save_orbax(python, mount, mnt, ref, *extra) -> dict:
+    """Runs the optax training loop's saves, each sealed before the next."""
+    p = subprocess.Popen([str(python), str(CLIENTS / "orbax_series.py"), "save", str(mnt), str(ref), *extra],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        while (line := p.stdout.readline()).startswith("saved "):
+            mount.wait_sealed()
+            p.stdin.write("\n")
+            p.stdin.flush()
+        out, err = p.communicate(timeout=600)
+        assert p.returncode == 0, f"orbax_series.py: rc {p.returncode}\n{out[-2000:]}\n{err[-4000:]}"
+        return json.loads(line)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def restore_orbax(python, mnt, ref, *extra) -> dict:
+    p = orbax_client(python, "restore", mnt, ref, *extra)
+    assert p.returncode == 0, f"orbax_series.py restore: rc {p.returncode}\n{p.stdout[-2000:]}\n{p.stderr[-4000:]}"
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def big_data_files(saved: dict, mnt, floor=1 << 20) -> list[str]:
+    return [rel for rel in saved["data_files"] if (mnt / rel).stat().st_size >= floor]
+
+
+def test_orbax_checkpoint_manager_steps(pypi_python, mount, plain_dir):  # noqa: F811
+    """An optax Adam loop saves 3 steps with CheckpointManager (arrays
+    uncompressed): every step restores bit-exact after a remount, and the
+    large data files are coded as tensors (orbax-ocdbt), each below zstd -3.
+    (Later steps are not stored as deltas: Adam's mu and nu, two thirds of
+    each file, change too much between saves for a delta to pay.)"""
+    mnt = mount.mnt / "orbax"
+    mnt.mkdir()
+    # A fine-tuning learning rate: each step's arrays are close to the last.
+    saved = save_orbax(pypi_python, mount, mnt, plain_dir, "--lr", "1e-5")
+    assert saved["saved"] == [1, 2, 3], saved
+    st = mount.wait_sealed()
+    files = {f["path"].lstrip("/"): f for f in st["files"]}
+    mount.remount()
+    data = big_data_files(saved, mnt)
+    assert len(data) >= 3, saved
+    for rel in data:
+        got = inspect_json(mnt / rel)
+        assert got["format"] == "orbax-ocdbt" and got["lossy_allowed"], got
+        assert got["tensor_bytes"] >= 0.99 * (mnt / rel).stat().st_size - 64 * 1024, got
+    for rel in data:
+        zstd3 = zstd3_size((mnt / rel).read_bytes())  # data file names are random ids: the plain copy's differ
+        assert files[f"orbax/{rel}"]["stored"] < zstd3, (files[f"orbax/{rel}"], zstd3)
+    print("orbax data files stored:", {r: files[f"orbax/{r}"]["stored"] for r in data})
+    got = restore_orbax(pypi_python, mnt, plain_dir, "--lr", "1e-5")
+    assert got["checked"] == 3 * 19, got
+
+
+def test_orbax_compressed_chunks_stay_bytes(pypi_python, mount, plain_dir):  # noqa: F811
+    """Orbax's default (zstd inside each chunk): the data files are read as
+    an OCDBT database, their chunks left as bytes, and restore bit-exact."""
+    mnt = mount.mnt / "orbaxz"
+    mnt.mkdir()
+    saved = save_orbax(pypi_python, mount, mnt, plain_dir, "--steps", "1", "--compress")
+    mount.wait_sealed()
+    mount.remount()
+    for rel in big_data_files(saved, mnt, floor=256 * 1024):
+        got = inspect_json(mnt / rel)
+        assert got["format"] == "orbax-ocdbt" and got["tensor_bytes"] == 0, got
+        assert "compressed (zstd)" in got["note"], got
+    assert restore_orbax(pypi_python, mnt, plain_dir)["checked"] == 19
+
+
+def test_orbax_lossy_mount_restores_and_trains_on(pypi_python, mount_factory, plain_dir):  # noqa: F811
+    """Under lossy=0.05 the steps restore within the tolerance, optax's mu
+    and nu take Adam's roles, and training goes on from the restored state."""
+    m = mount_factory(opts=["lossy=0.05"])
+    mnt = m.mnt / "orbax"
+    mnt.mkdir()
+    saved = save_orbax(pypi_python, m, mnt, plain_dir)
+    st = m.wait_sealed()
+    m.remount()
+    # The target bounds the v-weighted error by 0.05; the plain relative L2
+    # of a parameter may be larger (measured 0.15).
+    got = restore_orbax(pypi_python, mnt, plain_dir, "--lossy", "0.25")
+    assert got["checked"] == 3 * 19 and got["loss_after"] < got["loss_before"], got
+    raw = sum((mnt / r).stat().st_size for r in saved["data_files"])
+    stored = sum(f["stored"] for f in st["files"] if f["path"].lstrip("/").startswith("orbax/") and "/d/" in f["path"])
+    print(f"orbax lossy=0.05: data files {raw} B stored {stored} B ({raw / max(stored, 1):.1f}x)", got)
+    p = run_ckptfs("inspect", "--json", "--roles", mnt / big_data_files(saved, mnt)[-1])
+    assert p.returncode == 0, p.stderr
+    roles = {t.get("role") for t in json.loads(p.stdout)["tensors"]}
+    assert {"weight", "adam_m", "adam_v"} <= roles, roles

@@ -537,3 +537,46 @@ TEST(PickleLabelTest, SiblingStringValueIsNotALabel) {
 
 }  // namespace
 }  // namespace ckptfs::lossy
+
+namespace ckptfs::lossy {
+namespace {
+
+// optax Adam state as Orbax and Flax msgpack label it: mu and nu trees
+// beside the parameters, in key order (every mu before every nu).
+TEST(RolesTest, OptaxMuAndNuTreesAreAdamMomentsOfTheirParameters) {
+  FileLayout l;
+  l.format = "orbax-ocdbt";
+  auto add = [&](const std::string& label, uint64_t numel, DType dt = DType::kF32) {
+    TensorRegion r;
+    r.name = r.label = label;
+    r.dtype = dt;
+    r.length = numel * DTypeSize(dt);
+    r.offset = l.tensors.empty() ? 0 : l.tensors.back().offset + l.tensors.back().length;
+    l.tensors.push_back(r);
+    return static_cast<int>(l.tensors.size()) - 1;
+  };
+  const int count = add("opt_state.0.count/0", 1, DType::kI32);
+  const int mb = add("opt_state.0.mu.params.mu.bias/0", 8);
+  const int mk = add("opt_state.0.mu.params.mu.kernel/0.0", 64);
+  const int vb = add("opt_state.0.nu.params.mu.bias/0", 8);
+  const int vk = add("opt_state.0.nu.params.mu.kernel/0.0", 64);
+  const int wb = add("params.params.mu.bias/0", 8);
+  const int wk = add("params.params.mu.kernel/0.0", 64);
+  const int lone = add("params.params.head.mu.kernel/0.0", 64);  // a layer named mu, no nu twin
+  std::vector<RoleAssignment> r = AssignRoles(l);
+  EXPECT_EQ(r[count].role, TensorRole::kOther);
+  EXPECT_EQ(r[mb].role, TensorRole::kAdamM);
+  EXPECT_EQ(r[mk].role, TensorRole::kAdamM);
+  EXPECT_EQ(r[vb].role, TensorRole::kAdamV);
+  EXPECT_EQ(r[vk].role, TensorRole::kAdamV);
+  EXPECT_EQ(r[mk].partner_v, vk);
+  EXPECT_EQ(r[mb].partner_v, vb);
+  EXPECT_EQ(r[wk].role, TensorRole::kWeight);
+  EXPECT_EQ(r[wk].partner_v, vk);
+  EXPECT_EQ(r[wb].partner_v, vb);
+  EXPECT_EQ(r[lone].role, TensorRole::kWeight);
+  EXPECT_EQ(r[lone].partner_v, -1);
+}
+
+}  // namespace
+}  // namespace ckptfs::lossy
