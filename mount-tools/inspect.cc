@@ -19,6 +19,7 @@
 #include "codec/formats/layout.h"
 #include "codec/lossy/roles.h"
 #include "mount-tools/commands.h"
+#include "store/onnx_external.h"
 #include "store/tf_shards.h"
 
 namespace ckptfs {
@@ -71,8 +72,9 @@ FileLayout InspectLayout(const std::string& path, const ByteSource& src) {
   FileLayout layout = DetectLayout(src);
   if (layout.format != "unknown") return layout;
   DirectorySiblings siblings(path);
-  std::optional<FileLayout> tf = TfDataLayoutFromSiblings(src, siblings, std::chrono::milliseconds(0));
-  return tf ? std::move(*tf) : layout;
+  if (std::optional<FileLayout> tf = TfDataLayoutFromSiblings(src, siblings, std::chrono::milliseconds(0))) return *tf;
+  std::optional<FileLayout> onnx = OnnxExternalLayoutFromSiblings(src, siblings, std::chrono::milliseconds(0));
+  return onnx ? std::move(*onnx) : layout;
 }
 
 }  // namespace

@@ -24,6 +24,7 @@
 #include "store/rados_pack_objects.h"
 #include "store/seal_pin.h"
 #include "store/store_internal.h"
+#include "store/onnx_external.h"
 #include "store/tf_shards.h"
 
 namespace ckptfs {
@@ -436,7 +437,11 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
   if (opts_.encoder.tensor_codec) {
     FileLayout layout = DetectLayout(file);
     if (layout.format == "unknown" && siblings) {
-      if (std::optional<FileLayout> tf = TfDataLayoutFromSiblings(file, *siblings)) layout = std::move(*tf);
+      if (std::optional<FileLayout> tf = TfDataLayoutFromSiblings(file, *siblings)) {
+        layout = std::move(*tf);
+      } else if (std::optional<FileLayout> onnx = OnnxExternalLayoutFromSiblings(file, *siblings)) {
+        layout = std::move(*onnx);
+      }
     }
     tensors = TensorRangesOf(layout);
     spdlog::debug("{}: format {}, {} tensor ranges{}{}", ctx, layout.format, tensors.size(),
