@@ -154,7 +154,7 @@ void ParseDataspace(std::span<const uint8_t> body, unsigned sl, ObjectInfo* o) {
   if (version == 1) {
     m.Skip(5);
   } else if (version == 2) {
-    if (m.U(1) != 1) return;  // scalar or null: rank 0
+    if (m.U(1) == 2) return;  // null: no data; scalar (0) has rank 0
   } else {
     return;
   }
