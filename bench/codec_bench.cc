@@ -25,6 +25,7 @@
 
 #include "codec/chunk_codec.h"
 #include "codec/formats/layout.h"
+#include "codec/formats/onnx.h"
 #include "codec/formats/tf_bundle.h"
 #include "codec/lossless/entropy.h"
 #include "codec/lossless/lanes.h"
@@ -285,6 +286,22 @@ nlohmann::json MethodJson(const Method& m, uint64_t size) {
           {"dec_mbps", m.dec_s > 0 ? double(size) / 1e6 / m.dec_s : 0.0}};
 }
 
+// An ONNX external data file's layout comes from the model beside it that
+// names it, as the store's seal finds it (store/onnx_external.h).
+FileLayout OnnxExternalLayoutOf(const std::string& path, const Bytes& data, const FileLayout& unknown) {
+  const std::filesystem::path p(path);
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(p.parent_path(), ec)) {
+    if (e.path().extension() != ".onnx") continue;
+    std::ifstream f(e.path(), std::ios::binary);
+    Bytes b((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    auto refs = formats::ReadOnnxExternalTensors(SpanSource(b));
+    if (!refs.ok()) continue;
+    if (auto l = formats::OnnxExternalLayout(*refs, p.filename().string(), data.size())) return *l;
+  }
+  return unknown;
+}
+
 // A TF data shard's layout comes from the bundle index beside it, as the
 // store's seal finds it (store/tf_shards.h).
 FileLayout LayoutOf(const std::string& path, const Bytes& data) {
@@ -299,7 +316,7 @@ FileLayout LayoutOf(const std::string& path, const Bytes& data) {
     if (auto idx = formats::ReadTfBundleIndex(SpanSource(b)); idx.ok()) indexes.push_back({e.path(), *idx});
   }
   std::optional<FileLayout> tf = formats::TfDataLayoutFromIndexes(SpanSource(data), indexes);
-  return tf ? *tf : layout;
+  return tf ? *tf : OnnxExternalLayoutOf(path, data, layout);
 }
 
 int BenchFile(const std::string& path, int repeats, bool zstd19, bool planes, bool only_ckptfs) {

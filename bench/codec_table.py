@@ -37,6 +37,9 @@ ROWS = [
     ("MiniLM pretrained, fp32, TF checkpoint .data shard", "tf-minilm/*.data-*", False, False),
     ("MiniLM pretrained, fp32, ONNX (raw_data initializers)", "minilm-fp32.onnx", False, False),
     ("MiniLM pretrained, fp32, Flax msgpack (to_bytes)", "minilm-fp32.msgpack", False, False),
+    ("MiniLM pretrained, fp32, ONNX external data file", "onnx-ext/*.onnx.data", False, False),
+    ("MiniLM pretrained, fp32, HDF5 Keras .weights.h5 layout", "minilm-fp32.weights.h5", False, False),
+    ("MiniLM pretrained, fp32, HDF5 chunked (h5py chunks=True)", "minilm-fp32-chunked.h5", False, False),
 ]
 
 
@@ -45,8 +48,9 @@ def ensure_workloads(work, rows):
     want = {pattern for _, pattern, _, _ in rows}
     if "finetune-fp32-step*.pt" in want and not glob.glob(os.path.join(work, "finetune-fp32-step*.pt")):
         subprocess.run([py, os.path.join(ROOT, "bench", "make_codec_workloads.py"), work], check=True)
-    framework = {"minilm-fp32.onnx", "tf-minilm/*.data-*", "minilm-fp32.msgpack"}
-    if want & framework and not glob.glob(os.path.join(work, "minilm-fp32.msgpack")):
+    framework = {"minilm-fp32.onnx", "tf-minilm/*.data-*", "minilm-fp32.msgpack", "onnx-ext/*.onnx.data",
+                 "minilm-fp32.weights.h5", "minilm-fp32-chunked.h5"}
+    if want & framework and not glob.glob(os.path.join(work, "minilm-fp32-chunked.h5")):
         subprocess.run([py, os.path.join(ROOT, "bench", "make_framework_workloads.py"), work], check=True)
 
 

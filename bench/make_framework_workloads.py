@@ -9,6 +9,11 @@ Runs without torch, since TensorFlow and torch cannot share a process.
   minilm-fp32.onnx                              onnx.save, raw_data initializers
   minilm-fp32.msgpack                           flax.serialization.to_bytes of the
                                                 weights as a nested state dict
+  minilm-fp32.weights.h5                        h5py, in the layout Keras 3's
+                                                save_weights writes (layers/NAME/vars/I,
+                                                contiguous datasets, libhdf5 defaults)
+  minilm-fp32-chunked.h5                        h5py, every matrix chunked (chunks=True)
+  onnx-ext/minilm-fp32.onnx, .onnx.data         onnx.save with save_as_external_data
 """
 import os
 import sys
@@ -40,6 +45,27 @@ def onnx_model(out, sd):
     onnx.save(helper.make_model(graph, producer_name="ckptfs-bench"), os.path.join(out, "minilm-fp32.onnx"))
 
 
+def onnx_external(out, sd):
+    import onnx
+    from onnx import helper, numpy_helper
+    d = os.path.join(out, "onnx-ext")
+    os.makedirs(d, exist_ok=True)
+    inits = [numpy_helper.from_array(np.ascontiguousarray(v), k) for k, v in sd.items()]
+    graph = helper.make_graph([], "minilm", [], [], initializer=inits)
+    onnx.save(helper.make_model(graph, producer_name="ckptfs-bench"), os.path.join(d, "minilm-fp32.onnx"),
+              save_as_external_data=True, all_tensors_to_one_file=True, location="minilm-fp32.onnx.data")
+
+
+def hdf5_files(out, sd):
+    import h5py
+    with h5py.File(os.path.join(out, "minilm-fp32.weights.h5"), "w") as f:
+        for i, (k, v) in enumerate(sd.items()):
+            f.create_dataset(f"layers/{k.rsplit('.', 1)[0]}/vars/{i}", data=v)
+    with h5py.File(os.path.join(out, "minilm-fp32-chunked.h5"), "w") as f:
+        for k, v in sd.items():
+            f.create_dataset(k.replace(".", "/"), data=v, chunks=True if v.ndim > 1 else None)
+
+
 def flax_msgpack(out, sd):
     from flax import serialization
     tree = {}
@@ -59,6 +85,8 @@ def main():
     sd = weights()
     onnx_model(out, sd)
     flax_msgpack(out, sd)
+    onnx_external(out, sd)
+    hdf5_files(out, sd)
     tf_checkpoint(out, sd)
 
 

@@ -1,5 +1,6 @@
 #include "codec/formats/onnx.h"
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <vector>
@@ -336,8 +337,19 @@ std::optional<FileLayout> OnnxExternalLayout(const std::vector<OnnxExternalTenso
     r.order = static_cast<uint32_t>(l.tensors.size());
     l.tensors.push_back(std::move(r));
   }
+  // The store takes this layout as it is (DetectLayout's checks do not
+  // run on it): in order and without overlaps, whatever the model says.
+  std::stable_sort(l.tensors.begin(), l.tensors.end(), [](const auto& a, const auto& b) { return a.offset < b.offset; });
+  uint64_t end = 0, overlapping = 0;
+  std::erase_if(l.tensors, [&](const TensorRegion& r) {
+    if (r.offset < end) return ++overlapping, true;
+    end = r.offset + r.length;
+    return false;
+  });
+  for (size_t i = 0; i < l.tensors.size(); ++i) l.tensors[i].order = static_cast<uint32_t>(i);
   if (l.tensors.empty()) return std::nullopt;
   l.note = std::to_string(named) + " tensors of the model";
+  if (overlapping) l.note += "; " + std::to_string(overlapping) + " overlapping others dropped";
   if (unknown) l.note += "; " + std::to_string(unknown) + " of unknown dtype or a size that disagrees";
   return l;
 }
