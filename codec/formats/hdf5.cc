@@ -33,8 +33,10 @@ class Le {
     return v;
   }
   void Skip(uint64_t n) {
-    if (!Has(n)) Fail();
-    else pos_ += n;
+    if (!Has(n))
+      Fail();
+    else
+      pos_ += n;
   }
   bool Tag(const char* four) {
     if (!Has(4) || std::memcmp(b_.data() + pos_, four, 4) != 0) return Fail(), false;
@@ -63,7 +65,7 @@ class Le {
 };
 
 struct Superblock {
-  uint64_t base = 0;  // absolute offset of the signature; addresses count from it
+  uint64_t base = 0;        // absolute offset of the signature; addresses count from it
   unsigned so = 8, sl = 8;  // sizes of offsets and lengths
   uint64_t root = 0;        // root group's object header
 };
@@ -109,11 +111,16 @@ DType FixedPointType(uint64_t bits, uint64_t size) {
   if (bits & 1) return DType::kUnknown;  // big-endian
   const bool is_signed = bits & 8;
   switch (size) {
-    case 1: return is_signed ? DType::kI8 : DType::kU8;
-    case 2: return is_signed ? DType::kI16 : DType::kU16;
-    case 4: return is_signed ? DType::kI32 : DType::kU32;
-    case 8: return is_signed ? DType::kI64 : DType::kU64;
-    default: return DType::kUnknown;
+    case 1:
+      return is_signed ? DType::kI8 : DType::kU8;
+    case 2:
+      return is_signed ? DType::kI16 : DType::kU16;
+    case 4:
+      return is_signed ? DType::kI32 : DType::kU32;
+    case 8:
+      return is_signed ? DType::kI64 : DType::kU64;
+    default:
+      return DType::kUnknown;
   }
 }
 
@@ -142,9 +149,14 @@ void ParseDatatype(std::span<const uint8_t> body, ObjectInfo* o) {
   o->has_type = true;
   o->type_size = size;
   switch (class_version & 0x0f) {
-    case 0: o->dtype = FixedPointType(bits, size); break;
-    case 1: o->dtype = FloatType(bits, size, m); break;
-    default: o->dtype = DType::kUnknown;
+    case 0:
+      o->dtype = FixedPointType(bits, size);
+      break;
+    case 1:
+      o->dtype = FloatType(bits, size, m);
+      break;
+    default:
+      o->dtype = DType::kUnknown;
   }
 }
 
@@ -190,11 +202,19 @@ void ParseLayoutV4Chunked(Le& m, const Superblock& sb, Layout* l) {
         m.Skip(sb.sl + 4);
       }
       break;
-    case 2: break;
-    case 3: l->page_bits = static_cast<unsigned>(m.U(1)); break;
-    case 4: m.Skip(5); break;
-    case 5: m.Skip(6); break;
-    default: return;
+    case 2:
+      break;
+    case 3:
+      l->page_bits = static_cast<unsigned>(m.U(1));
+      break;
+    case 4:
+      m.Skip(5);
+      break;
+    case 5:
+      m.Skip(6);
+      break;
+    default:
+      return;
   }
   l->address = m.U(sb.so);
   if (!m.bad()) l->kind = Layout::kChunked;
@@ -237,7 +257,9 @@ void ParseLink(std::span<const uint8_t> body, const Superblock& sb, ObjectInfo* 
   o->links.push_back({std::string(name.begin(), name.end()), addr});
 }
 
-bool Undefined(uint64_t addr, unsigned so) { return so >= 8 ? addr == UINT64_MAX : addr == (uint64_t{1} << (8 * so)) - 1; }
+bool Undefined(uint64_t addr, unsigned so) {
+  return so >= 8 ? addr == UINT64_MAX : addr == (uint64_t{1} << (8 * so)) - 1;
+}
 
 struct Continuation {
   uint64_t address, length;
@@ -247,11 +269,21 @@ void ParseMessage(unsigned type, std::span<const uint8_t> body, const Superblock
                   std::vector<Continuation>* more) {
   Le m(body);
   switch (type) {
-    case 0x01: ParseDataspace(body, sb.sl, o); break;
-    case 0x03: ParseDatatype(body, o); break;
-    case 0x08: ParseLayout(body, sb, o); break;
-    case 0x0b: o->filtered = true; break;
-    case 0x06: ParseLink(body, sb, o); break;
+    case 0x01:
+      ParseDataspace(body, sb.sl, o);
+      break;
+    case 0x03:
+      ParseDatatype(body, o);
+      break;
+    case 0x08:
+      ParseLayout(body, sb, o);
+      break;
+    case 0x0b:
+      o->filtered = true;
+      break;
+    case 0x06:
+      ParseLink(body, sb, o);
+      break;
     case 0x02: {  // link info: a defined fractal heap address means dense storage
       const uint64_t version = m.U(1), flags = m.U(1);
       if (flags & 1) m.Skip(8);
@@ -270,7 +302,8 @@ void ParseMessage(unsigned type, std::span<const uint8_t> body, const Superblock
       o->symbol_table = !m.bad();
       break;
     }
-    default: break;
+    default:
+      break;
   }
 }
 
@@ -510,7 +543,8 @@ Status Walker::WalkFixedArray(const ObjectInfo& o, const std::string& path, uint
   for (uint64_t i = 0; i < count; ++i) {
     const uint64_t addr = d.U(sb_.so);
     if (d.bad() || !Budget()) return Malformed("hdf5: fixed array truncated");
-    if (!Undefined(addr, sb_.so)) AddRegion(o, path + "[chunk " + std::to_string(i) + "]", path, addr, chunk_bytes, o.layout.chunk);
+    if (!Undefined(addr, sb_.so))
+      AddRegion(o, path + "[chunk " + std::to_string(i) + "]", path, addr, chunk_bytes, o.layout.chunk);
   }
   return Status::Ok();
 }
@@ -533,7 +567,8 @@ Status Walker::AddChunks(const ObjectInfo& o, const std::string& path, uint64_t 
   const auto chunks = ChunkCount(o.space.dims, l.chunk);
   const bool fixed_max = o.space.max_dims.empty() || o.space.max_dims == o.space.dims;
   switch (l.index_type) {
-    case 0: return WalkChunkBTree(l.address, o, path, chunk_bytes, kMaxDepth);
+    case 0:
+      return WalkChunkBTree(l.address, o, path, chunk_bytes, kMaxDepth);
     case 1:
       if (!l.filtered_single) AddRegion(o, path, path, l.address, chunk_bytes, l.chunk);
       return Status::Ok();
@@ -569,8 +604,10 @@ void Walker::AddDataset(const ObjectInfo& o, const std::string& path) {
   if (l.kind == Layout::kContiguous) {
     const auto numel = NumElements(o.space.dims);
     const auto bytes = numel ? CheckedMul(*numel, o.type_size) : std::nullopt;
-    if (!Undefined(l.address, sb_.so) && bytes == l.size) AddRegion(o, path, path, l.address, l.size, o.space.dims);
-    else ++counts_.skipped;
+    if (!Undefined(l.address, sb_.so) && bytes == l.size)
+      AddRegion(o, path, path, l.address, l.size, o.space.dims);
+    else
+      ++counts_.skipped;
     return;
   }
   if (l.kind != Layout::kChunked || l.size != o.type_size) {

@@ -339,7 +339,8 @@ std::optional<FileLayout> OnnxExternalLayout(const std::vector<OnnxExternalTenso
   }
   // The store takes this layout as it is (DetectLayout's checks do not
   // run on it): in order and without overlaps, whatever the model says.
-  std::stable_sort(l.tensors.begin(), l.tensors.end(), [](const auto& a, const auto& b) { return a.offset < b.offset; });
+  std::stable_sort(l.tensors.begin(), l.tensors.end(),
+                   [](const auto& a, const auto& b) { return a.offset < b.offset; });
   uint64_t end = 0, overlapping = 0;
   std::erase_if(l.tensors, [&](const TensorRegion& r) {
     if (r.offset < end) return ++overlapping, true;

@@ -78,8 +78,7 @@ INSTANTIATE_TEST_SUITE_P(RealFiles, Hdf5Files,
 TEST(Hdf5Test, TypesShapesAndBytesOfTheOldStyleFile) {
   Bytes b = test::ReadFileBytes(DataDir() + "/plain.h5");
   FileLayout l = DetectLayout(SpanSource(b));
-  EXPECT_EQ(l.note,
-            "7 datasets, 12 regions; 1 filtered datasets kept as metadata; 2 datasets of another type");
+  EXPECT_EQ(l.note, "7 datasets, 12 regions; 1 filtered datasets kept as metadata; 2 datasets of another type");
   std::map<std::string, const TensorRegion*> first;
   for (const auto& t : l.tensors) first.emplace(t.label, &t);
   ASSERT_EQ(first.count("/c"), 1u);

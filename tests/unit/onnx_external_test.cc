@@ -79,8 +79,8 @@ TEST(OnnxExternalTest, ModelNamesItsTensorsInTheDataFile) {
     EXPECT_EQ(e.dtype, r.dtype);
     EXPECT_EQ(e.shape, r.shape);
     ASSERT_EQ(e.length, r.length);
-    EXPECT_TRUE(std::equal(data.begin() + e.offset, data.begin() + e.offset + e.length,
-                           inline_model.begin() + r.offset))
+    EXPECT_TRUE(
+        std::equal(data.begin() + e.offset, data.begin() + e.offset + e.length, inline_model.begin() + r.offset))
         << e.name;
   }
   test::ExpectRegionsInOrder(*l, data.size());
