@@ -101,6 +101,8 @@ struct ObjectInfo {
   uint64_t btree = 0, heap = 0;
   std::vector<Link> links;
   bool dense_links = false;
+  uint64_t dense_heap = 0;   // fractal heap of the links, when dense
+  uint64_t dense_names = 0;  // v2 B-tree indexing them by name
 };
 
 struct Counts {
@@ -242,19 +244,29 @@ void ParseLayout(std::span<const uint8_t> body, const Superblock& sb, ObjectInfo
   if (l.kind != Layout::kNone) o->layout = std::move(l);
 }
 
-void ParseLink(std::span<const uint8_t> body, const Superblock& sb, ObjectInfo* o) {
-  Le m(body);
+// One link message from `m`, consumed whole (soft and external links too);
+// hard links are added to `out`. False when it does not parse.
+bool DecodeLink(Le& m, const Superblock& sb, std::vector<Link>* out) {
   const uint64_t version = m.U(1), flags = m.U(1);
-  if (m.bad() || version != 1) return;
+  if (m.bad() || version != 1 || (flags & 0xe0)) return false;
   const uint64_t type = (flags & 0x08) ? m.U(1) : 0;
   if (flags & 0x04) m.Skip(8);
   if (flags & 0x10) m.Skip(1);
   const uint64_t name_len = m.U(1u << (flags & 3));
-  if (m.bad() || type != 0 || name_len == 0 || name_len > kMaxNameBytes) return;
+  if (m.bad() || name_len == 0 || name_len > kMaxNameBytes) return false;
   auto name = m.Bytes(name_len);
-  const uint64_t addr = m.U(sb.so);
-  if (m.bad()) return;
-  o->links.push_back({std::string(name.begin(), name.end()), addr});
+  if (type == 0) {
+    const uint64_t addr = m.U(sb.so);
+    if (!m.bad()) out->push_back({std::string(name.begin(), name.end()), addr});
+  } else {
+    m.Skip(m.U(2));  // soft or external: a length and its bytes
+  }
+  return !m.bad();
+}
+
+void ParseLink(std::span<const uint8_t> body, const Superblock& sb, ObjectInfo* o) {
+  Le m(body);
+  DecodeLink(m, sb, &o->links);
 }
 
 bool Undefined(uint64_t addr, unsigned so) {
@@ -287,8 +299,10 @@ void ParseMessage(unsigned type, std::span<const uint8_t> body, const Superblock
     case 0x02: {  // link info: a defined fractal heap address means dense storage
       const uint64_t version = m.U(1), flags = m.U(1);
       if (flags & 1) m.Skip(8);
-      const uint64_t heap = m.U(sb.so);
-      if (!m.bad() && version == 0 && !Undefined(heap, sb.so)) o->dense_links = true;
+      const uint64_t heap = m.U(sb.so), names = m.U(sb.so);
+      if (!m.bad() && version == 0 && !Undefined(heap, sb.so)) {
+        o->dense_heap = heap, o->dense_names = names, o->dense_links = true;
+      }
       break;
     }
     case 0x10: {
@@ -333,6 +347,13 @@ class Walker {
   Status WalkGroupBTree(uint64_t node, const std::vector<uint8_t>& heap, const std::string& path, int depth,
                         int level_budget);
   Status Child(const std::string& path, std::string_view name, uint64_t addr, int depth);
+  Result<std::vector<Link>> DenseLinks(uint64_t heap, uint64_t names);
+  Status HeapIdsOf(uint64_t btree, unsigned offset_bytes, std::vector<uint64_t>* out);
+  Status HeapIdsInNode(uint64_t node, uint64_t nrec, unsigned depth, const std::vector<uint64_t>& ptr_nrec_bytes,
+                       const std::vector<uint64_t>& ptr_total_bytes, uint64_t rec_size, unsigned offset_bytes,
+                       std::vector<uint64_t>* out);
+  void LinksInDirectBlock(uint64_t addr, uint64_t size, uint64_t heap, unsigned offset_bytes,
+                          const std::vector<uint64_t>& live, std::vector<Link>* out);
   void AddDataset(const ObjectInfo& o, const std::string& path);
   Status AddChunks(const ObjectInfo& o, const std::string& path, uint64_t chunk_bytes);
   Status WalkChunkBTree(uint64_t node, const ObjectInfo& o, const std::string& path, uint64_t chunk_bytes, int depth);
@@ -625,6 +646,131 @@ void Walker::AddDataset(const ObjectInfo& o, const std::string& path) {
   }
 }
 
+// Bytes libhdf5 uses to encode counts up to `n` (H5VM_limit_enc_size).
+uint64_t EncodedSize(uint64_t n) {
+  unsigned log2 = 0;
+  while (n >> (log2 + 1)) ++log2;
+  return log2 / 8 + 1;
+}
+
+// Dense link storage: the group's link messages are objects of a fractal
+// heap, and its name index (a v2 B-tree of type 5: name hash + heap ID)
+// lists the live ones. Heap IDs give each object's offset in the heap's
+// address space; each direct block says where it starts in that space.
+// Only a root direct block, or a root indirect block's direct children, are
+// read (a group would need thousands of links for more).
+void Walker::LinksInDirectBlock(uint64_t addr, uint64_t size, uint64_t heap, unsigned offset_bytes,
+                                const std::vector<uint64_t>& live, std::vector<Link>* out) {
+  Result<std::vector<uint8_t>> b = Block(addr, size, "fractal heap direct block");
+  if (!b.ok()) return;
+  Le m(*b);
+  if (!m.Tag("FHDB") || m.U(1) != 0 || m.U(sb_.so) != heap) return;
+  const uint64_t block_offset = m.U(offset_bytes);
+  if (m.bad()) return;
+  for (auto it = std::lower_bound(live.begin(), live.end(), block_offset); it != live.end(); ++it) {
+    if (*it - block_offset >= size || !Budget()) return;
+    Le obj(*b, *it - block_offset);
+    DecodeLink(obj, sb_, out);
+  }
+}
+
+Status Walker::HeapIdsInNode(uint64_t node, uint64_t nrec, unsigned depth, const std::vector<uint64_t>& ptr_nrec_bytes,
+                             const std::vector<uint64_t>& ptr_total_bytes, uint64_t rec_size, unsigned offset_bytes,
+                             std::vector<uint64_t>* out) {
+  if (!Budget() || nrec > kMaxEntries) return Malformed("hdf5: name index too large");
+  const uint64_t ptr = depth == 0 ? 0 : sb_.so + ptr_nrec_bytes[depth - 1] + ptr_total_bytes[depth - 1];
+  ASSIGN_OR_RETURN(std::vector<uint8_t> b,
+                   Block(node, 6 + nrec * rec_size + (depth ? (nrec + 1) * ptr : 0), "name index node"));
+  Le m(b);
+  if (!m.Tag(depth == 0 ? "BTLF" : "BTIN") || m.U(1) != 0 || m.U(1) != 5) return Malformed("hdf5: bad name index node");
+  for (uint64_t i = 0; i < nrec; ++i) {
+    Le r(m.Bytes(rec_size));
+    r.Skip(4);  // name hash
+    const uint64_t flags = r.U(1), offset = r.U(offset_bytes);
+    if (m.bad() || r.bad()) return Malformed("hdf5: name index record truncated");
+    if ((flags & 0x30) == 0) out->push_back(offset);  // managed objects only
+  }
+  for (uint64_t i = 0; depth > 0 && i <= nrec; ++i) {
+    const uint64_t child = m.U(sb_.so), child_nrec = m.U(static_cast<unsigned>(ptr_nrec_bytes[depth - 1]));
+    m.Skip(ptr_total_bytes[depth - 1]);
+    if (m.bad()) return Malformed("hdf5: name index node truncated");
+    RETURN_IF_ERROR(
+        HeapIdsInNode(child, child_nrec, depth - 1, ptr_nrec_bytes, ptr_total_bytes, rec_size, offset_bytes, out));
+  }
+  return Status::Ok();
+}
+
+// The heap offsets of the live links, from the v2 B-tree header and the
+// node geometry libhdf5 derives from it (H5B2__hdr_init).
+Status Walker::HeapIdsOf(uint64_t btree, unsigned offset_bytes, std::vector<uint64_t>* out) {
+  ASSIGN_OR_RETURN(std::vector<uint8_t> hb, Block(btree, 16 + sb_.so + 2 + sb_.sl, "name index header"));
+  Le h(hb);
+  if (!h.Tag("BTHD") || h.U(1) != 0 || h.U(1) != 5) return Malformed("hdf5: not a name index");
+  const uint64_t node_size = h.U(4), rec_size = h.U(2), depth = h.U(2);
+  h.Skip(2);
+  const uint64_t root = h.U(sb_.so), root_nrec = h.U(2);
+  if (h.bad() || rec_size < 5 + offset_bytes || node_size < 10 + rec_size || node_size > kMaxBlockBytes || depth > 8) {
+    return Malformed("hdf5: name index not understood");
+  }
+  // Per depth: bytes of a child pointer's record count and total count.
+  std::vector<uint64_t> nrec_bytes{EncodedSize((node_size - 10) / rec_size)}, total_bytes{0};
+  uint64_t cum = (node_size - 10) / rec_size;
+  for (uint64_t d = 1; d < depth; ++d) {
+    const uint64_t ptr = sb_.so + nrec_bytes[d - 1] + total_bytes[d - 1];
+    if (node_size < 10 + ptr) return Malformed("hdf5: name index nodes too small");
+    const uint64_t max = (node_size - 10 - ptr) / (rec_size + ptr);
+    const auto next = CheckedAdd(CheckedMul(max + 1, cum).value_or(UINT64_MAX), max);
+    cum = next.value_or(UINT64_MAX);
+    nrec_bytes.push_back(EncodedSize(max));
+    total_bytes.push_back(EncodedSize(cum));
+  }
+  if (Undefined(root, sb_.so) || root_nrec == 0) return Status::Ok();
+  RETURN_IF_ERROR(HeapIdsInNode(root, root_nrec, static_cast<unsigned>(depth), nrec_bytes, total_bytes, rec_size,
+                                offset_bytes, out));
+  std::sort(out->begin(), out->end());
+  return Status::Ok();
+}
+
+Result<std::vector<Link>> Walker::DenseLinks(uint64_t heap, uint64_t names) {
+  const uint64_t len = 4 + 1 + 2 + 2 + 1 + 4 + 12 * 8 + 2 + 2 * 8 + 2 + 2 + 8 + 2;
+  ASSIGN_OR_RETURN(std::vector<uint8_t> hb, Block(heap, len, "fractal heap"));
+  Le h(hb);
+  if (!h.Tag("FRHP") || h.U(1) != 0) return Malformed("hdf5: not a fractal heap");
+  h.Skip(2);
+  const uint64_t filters = h.U(2);
+  h.Skip(1 + 4 + sb_.sl + sb_.so + sb_.sl + sb_.so + 8 * sb_.sl);
+  const uint64_t width = h.U(2), start = h.U(sb_.sl), max_direct = h.U(sb_.sl), max_heap_bits = h.U(2);
+  h.Skip(2);
+  const uint64_t root = h.U(sb_.so), rows = h.U(2);
+  if (h.bad() || filters != 0 || width == 0 || width > 1024 || start == 0 || max_direct < start || max_heap_bits == 0 ||
+      max_heap_bits > 64 || rows > 64) {
+    return Malformed("hdf5: fractal heap not understood");
+  }
+  const unsigned offset_bytes = static_cast<unsigned>((max_heap_bits + 7) / 8);
+  std::vector<uint64_t> live;
+  RETURN_IF_ERROR(HeapIdsOf(names, offset_bytes, &live));
+  std::vector<Link> out;
+  if (rows == 0) {
+    LinksInDirectBlock(root, start, heap, offset_bytes, live, &out);
+    return out;
+  }
+  ASSIGN_OR_RETURN(std::vector<uint8_t> ib,
+                   Block(root, 5 + sb_.so + offset_bytes + rows * width * sb_.so, "fractal heap indirect block"));
+  Le in(ib);
+  if (!in.Tag("FHIB") || in.U(1) != 0) return Malformed("hdf5: not a fractal heap indirect block");
+  in.Skip(sb_.so + offset_bytes);
+  for (uint64_t r = 0; r < rows; ++r) {
+    const uint64_t size = r < 2 ? start : (r - 1 < 63 ? start << (r - 1) : 0);
+    for (uint64_t k = 0; k < width; ++k) {
+      const uint64_t child = in.U(sb_.so);
+      if (in.bad()) return Malformed("hdf5: fractal heap indirect block truncated");
+      if (size == 0 || size > max_direct || Undefined(child, sb_.so)) continue;
+      LinksInDirectBlock(child, size, heap, offset_bytes, live, &out);
+    }
+  }
+  return out;
+}
+
 Status Walker::WalkGroupOrDataset(uint64_t header, const std::string& path, int depth) {
   if (depth > kMaxDepth || !Budget()) return Malformed("hdf5: groups nested too deep or too many objects");
   if (!seen_.insert(header).second) return Status::Ok();  // a hard link to an object already walked
@@ -633,8 +779,14 @@ Status Walker::WalkGroupOrDataset(uint64_t header, const std::string& path, int 
     AddDataset(o, path);
     return Status::Ok();
   }
-  if (o.dense_links) ++counts_.dense_groups;
   for (const Link& link : o.links) RETURN_IF_ERROR(Child(path, link.name, link.address, depth));
+  if (o.dense_links) {
+    Result<std::vector<Link>> dense = DenseLinks(o.dense_heap, o.dense_names);
+    if (!dense.ok()) ++counts_.dense_groups;
+    for (const Link& link : dense.ok() ? *dense : std::vector<Link>{}) {
+      RETURN_IF_ERROR(Child(path, link.name, link.address, depth));
+    }
+  }
   if (o.symbol_table) RETURN_IF_ERROR(WalkSymbolTable(o, path, depth));
   return Status::Ok();
 }
@@ -700,7 +852,7 @@ Result<FileLayout> ParseHdf5(const ByteSource& src) {
   add(c.filtered, "filtered datasets kept as metadata");
   add(c.other_type, "datasets of another type");
   add(c.other_layout, "datasets of another layout or chunk index");
-  add(c.dense_groups, "groups in dense storage not followed");
+  add(c.dense_groups, "groups in dense storage not understood");
   add(c.skipped, "datasets or chunks skipped (unallocated or disagreeing sizes)");
   l.note = l.note.empty() ? note : note + "; " + l.note;
   return l;

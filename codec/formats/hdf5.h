@@ -2,16 +2,18 @@
 // a `.keras` zip). The superblock (versions 0 to 3) sits at offset 0 or
 // after a user block of 512, 1024, 2048... bytes. From the root group the
 // parser walks object headers (versions 1 and 2), following old-style
-// groups (symbol table: v1 B-tree + local heap) and compact new-style ones
-// (link messages), and reads each dataset's datatype, dataspace and layout:
+// groups (symbol table: v1 B-tree + local heap) and new-style ones (link
+// messages, compact or in a fractal heap's direct blocks), and reads each
+// dataset's datatype, dataspace and layout:
 //   - contiguous: one region;
 //   - chunked: one region per stored chunk, found through the chunk index
 //     (v1 B-tree for layout v3; single chunk, implicit and unpaged fixed
 //     array for layout v4);
 //   - filtered (a filter pipeline message: gzip, shuffle, ...), compact or
 //     virtual datasets, extensible-array and v2-B-tree chunk indexes, and
-//     groups in dense (fractal heap) storage give no region: their bytes
-//     stay metadata for the generic path, and the note counts them.
+//     dense groups whose heap has filters or indirect blocks below the root
+//     give no region: their bytes stay metadata for the generic path, and
+//     the note counts them.
 // Every address is checked against the file and every walk is bounded, so a
 // malformed file is "unknown", never an error for the writer.
 #pragma once

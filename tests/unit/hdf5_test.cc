@@ -68,7 +68,8 @@ TEST_P(Hdf5Files, RegionsAreTheExtentsH5pyReports) {
 }
 
 INSTANTIATE_TEST_SUITE_P(RealFiles, Hdf5Files,
-                         ::testing::Values("plain.h5", "latest.h5", "userblock.h5", "w.weights.h5", "m.keras"),
+                         ::testing::Values("plain.h5", "latest.h5", "userblock.h5", "dense.h5", "w.weights.h5",
+                                           "m.keras"),
                          [](const auto& info) {
                            std::string s = info.param;
                            for (char& c : s) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
@@ -103,6 +104,19 @@ TEST(Hdf5Test, NewStyleFileNotesTheChunkIndexItLeaves) {
   EXPECT_EQ(l.note, "5 datasets, 12 regions; 1 datasets of another layout or chunk index");
 }
 
+// Groups past 8 links under libver="latest", and track_order groups, keep
+// their links in a fractal heap; one was deleted after being written.
+TEST(Hdf5Test, DenseGroupsAreFollowed) {
+  Bytes b = test::ReadFileBytes(DataDir() + "/dense.h5");
+  FileLayout l = DetectLayout(SpanSource(b));
+  EXPECT_EQ(l.note, "51 datasets, 51 regions");
+  std::set<std::string> labels;
+  for (const auto& t : l.tensors) labels.insert(t.label);
+  EXPECT_EQ(labels.count("/many/d39"), 1u);
+  EXPECT_EQ(labels.count("/many/d7"), 0u);
+  EXPECT_EQ(labels.count("/ordered/x11"), 1u);
+}
+
 TEST(Hdf5Test, KerasZipCarriesTheMemberCrc) {
   Bytes b = test::ReadFileBytes(DataDir() + "/m.keras");
   FileLayout l = DetectLayout(SpanSource(b));
@@ -116,7 +130,7 @@ TEST(Hdf5Test, KerasZipCarriesTheMemberCrc) {
 // Cut anywhere or with bytes changed, a file is never an error: it is
 // unknown, or HDF5 with regions that are still inside it and in order.
 TEST(Hdf5Test, TruncatedOrCorruptedFilesStayBounded) {
-  for (const char* name : {"plain.h5", "latest.h5", "w.weights.h5"}) {
+  for (const char* name : {"plain.h5", "latest.h5", "dense.h5", "w.weights.h5"}) {
     const Bytes b = test::ReadFileBytes(DataDir() + "/" + name);
     for (size_t n = 0; n < b.size(); n += 97) {
       Bytes cut(b.begin(), b.begin() + n);

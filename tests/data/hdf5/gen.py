@@ -7,6 +7,8 @@ latest.h5: libver="latest" (superblock 3, OHDR headers, link messages):
   contiguous, a fixed-array chunked dataset, a single-chunk one and an
   extensible-array one (one unlimited dim: not followed);
 userblock.h5: plain contiguous data after a 512-byte user block;
+dense.h5: libver="latest", a group of 40 links in dense storage (fractal
+  heap), one deleted, and a track_order=True group;
 w.weights.h5 / m.keras: a Keras 3 Dense model's save_weights / save.
 expected.json: for each file, every dataset's data regions as h5py reports
 them (absolute offset, length), the truth the parser is tested against."""
@@ -43,6 +45,17 @@ def latest():
         f.create_dataset("one", data=np.arange(6, dtype=np.uint16), chunks=(6,))
         f.create_dataset("ea", data=np.arange(40, dtype=np.float32), chunks=(10,), maxshape=(None,))
         f["g/w"] = np.ones((2, 2), np.float64)
+
+
+def dense():
+    with h5py.File(p("dense.h5"), "w", libver="latest") as f:
+        g = f.create_group("many")
+        for i in range(40):
+            g[f"d{i}"] = np.full(3, i, np.float32)
+        del g["d7"]
+        t = f.create_group("ordered", track_order=True)
+        for i in range(12):
+            t[f"x{i}"] = np.full(2, i, np.int16)
 
 
 def userblock():
@@ -82,8 +95,9 @@ if __name__ == "__main__":
     plain()
     latest()
     userblock()
+    dense()
     keras_files()
-    expected = {n: regions(p(n)) for n in ["plain.h5", "latest.h5", "userblock.h5", "w.weights.h5"]}
+    expected = {n: regions(p(n)) for n in ["plain.h5", "latest.h5", "userblock.h5", "dense.h5", "w.weights.h5"]}
     with zipfile.ZipFile(p("m.keras")) as z:
         info = z.getinfo("model.weights.h5")
         assert info.compress_type == zipfile.ZIP_STORED
