@@ -327,6 +327,7 @@ class Walker {
 
   Status WalkGroupOrDataset(uint64_t header, const std::string& path, int depth);
   const Counts& counts() const { return counts_; }
+  bool too_big() const { return too_big_; }
 
  private:
   Result<uint64_t> Absolute(uint64_t addr, uint64_t len) const {
@@ -360,16 +361,15 @@ class Walker {
   Status WalkFixedArray(const ObjectInfo& o, const std::string& path, uint64_t chunk_bytes, uint64_t chunks);
   void AddRegion(const ObjectInfo& o, const std::string& name, const std::string& path, uint64_t addr, uint64_t len,
                  const std::vector<uint64_t>& shape);
-  bool Budget() {
-    if (++work_ > kMaxEntries) return false;
-    return true;
-  }
+  bool Budget() { return ++work_ <= kMaxEntries && !too_big_; }
 
   const ByteSource& src_;
   Superblock sb_;
   FileLayout* out_;
   Counts counts_;
   uint64_t work_ = 0;
+  uint64_t layout_bytes_ = 0;
+  bool too_big_ = false;
   std::unordered_set<uint64_t> seen_;
 };
 
@@ -435,6 +435,7 @@ Result<ObjectInfo> Walker::ReadHeader(uint64_t addr) {
 
 Status Walker::Child(const std::string& path, std::string_view name, uint64_t addr, int depth) {
   if (name.empty() || name.find('/') != std::string_view::npos) return Status::Ok();
+  if (path.size() + 1 + name.size() > kMaxNameBytes) return Malformed("hdf5: object path too long");
   return WalkGroupOrDataset(addr, path + "/" + std::string(name), depth + 1);
 }
 
@@ -495,6 +496,12 @@ void Walker::AddRegion(const ObjectInfo& o, const std::string& name, const std::
   Result<uint64_t> abs = Absolute(addr, len);
   if (!abs.ok() || len == 0) {
     ++counts_.skipped;
+    return;
+  }
+  // What the layout keeps in memory is bounded like every parser's.
+  layout_bytes_ += sizeof(TensorRegion) + name.size() + path.size() + 8 * shape.size();
+  if (layout_bytes_ > kMaxLayoutBytes) {
+    too_big_ = true;
     return;
   }
   TensorRegion r;
@@ -844,6 +851,9 @@ Result<FileLayout> ParseHdf5(const ByteSource& src) {
   l.lossy_allowed = false;
   Walker w(src, sb, &l);
   RETURN_IF_ERROR(w.WalkGroupOrDataset(sb.root, "", 0));
+  if (w.too_big()) {
+    return Malformed("hdf5: the datasets need more than " + std::to_string(kMaxLayoutBytes >> 20) + " MiB of layout");
+  }
   const Counts& c = w.counts();
   std::string note = std::to_string(c.datasets) + " datasets, " + std::to_string(l.tensors.size()) + " regions";
   auto add = [&](uint64_t n, const char* what) {
