@@ -26,6 +26,7 @@
 #include "codec/chunk_codec.h"
 #include "codec/formats/layout.h"
 #include "codec/formats/ocdbt.h"
+#include "codec/formats/onnx.h"
 #include "codec/formats/tf_bundle.h"
 #include "codec/lossless/entropy.h"
 #include "codec/lossless/lanes.h"
@@ -309,6 +310,22 @@ std::optional<FileLayout> OcdbtLayoutOf(const std::filesystem::path& path, const
   return l.ok() ? std::optional<FileLayout>(std::move(l).value()) : std::nullopt;
 }
 
+// An ONNX external data file's layout comes from the model beside it that
+// names it, as the store's seal finds it (store/onnx_external.h).
+FileLayout OnnxExternalLayoutOf(const std::string& path, const Bytes& data, const FileLayout& unknown) {
+  const std::filesystem::path p(path);
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(p.parent_path(), ec)) {
+    if (e.path().extension() != ".onnx") continue;
+    std::ifstream f(e.path(), std::ios::binary);
+    Bytes b((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    auto refs = formats::ReadOnnxExternalTensors(SpanSource(b));
+    if (!refs.ok()) continue;
+    if (auto l = formats::OnnxExternalLayout(*refs, p.filename().string(), data.size())) return *l;
+  }
+  return unknown;
+}
+
 // A TF data shard's layout comes from the bundle index beside it, as the
 // store's seal finds it (store/tf_shards.h).
 FileLayout LayoutOf(const std::string& path, const Bytes& data) {
@@ -324,7 +341,7 @@ FileLayout LayoutOf(const std::string& path, const Bytes& data) {
     if (auto idx = formats::ReadTfBundleIndex(SpanSource(b)); idx.ok()) indexes.push_back({e.path(), *idx});
   }
   std::optional<FileLayout> tf = formats::TfDataLayoutFromIndexes(SpanSource(data), indexes);
-  return tf ? *tf : layout;
+  return tf ? *tf : OnnxExternalLayoutOf(path, data, layout);
 }
 
 int BenchFile(const std::string& path, int repeats, bool zstd19, bool planes, bool only_ckptfs) {

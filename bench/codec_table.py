@@ -41,6 +41,9 @@ ROWS = [
     ("MiniLM pretrained, fp32, Orbax OCDBT (use_compression=False)", ORBAX_DATA % "orbax-minilm", False, False),
     # Orbax's default: every chunk arrives zstd-compressed, and stays so.
     ("MiniLM pretrained, fp32, Orbax OCDBT (default zstd chunks)", ORBAX_DATA % "orbax-minilm-zstd", False, False),
+    ("MiniLM pretrained, fp32, ONNX external data file", "onnx-ext/*.onnx.data", False, False),
+    ("MiniLM pretrained, fp32, HDF5 Keras .weights.h5 layout", "minilm-fp32.weights.h5", False, False),
+    ("MiniLM pretrained, fp32, HDF5 chunked (h5py chunks=True)", "minilm-fp32-chunked.h5", False, False),
 ]
 # Rows whose chunks arrive compressed: no tensor codec applies, so the
 # entropy-bound check is not theirs.
@@ -52,9 +55,11 @@ def ensure_workloads(work, rows):
     want = {pattern for _, pattern, _, _ in rows}
     if "finetune-fp32-step*.pt" in want and not glob.glob(os.path.join(work, "finetune-fp32-step*.pt")):
         subprocess.run([py, os.path.join(ROOT, "bench", "make_codec_workloads.py"), work], check=True)
-    framework = {"minilm-fp32.onnx", "tf-minilm/*.data-*", "minilm-fp32.msgpack", ORBAX_DATA % "orbax-minilm",
+    framework = {"minilm-fp32.onnx", "tf-minilm/*.data-*", "minilm-fp32.msgpack", "onnx-ext/*.onnx.data",
+                 "minilm-fp32.weights.h5", "minilm-fp32-chunked.h5", ORBAX_DATA % "orbax-minilm",
                  ORBAX_DATA % "orbax-minilm-zstd"}
-    if want & framework and not glob.glob(os.path.join(work, ORBAX_DATA % "orbax-minilm-zstd")):
+    if want & framework and not (glob.glob(os.path.join(work, ORBAX_DATA % "orbax-minilm-zstd"))
+                                 and glob.glob(os.path.join(work, "minilm-fp32-chunked.h5"))):
         subprocess.run([py, os.path.join(ROOT, "bench", "make_framework_workloads.py"), work], check=True)
 
 

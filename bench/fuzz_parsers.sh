@@ -7,7 +7,8 @@
 # Builds tests/fuzz with clang into build-fuzz, writes seeds from real files
 # written by real clients (torch.save zip and legacy, safetensors, numpy
 # save/savez/savez_compressed, the gguf writer, a tf.train.Checkpoint index,
-# onnx.save models (tests/data/onnx), flax to_bytes (tests/data/flax),
+# onnx.save models (tests/data/onnx, also with external data), flax to_bytes
+# (tests/data/flax), h5py and Keras 3 files (tests/data/hdf5),
 # orbax-checkpoint OCDBT databases (tests/data/orbax: the manifest and the
 # data file holding the tree's root, as fuzz_ocdbt reads them),
 # torch.distributed.checkpoint) plus small handmade ones, then runs every
@@ -28,7 +29,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=$ROOT/build-fuzz
 SEEDS=$BUILD/seeds
 TARGETS=(fuzz_layout fuzz_pickle fuzz_torch_zip fuzz_torch_legacy fuzz_dcp fuzz_safetensors fuzz_npy fuzz_npz
-  fuzz_gguf fuzz_tf_index fuzz_onnx fuzz_flax_msgpack fuzz_ocdbt fuzz_lossless_decode fuzz_tensor_chunk fuzz_delta_chunk fuzz_delta_roundtrip fuzz_lossy_chunk
+  fuzz_gguf fuzz_tf_index fuzz_onnx fuzz_onnx_external fuzz_flax_msgpack fuzz_hdf5 fuzz_ocdbt fuzz_lossless_decode fuzz_tensor_chunk fuzz_delta_chunk fuzz_delta_roundtrip fuzz_lossy_chunk
   fuzz_lossy_roundtrip fuzz_pack)
 command -v clang++ >/dev/null || { echo "clang++ not found (apt-get install -y clang)" >&2; exit 1; }
 
@@ -187,6 +188,12 @@ PY
 # The repo's committed TF bundles and ONNX models (onnx.save) are real files too.
 for f in "$ROOT"/tests/data/onnx/*.onnx; do
   [ -f "$f" ] && cp "$f" "$SEEDS/onnx/repo-$(basename "$f")" && cp "$f" "$SEEDS/layout/onnx-$(basename "$f")"
+done
+for f in "$ROOT"/tests/data/onnx/ext*.onnx; do
+  [ -f "$f" ] && cp "$f" "$SEEDS/onnx_external/repo-$(basename "$f")"
+done
+for f in "$ROOT"/tests/data/hdf5/*.h5 "$ROOT"/tests/data/hdf5/*.keras; do
+  [ -f "$f" ] && cp "$f" "$SEEDS/hdf5/repo-$(basename "$f")" && cp "$f" "$SEEDS/layout/hdf5-$(basename "$f")"
 done
 for f in "$ROOT"/tests/data/flax/*.msgpack; do
   [ -f "$f" ] && cp "$f" "$SEEDS/flax_msgpack/repo-$(basename "$f")" && cp "$f" "$SEEDS/layout/flax-$(basename "$f")"

@@ -12,6 +12,11 @@ Runs without torch, since TensorFlow and torch cannot share a process.
   orbax-minilm/, orbax-minilm-zstd/             orbax-checkpoint CheckpointManager step 1
                                                 of the same tree, chunks uncompressed
                                                 (use_compression=False) and Orbax's zstd
+  minilm-fp32.weights.h5                        h5py, in the layout Keras 3's
+                                                save_weights writes (layers/NAME/vars/I,
+                                                contiguous datasets, libhdf5 defaults)
+  minilm-fp32-chunked.h5                        h5py, every matrix chunked (chunks=True)
+  onnx-ext/minilm-fp32.onnx, .onnx.data         onnx.save with save_as_external_data
 """
 import os
 import sys
@@ -41,6 +46,27 @@ def onnx_model(out, sd):
     inits = [numpy_helper.from_array(np.ascontiguousarray(v), k) for k, v in sd.items()]
     graph = helper.make_graph([], "minilm", [], [], initializer=inits)
     onnx.save(helper.make_model(graph, producer_name="ckptfs-bench"), os.path.join(out, "minilm-fp32.onnx"))
+
+
+def onnx_external(out, sd):
+    import onnx
+    from onnx import helper, numpy_helper
+    d = os.path.join(out, "onnx-ext")
+    os.makedirs(d, exist_ok=True)
+    inits = [numpy_helper.from_array(np.ascontiguousarray(v), k) for k, v in sd.items()]
+    graph = helper.make_graph([], "minilm", [], [], initializer=inits)
+    onnx.save(helper.make_model(graph, producer_name="ckptfs-bench"), os.path.join(d, "minilm-fp32.onnx"),
+              save_as_external_data=True, all_tensors_to_one_file=True, location="minilm-fp32.onnx.data")
+
+
+def hdf5_files(out, sd):
+    import h5py
+    with h5py.File(os.path.join(out, "minilm-fp32.weights.h5"), "w") as f:
+        for i, (k, v) in enumerate(sd.items()):
+            f.create_dataset(f"layers/{k.rsplit('.', 1)[0]}/vars/{i}", data=v)
+    with h5py.File(os.path.join(out, "minilm-fp32-chunked.h5"), "w") as f:
+        for k, v in sd.items():
+            f.create_dataset(k.replace(".", "/"), data=v, chunks=True if v.ndim > 1 else None)
 
 
 def flax_msgpack(out, sd):
@@ -78,6 +104,8 @@ def main():
     sd = weights()
     onnx_model(out, sd)
     flax_msgpack(out, sd)
+    onnx_external(out, sd)
+    hdf5_files(out, sd)
     tf_checkpoint(out, sd)
     orbax_checkpoint(out, sd)
 

@@ -20,6 +20,7 @@
 #include "codec/lossy/roles.h"
 #include "mount-tools/commands.h"
 #include "store/ocdbt_data.h"
+#include "store/onnx_external.h"
 #include "store/tf_shards.h"
 
 namespace ckptfs {
@@ -76,8 +77,9 @@ FileLayout InspectLayout(const std::string& path, const ByteSource& src) {
   FileLayout layout = DetectLayout(src);
   if (layout.format != "unknown") return layout;
   DirectorySiblings siblings(path);
-  std::optional<FileLayout> tf = TfDataLayoutFromSiblings(src, siblings, std::chrono::milliseconds(0));
-  if (tf) return std::move(*tf);
+  if (std::optional<FileLayout> tf = TfDataLayoutFromSiblings(src, siblings, std::chrono::milliseconds(0))) return *tf;
+  if (std::optional<FileLayout> onnx = OnnxExternalLayoutFromSiblings(src, siblings, std::chrono::milliseconds(0)))
+    return *onnx;
   std::optional<FileLayout> ocdbt = OcdbtDataLayoutFromSiblings(src, siblings, std::chrono::milliseconds(0));
   return ocdbt ? std::move(*ocdbt) : layout;
 }

@@ -25,6 +25,7 @@
 #include "store/seal_pin.h"
 #include "store/store_internal.h"
 #include "store/ocdbt_data.h"
+#include "store/onnx_external.h"
 #include "store/tf_shards.h"
 
 namespace ckptfs {
@@ -404,6 +405,23 @@ void CountSeal(uint64_t logical, uint64_t stored, std::chrono::steady_clock::dur
   m.seal_nanoseconds.Add(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(took).count()));
 }
 
+// Parsed at seal time, not while the file streamed in: writers seek back,
+// pre-extend or write their index last. A file that says nothing of itself
+// (TF data shard, ONNX external data, Orbax data file) takes its layout from
+// the files around it. Unknown formats get no ranges (generic path).
+FileLayout LayoutForSeal(const ByteSource& file, const SiblingSource* siblings, const LossyPolicy& policy) {
+  FileLayout layout = DetectLayout(file);
+  if (layout.format != "unknown" || !siblings) return layout;
+  if (std::optional<FileLayout> tf = TfDataLayoutFromSiblings(file, *siblings)) return std::move(*tf);
+  if (std::optional<FileLayout> onnx = OnnxExternalLayoutFromSiblings(file, *siblings)) return std::move(*onnx);
+  // Under a lossy policy reads wait for seals, and Orbax reads a data file's
+  // tail back before it writes the nodes that describe the file: waiting here
+  // would stall the save, so look once.
+  const auto wait = policy.lossy() ? std::chrono::milliseconds(0) : kOcdbtNodeWait;
+  std::optional<FileLayout> o = OcdbtDataLayoutFromSiblings(file, *siblings, wait);
+  return o ? std::move(*o) : layout;
+}
+
 }  // namespace
 
 Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic<bool>* cancel,
@@ -429,23 +447,11 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
     return s.WithContext(ctx);
   };
 
-  // Parsed now, not while the file streamed in: writers seek back, pre-extend
-  // or write their index last. Unknown formats get no ranges (generic path).
   std::vector<TensorRange> tensors;
   const EnvSource file(env_, src_fd, size);  // outlives `lossy`, which reads second moments from it
   std::optional<LossyCoder> lossy;
   if (opts_.encoder.tensor_codec) {
-    FileLayout layout = DetectLayout(file);
-    if (layout.format == "unknown" && siblings) {
-      if (std::optional<FileLayout> tf = TfDataLayoutFromSiblings(file, *siblings)) layout = std::move(*tf);
-    }
-    if (layout.format == "unknown" && siblings) {
-      // Under a lossy policy reads wait for seals, and Orbax reads a data
-      // file's tail back before it writes the nodes that describe the file:
-      // waiting here would stall the save, so look once.
-      const auto wait = policy.lossy() ? std::chrono::milliseconds(0) : kOcdbtNodeWait;
-      if (std::optional<FileLayout> o = OcdbtDataLayoutFromSiblings(file, *siblings, wait)) layout = std::move(*o);
-    }
+    FileLayout layout = LayoutForSeal(file, siblings, policy);
     tensors = TensorRangesOf(layout);
     spdlog::debug("{}: format {}, {} tensor ranges{}{}", ctx, layout.format, tensors.size(),
                   layout.note.empty() ? "" : ": ", layout.note);

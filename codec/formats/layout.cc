@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "codec/formats/gguf.h"
+#include "codec/formats/hdf5.h"
 #include "codec/formats/limits.h"
 #include "codec/formats/msgpack.h"
 #include "codec/formats/numpy.h"
@@ -54,6 +55,7 @@ namespace {
 constexpr uint8_t kZipMagic[] = {'P', 'K', 3, 4};
 constexpr uint8_t kNpyMagic[] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
 constexpr uint8_t kGgufMagic[] = {'G', 'G', 'U', 'F'};
+constexpr uint8_t kHdf5Magic[] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
 
 bool StartsWith(std::span<const uint8_t> head, std::span<const uint8_t> magic) {
   return head.size() >= magic.size() && std::equal(magic.begin(), magic.end(), head.begin());
@@ -74,7 +76,8 @@ Result<FileLayout> ParseZipFile(const ByteSource& src) {
     return ParseTorchZip(src, z);
   }
   if (IsNpzArchive(z)) return ParseNpz(src, z);
-  return Malformed("zip holds neither data.pkl nor .npy members");
+  if (HoldsHdf5Member(src, z)) return ParseZippedHdf5(src, z);
+  return Malformed("zip holds neither data.pkl, .npy nor HDF5 members");
 }
 
 Result<FileLayout> Dispatch(const ByteSource& src) {
@@ -85,6 +88,7 @@ Result<FileLayout> Dispatch(const ByteSource& src) {
   if (StartsWith(h, kZipMagic)) return ParseZipFile(src);
   if (StartsWith(h, kNpyMagic)) return ParseNpy(src);
   if (StartsWith(h, kGgufMagic)) return ParseGguf(src);
+  if (StartsWith(h, kHdf5Magic)) return ParseHdf5(src);
   if (LooksLikeLegacyTorch(h)) return ParseTorchLegacy(src);
   if (LooksLikeSafetensors(h, src.size())) return ParseSafetensors(src);
   if (HasTfIndexFooter(src)) return ParseTfIndex(src);
@@ -98,6 +102,8 @@ Result<FileLayout> Dispatch(const ByteSource& src) {
   }
   // DCP files start with raw BYTE_IO items, so only the trailing zip shows.
   if (HasEocdEndingAt(src, src.size())) return ParseDcp(src);
+  // An HDF5 file with a user block has its signature at 512, 1024, ...
+  if (FindHdf5Superblock(src)) return ParseHdf5(src);
   return Malformed("no known magic");
 }
 

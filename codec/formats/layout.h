@@ -91,7 +91,8 @@ struct ZipCrcField {
 
 struct FileLayout {
   // "torch-zip", "torch-legacy", "safetensors", "npy", "npz", "gguf",
-  // "tf-bundle-data", "tf-bundle-index", "dcp", "onnx", "flax-msgpack",
+  // "tf-bundle-data", "tf-bundle-index", "dcp", "onnx", "flax-msgpack", "hdf5", "keras",
+  // "onnx-external" (only from a sibling model: store/onnx_external.h),
   // "unknown"
   std::string format = "unknown";
   std::vector<TensorRegion> tensors;  // sorted by offset, non-overlapping, inside the file

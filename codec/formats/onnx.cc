@@ -1,5 +1,7 @@
 #include "codec/formats/onnx.h"
 
+#include <algorithm>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -72,7 +74,44 @@ struct Initializer {
   bool dims_ok = true;
   uint64_t raw_offset = 0, raw_length = 0;
   bool external = false;
+  // external_data's location, offset and length keys.
+  std::string location;
+  std::optional<uint64_t> ext_offset, ext_length;
+  bool ext_ok = true;  // every key we know parsed
 };
+
+std::optional<uint64_t> DecimalValue(const std::string& s) {
+  if (s.empty() || s.size() > 19) return std::nullopt;
+  uint64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return std::nullopt;
+    v = v * 10 + static_cast<uint64_t>(c - '0');
+  }
+  return v;
+}
+
+// StringStringEntryProto: key=1, value=2.
+Status ParseExternalEntry(const ByteSource& src, uint64_t begin, uint64_t len, Initializer* t) {
+  ForwardReader c(src, begin, begin + len);
+  std::string key, value;
+  while (!c.done()) {
+    ASSIGN_OR_RETURN(Field f, NextField(c));
+    if ((f.number == 1 || f.number == 2) && f.wire == 2) {
+      ASSIGN_OR_RETURN(std::string v, c.String(f.value));
+      (f.number == 1 ? key : value) = std::move(v);
+    } else {
+      RETURN_IF_ERROR(SkipBody(c, f));
+    }
+  }
+  if (key == "location") {
+    t->location = std::move(value);
+  } else if (key == "offset" || key == "length") {
+    const std::optional<uint64_t> v = DecimalValue(value);
+    if (!v) t->ext_ok = false;
+    (key == "offset" ? t->ext_offset : t->ext_length) = v;
+  }
+  return Status::Ok();
+}
 
 Status AddDim(Initializer* t, uint64_t v) {
   if (t->dims.size() >= kMaxDims) return Malformed("onnx: initializer has too many dims");
@@ -82,7 +121,7 @@ Status AddDim(Initializer* t, uint64_t v) {
 }
 
 // TensorProto: dims=1 (int64, packed or not), data_type=2, name=8,
-// raw_data=9, data_location=14 (1: EXTERNAL).
+// raw_data=9, external_data=13, data_location=14 (1: EXTERNAL).
 Result<Initializer> ParseTensor(const ByteSource& src, uint64_t begin, uint64_t len) {
   ForwardReader c(src, begin, begin + len);
   Initializer t;
@@ -106,6 +145,10 @@ Result<Initializer> ParseTensor(const ByteSource& src, uint64_t begin, uint64_t 
     } else if (f.number == 9) {
       RETURN_IF_ERROR(Expect(f, 2, "TensorProto.raw_data"));
       t.raw_offset = f.body, t.raw_length = f.value;
+      RETURN_IF_ERROR(c.Skip(f.value));
+    } else if (f.number == 13) {
+      RETURN_IF_ERROR(Expect(f, 2, "TensorProto.external_data"));
+      RETURN_IF_ERROR(ParseExternalEntry(src, f.body, f.value, &t));
       RETURN_IF_ERROR(c.Skip(f.value));
     } else if (f.number == 14) {
       RETURN_IF_ERROR(Expect(f, 0, "TensorProto.data_location"));
@@ -189,7 +232,9 @@ DType OnnxDTypeToDType(int64_t t) {
   }
 }
 
-Result<FileLayout> ParseOnnx(const ByteSource& src) {
+namespace {
+
+Result<std::vector<Initializer>> ReadInitializers(const ByteSource& src) {
   ForwardReader c(src, 0, src.size());
   std::vector<Initializer> inits;
   bool graph = false, first = true;
@@ -208,6 +253,13 @@ Result<FileLayout> ParseOnnx(const ByteSource& src) {
     RETURN_IF_ERROR(SkipBody(c, f));
   }
   if (!graph) return Malformed("onnx: no graph");
+  return inits;
+}
+
+}  // namespace
+
+Result<FileLayout> ParseOnnx(const ByteSource& src) {
+  ASSIGN_OR_RETURN(std::vector<Initializer> inits, ReadInitializers(src));
   FileLayout l;
   l.format = "onnx";
   l.lossy_allowed = false;
@@ -229,6 +281,77 @@ Result<FileLayout> ParseOnnx(const ByteSource& src) {
   l.note = std::to_string(inits.size()) + " initializers";
   if (elsewhere) l.note += "; " + std::to_string(elsewhere) + " without raw_data here (external or typed fields)";
   if (mismatched) l.note += "; " + std::to_string(mismatched) + " of unknown dtype or a size that disagrees";
+  return l;
+}
+
+Result<std::vector<OnnxExternalTensor>> ReadOnnxExternalTensors(const ByteSource& model) {
+  ASSIGN_OR_RETURN(std::vector<Initializer> inits, ReadInitializers(model));
+  std::vector<OnnxExternalTensor> out;
+  for (Initializer& t : inits) {
+    if (!t.external || t.location.empty()) continue;
+    OnnxExternalTensor e;
+    e.name = std::move(t.name);
+    e.dtype = OnnxDTypeToDType(t.data_type);
+    e.dims = std::move(t.dims);
+    e.location = std::move(t.location);
+    e.offset = t.ext_offset.value_or(0);
+    e.length = t.ext_length;
+    e.valid = t.ext_ok && t.dims_ok;
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+// Relative locations name files beside the model; "./x" is x.
+bool NamesFile(const std::string& location, const std::string& file) {
+  return location == file || location == "./" + file;
+}
+
+std::optional<FileLayout> OnnxExternalLayout(const std::vector<OnnxExternalTensor>& refs, const std::string& file,
+                                             uint64_t file_size) {
+  if (file.empty()) return std::nullopt;
+  FileLayout l;
+  l.format = "onnx-external";
+  l.lossy_allowed = false;
+  uint64_t named = 0, unknown = 0;
+  for (const OnnxExternalTensor& e : refs) {
+    if (!NamesFile(e.location, file)) continue;
+    ++named;
+    const auto numel = NumElements(e.dims);
+    const auto bytes = numel && e.dtype != DType::kUnknown ? CheckedMul(*numel, DTypeSize(e.dtype)) : std::nullopt;
+    const uint64_t length = e.length.value_or(bytes.value_or(0));
+    // A tensor past the end means the model describes another version of
+    // this file: none of it is trusted.
+    if (!e.valid || !InRange(e.offset, length, file_size)) return std::nullopt;
+    if (!bytes || *bytes != length || length == 0) {
+      ++unknown;
+      continue;
+    }
+    TensorRegion r;
+    r.name = e.name;
+    r.label = e.name;
+    r.dtype = e.dtype;
+    r.shape = e.dims;
+    r.offset = e.offset;
+    r.length = length;
+    r.order = static_cast<uint32_t>(l.tensors.size());
+    l.tensors.push_back(std::move(r));
+  }
+  // The store takes this layout as it is (DetectLayout's checks do not
+  // run on it): in order and without overlaps, whatever the model says.
+  std::stable_sort(l.tensors.begin(), l.tensors.end(),
+                   [](const auto& a, const auto& b) { return a.offset < b.offset; });
+  uint64_t end = 0, overlapping = 0;
+  std::erase_if(l.tensors, [&](const TensorRegion& r) {
+    if (r.offset < end) return ++overlapping, true;
+    end = r.offset + r.length;
+    return false;
+  });
+  for (size_t i = 0; i < l.tensors.size(); ++i) l.tensors[i].order = static_cast<uint32_t>(i);
+  if (l.tensors.empty()) return std::nullopt;
+  l.note = std::to_string(named) + " tensors of the model";
+  if (overlapping) l.note += "; " + std::to_string(overlapping) + " overlapping others dropped";
+  if (unknown) l.note += "; " + std::to_string(unknown) + " of unknown dtype or a size that disagrees";
   return l;
 }
 

@@ -8,6 +8,7 @@
 #include <span>
 
 #include "codec/formats/gguf.h"
+#include "codec/formats/hdf5.h"
 #include "codec/formats/layout.h"
 #include "codec/formats/limits.h"
 #include "codec/formats/msgpack.h"
@@ -84,6 +85,17 @@ void Run(const ByteSource& src) {
   if (auto l = f::TfDataLayoutFromIndexes(src, named)) Check(*l, size, /*sorted=*/true);
 #elif defined(CKPTFS_FUZZ_ONNX)
   Check(f::ParseOnnx(src), size);
+#elif defined(CKPTFS_FUZZ_HDF5)
+  Check(f::ParseHdf5(src), size);
+  auto z = f::ReadZip(src, size, /*allow_comment=*/true);
+  if (z.ok() && f::HoldsHdf5Member(src, *z)) Check(f::ParseZippedHdf5(src, *z), size);
+#elif defined(CKPTFS_FUZZ_ONNX_EXTERNAL)
+  // The input is the model and, under every name it gives, the data file.
+  auto refs = f::ReadOnnxExternalTensors(src);
+  if (!refs.ok()) return;
+  for (const auto& e : *refs) {
+    if (auto l = f::OnnxExternalLayout(*refs, e.location, size)) Check(*l, size, /*sorted=*/true);
+  }
 #elif defined(CKPTFS_FUZZ_FLAX_MSGPACK)
   Check(f::ParseFlaxMsgpack(src), size);
 #elif defined(CKPTFS_FUZZ_OCDBT)

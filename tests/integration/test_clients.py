@@ -273,9 +273,35 @@ def test_tensorflow_checkpoint(pypi_python, mount, plain_dir):
 def test_onnx(pypi_python, mount, plain_dir):
     """onnx.save with the weights inside the model and in an external data
     file; onnx.load gives equal initializers. The external data file has no
-    header and is not yet tied to its model: "unknown" (generic zstd)."""
-    files = roundtrip(mount, plain_dir, pypi_python, "onnx_client.py", [("onnx/*.onnx", "onnx")])
+    header: its tensors come from the model beside it that names it."""
+    files = roundtrip(mount, plain_dir, pypi_python, "onnx_client.py",
+                      [("onnx/*.onnx", "onnx"), ("onnx/*.onnx.data", "onnx-external")])
     assert sorted(files) == ["onnx/mlp.onnx", "onnx/mlp_ext.onnx", "onnx/mlp_ext.onnx.data"], sorted(files)
+    # The seal, not only inspect, found the model: onnx.save closes the data
+    # file before it writes the model, and the seal waited for it.
+    assert_tensor_coded(mount, "client/onnx/mlp_ext.onnx.data")
+
+
+def assert_tensor_coded(mount, rel):
+    """`rel` was sealed with the tensor codec: smaller than zstd -3 of it."""
+    from test_tensor_seal import zstd3_size
+    st = mount.wait_sealed()
+    stored = next(f["stored"] for f in st["files"] if f["path"].lstrip("/") == rel)
+    zstd3 = zstd3_size((mount.mnt / rel).read_bytes())
+    assert stored < 0.97 * zstd3, f"{rel}: stored {stored}, zstd -3 {zstd3}: not tensor-coded?"
+
+
+def test_keras_and_h5py(pypi_python, mount, plain_dir):
+    """Keras 3: model.save (.keras, a zip around model.weights.h5),
+    save_weights (.weights.h5) and a ModelCheckpoint callback over 2 epochs,
+    loaded back bit-exact; plain h5py files with contiguous, chunked and
+    gzip-filtered datasets (the filtered one stays generic) read back equal."""
+    files = roundtrip(mount, plain_dir, pypi_python, "keras_client.py",
+                      [("keras/*.keras", "keras"), ("keras/*.h5", "hdf5"), ("keras/ckpt/*.h5", "hdf5")])
+    assert {"keras/m.keras", "keras/w.weights.h5", "keras/plain.h5", "keras/latest.h5"} <= set(files), sorted(files)
+    assert any(f.startswith("keras/ckpt/") for f in files), sorted(files)
+    for rel in ("keras/m.keras", "keras/ckpt/epoch_01.weights.h5", "keras/latest.h5"):
+        assert_tensor_coded(mount, f"client/{rel}")
 
 
 def test_flax_msgpack(pypi_python, mount, plain_dir):

@@ -1,0 +1,146 @@
+// ONNX external data files (store/onnx_external.h, formats::OnnxExternalLayout):
+// a headerless file gets its tensors from the sibling model that names it.
+// tests/data/onnx/ext.onnx + ext.bin come from onnx.save(...,
+// save_as_external_data=True); model.onnx holds the same tensors as raw_data.
+#include "store/onnx_external.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "codec/formats/onnx.h"
+#include "tests/unit/test_util.h"
+
+namespace ckptfs {
+namespace {
+
+using Bytes = std::vector<uint8_t>;
+
+std::string DataDir() {
+  return (std::filesystem::path(__FILE__).parent_path().parent_path() / "data" / "onnx").string();
+}
+
+class ModelSiblings : public SiblingSource {
+ public:
+  explicit ModelSiblings(std::string own) : own_(std::move(own)) {}
+  void Put(const std::string& name, Bytes b) {
+    std::lock_guard<std::mutex> lock(mu_);
+    files_[name] = std::make_shared<Bytes>(std::move(b));
+  }
+  std::vector<std::string> Candidates() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++rounds;
+    std::vector<std::string> out;
+    for (const auto& [name, b] : files_) out.push_back(name);
+    return out;
+  }
+  Result<std::shared_ptr<const ByteSource>> Open(const std::string& name) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = files_.find(name);
+    if (it == files_.end()) return Status::Error(ENOENT, name);
+    struct Owning : SpanSource {
+      explicit Owning(std::shared_ptr<Bytes> b) : SpanSource(*b), keep(std::move(b)) {}
+      std::shared_ptr<Bytes> keep;
+    };
+    return std::shared_ptr<const ByteSource>(std::make_shared<Owning>(it->second));
+  }
+  std::string OwnName() override { return own_; }
+  std::atomic<int> rounds{0};
+
+ private:
+  std::string own_;
+  std::mutex mu_;
+  std::map<std::string, std::shared_ptr<Bytes>> files_;
+};
+
+TEST(OnnxExternalTest, ModelNamesItsTensorsInTheDataFile) {
+  const Bytes model = test::ReadFileBytes(DataDir() + "/ext.onnx");
+  const Bytes data = test::ReadFileBytes(DataDir() + "/ext.bin");
+  const Bytes inline_model = test::ReadFileBytes(DataDir() + "/model.onnx");
+  auto refs = formats::ReadOnnxExternalTensors(SpanSource(model));
+  ASSERT_TRUE(refs.ok()) << refs.status().message();
+  ASSERT_EQ(refs->size(), 4u);  // "typed" has float_data, which onnx.save keeps inline
+  EXPECT_EQ((*refs)[0].location, "ext.bin");
+  auto l = formats::OnnxExternalLayout(*refs, "ext.bin", data.size());
+  ASSERT_TRUE(l.has_value());
+  EXPECT_EQ(l->format, "onnx-external");
+  EXPECT_FALSE(l->lossy_allowed);
+  // Each region holds the bytes the inline model has as that tensor's raw_data.
+  const FileLayout in = DetectLayout(SpanSource(inline_model));
+  ASSERT_EQ(l->tensors.size(), in.tensors.size());
+  for (size_t i = 0; i < in.tensors.size(); ++i) {
+    const TensorRegion& e = l->tensors[i];
+    const TensorRegion& r = in.tensors[i];
+    EXPECT_EQ(e.name, r.name);
+    EXPECT_EQ(e.dtype, r.dtype);
+    EXPECT_EQ(e.shape, r.shape);
+    ASSERT_EQ(e.length, r.length);
+    EXPECT_TRUE(
+        std::equal(data.begin() + e.offset, data.begin() + e.offset + e.length, inline_model.begin() + r.offset))
+        << e.name;
+  }
+  test::ExpectRegionsInOrder(*l, data.size());
+}
+
+TEST(OnnxExternalTest, OtherNameOrShorterFileIsNotTheModels) {
+  const Bytes model = test::ReadFileBytes(DataDir() + "/ext.onnx");
+  const uint64_t size = test::ReadFileBytes(DataDir() + "/ext.bin").size();
+  auto refs = formats::ReadOnnxExternalTensors(SpanSource(model));
+  ASSERT_TRUE(refs.ok());
+  EXPECT_FALSE(formats::OnnxExternalLayout(*refs, "other.bin", size).has_value());
+  EXPECT_FALSE(formats::OnnxExternalLayout(*refs, "", size).has_value());
+  EXPECT_FALSE(formats::OnnxExternalLayout(*refs, "ext.bin", size - 1).has_value());
+  EXPECT_TRUE(formats::OnnxExternalLayout(*refs, "ext.bin", size + 4096).has_value());
+  // A model with only inline data names no external file.
+  auto inline_refs = formats::ReadOnnxExternalTensors(SpanSource(test::ReadFileBytes(DataDir() + "/model.onnx")));
+  ASSERT_TRUE(inline_refs.ok());
+  EXPECT_TRUE(inline_refs->empty());
+}
+
+TEST(OnnxExternalTest, SiblingModelGivesTheLayout) {
+  const Bytes data = test::ReadFileBytes(DataDir() + "/ext.bin");
+  ModelSiblings sib("ext.bin");
+  sib.Put("config.json", Bytes(100, '{'));
+  sib.Put("ext.onnx", test::ReadFileBytes(DataDir() + "/ext.onnx"));
+  auto l = OnnxExternalLayoutFromSiblings(SpanSource(data), sib, std::chrono::milliseconds(0));
+  ASSERT_TRUE(l.has_value());
+  EXPECT_EQ(l->tensors.size(), 4u);
+  EXPECT_EQ(l->note, "from ext.onnx: 4 tensors of the model");
+}
+
+// onnx.save writes the data file, then the model: the data file's seal
+// waits for the model to appear.
+TEST(OnnxExternalTest, DataFileWaitsForAModelWrittenAfterIt) {
+  const Bytes data = test::ReadFileBytes(DataDir() + "/ext.bin");
+  ModelSiblings sib("ext.bin");
+  std::thread later([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    sib.Put("ext.onnx", test::ReadFileBytes(DataDir() + "/ext.onnx"));
+  });
+  auto l = OnnxExternalLayoutFromSiblings(SpanSource(data), sib, std::chrono::seconds(30));
+  later.join();
+  ASSERT_TRUE(l.has_value());
+  EXPECT_EQ(l->tensors.size(), 4u);
+}
+
+TEST(OnnxExternalTest, UnrelatedNamesDoNotWaitAndSmallOnesDoNotLook) {
+  const Bytes data = test::ReadFileBytes(DataDir() + "/ext.bin");
+  ModelSiblings named("ext.bin");  // no model ever comes: gives up at the deadline
+  EXPECT_FALSE(OnnxExternalLayoutFromSiblings(SpanSource(data), named, std::chrono::milliseconds(120)).has_value());
+  EXPECT_GT(named.rounds.load(), 1);
+  ModelSiblings unnamed("notes.txt");
+  unnamed.Put("ext.onnx", test::ReadFileBytes(DataDir() + "/ext.onnx"));
+  EXPECT_FALSE(OnnxExternalLayoutFromSiblings(SpanSource(data), unnamed, std::chrono::seconds(30)).has_value());
+  EXPECT_EQ(unnamed.rounds.load(), 0);
+  EXPECT_TRUE(LooksLikeOnnxDataName("model.onnx.data"));
+  EXPECT_TRUE(LooksLikeOnnxDataName("model.onnx_data"));
+  EXPECT_TRUE(LooksLikeOnnxDataName("weights.bin"));
+  EXPECT_FALSE(LooksLikeOnnxDataName("config.json"));
+}
+
+}  // namespace
+}  // namespace ckptfs
