@@ -950,7 +950,7 @@ LossyPolicy Store::PolicyFor(int stub_fd) {
     }
     return *p;
   }
-  return LossyPolicy{opts_.lossy, opts_.lossy_scope};
+  return LossyPolicy{opts_.lossy, opts_.lossy_scope, opts_.lossy_steps};
 }
 
 Status Store::ReleaseStubObjects(const StubRecord& rec) {
