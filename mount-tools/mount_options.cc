@@ -188,7 +188,7 @@ const MountOptionSpec kTable[] = {
     {"lossy", Takes::kOptionalValue, "[=safe|aggressive|steps:C|FIDELITY]", SetLossy,
      "quantize the float parameters and optimizer moments of model and checkpoint files (opt-in, whole mount; "
      "safe, the default: weights within one optimizer step's Fisher energy where the file holds Adam's state, "
-     "else 1% relative error; aggressive: 3 steps, else 3%; steps:C: C steps; FIDELITY: relative error of "
+     "else 0.5% relative error; aggressive: 3 steps, else 3%; steps:C: C steps; FIDELITY: relative error of "
      "weights, docs/LOSSY.md): torch.save files holding a module state_dict or an "
      "optimizer state_dict, safetensors, GGUF and DCP. NumPy files (.npy, .npz), data tensors (inputs, targets, "
      "features...) and buffers (running_mean, running_var...) stay exact. A directory's user.ckptfs.policy xattr "

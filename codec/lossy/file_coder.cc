@@ -32,6 +32,35 @@ double TargetFor(TensorRole r, const RoleTargets& t) {
 
 bool Overlaps(uint64_t a, uint64_t alen, uint64_t b, uint64_t blen) { return a < b + blen && b < a + alen; }
 
+// Adam's true step is lr * m_hat / (sqrt(v_hat) + eps), m_hat = m / (1 - b1^t),
+// v_hat = v / (1 - b2^t): about the uncorrected one times
+// sqrt(1 - b2^t) / (1 - b1^t), which is what this returns for the smallest
+// step count t among the optimizer's "step" tensors (1: none found). The
+// betas are taken as torch's defaults (0.9, 0.999): for any b2 <= 0.999 that
+// gives a smaller factor than the true one, so a smaller budget.
+double AdamBiasCorrection(const ByteSource& file, const FileLayout& layout) {
+  if (!layout.optimizer_state) return 1;
+  double t = 0;
+  for (const TensorRegion& r : layout.tensors) {
+    if (r.label != "step") continue;
+    double x = 0;
+    if (r.dtype == DType::kF32 && r.length == 4) {
+      float f = 0;
+      if (!file.ReadAt(r.offset, std::span(reinterpret_cast<uint8_t*>(&f), 4)).ok()) continue;
+      x = f;
+    } else if (r.dtype == DType::kI64 && r.length == 8) {
+      int64_t i = 0;
+      if (!file.ReadAt(r.offset, std::span(reinterpret_cast<uint8_t*>(&i), 8)).ok()) continue;
+      x = static_cast<double>(i);
+    } else {
+      continue;
+    }
+    if (x >= 1 && std::isfinite(x)) t = t > 0 ? std::min(t, x) : x;
+  }
+  if (t < 1) return 1;
+  return std::sqrt(1 - std::pow(0.999, t)) / (1 - std::pow(0.9, t));
+}
+
 }  // namespace
 
 LossyCoder::LossyCoder(const ByteSource& file, const FileLayout& layout, std::span<const TensorRange> ranges,
@@ -48,6 +77,7 @@ LossyCoder::LossyCoder(const ByteSource& file, const FileLayout& layout, std::sp
   for (double e : layout.group_eps) {
     if (e > 0 && std::isfinite(e)) eps_ = eps_seen ? std::min(eps_, e) : e, eps_seen = true;
   }
+  lr_ *= AdamBiasCorrection(file, layout);
   if (layout.lossy_allowed && fidelity_ > 0) {
     // A DCP shard's tensors are named only in the save's .metadata.
     std::optional<LabelledShard> named;

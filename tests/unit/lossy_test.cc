@@ -255,16 +255,16 @@ TEST(LossyChunk, MetadataStaysExactAndTensorsMeetTheTarget) {
 TEST(LossyPolicy, ParsesTheAcceptedFormsOnly) {
   const LossyScope kModels = LossyScope::kModels, kAll = LossyScope::kAll;
   EXPECT_EQ(*ParseLossyPolicy("lossless"), (LossyPolicy{0.0, kModels}));
-  // "lossy" alone is the safe level: the one-step measure, 1% relative where it cannot judge.
-  EXPECT_EQ(*ParseLossyPolicy("lossy"), (LossyPolicy{kDefaultFidelity, kModels, kSafeSteps}));
-  EXPECT_EQ(*ParseLossyPolicy("lossy=safe"), (LossyPolicy{kDefaultFidelity, kModels, kSafeSteps}));
+  // "lossy" alone is the safe level: the one-step measure, 0.5% relative where it cannot judge.
+  EXPECT_EQ(*ParseLossyPolicy("lossy"), (LossyPolicy{0.005, kModels, kSafeSteps}));
+  EXPECT_EQ(*ParseLossyPolicy("lossy=safe"), (LossyPolicy{0.005, kModels, kSafeSteps}));
   EXPECT_EQ(*ParseLossyPolicy("lossy=aggressive"), (LossyPolicy{kAggressiveFidelity, kModels, kAggressiveSteps}));
-  EXPECT_EQ(*ParseLossyPolicy("lossy=steps:2.5,scope=all"), (LossyPolicy{kDefaultFidelity, kAll, 2.5}));
+  EXPECT_EQ(*ParseLossyPolicy("lossy=steps:2.5,scope=all"), (LossyPolicy{0.005, kAll, 2.5}));
   EXPECT_EQ(*ParseLossyPolicy("lossy=0.05"), (LossyPolicy{0.05, kModels}));
   EXPECT_EQ(*ParseLossyPolicy("lossy=0.05\n"), (LossyPolicy{0.05, kModels}));
   // The scope is explicit, and only "all" widens it.
   EXPECT_EQ(*ParseLossyPolicy("lossy=0.05,scope=all"), (LossyPolicy{0.05, kAll}));
-  EXPECT_EQ(*ParseLossyPolicy("lossy,scope=all\n"), (LossyPolicy{kDefaultFidelity, kAll, kSafeSteps}));
+  EXPECT_EQ(*ParseLossyPolicy("lossy,scope=all\n"), (LossyPolicy{0.005, kAll, kSafeSteps}));
   EXPECT_EQ(*ParseLossyPolicy("lossy=0.02,scope=models"), (LossyPolicy{0.02, kModels}));
   for (const char* bad : {"", "lossy=", "lossy=0", "lossy=-1", "lossy=0.6", "lossy=nan", "banana", "lossy=0.1x",
                           "lossy=0.05,scope=", "lossy=0.05,scope=npy", "lossy=0.05,all", "lossless,scope=all",
@@ -615,8 +615,9 @@ TEST(SiblingSource, OnlyTheNearestCandidatesAreRead) {
 }
 
 // A real torch.save of a model and its Adam state (lr 1e-3, eps 1e-8 in
-// param_groups) under -o lossy: the weights are bounded by the one-step
-// measure, and their reconstruction keeps it.
+// param_groups, step 10) under -o lossy: the weights are bounded by the
+// one-step measure, with Adam's bias corrections, and their reconstruction
+// keeps it.
 TEST(OneStepMeasure, TorchCheckpointWithAdamStateUsesIt) {
   const std::vector<uint8_t> bytes = test::ReadFileBytes(std::string(CKPTFS_SOURCE_DIR) + "/tests/data/golden/inputs/lossy/ckpt1.pt");
   SpanSource file(bytes);
@@ -638,7 +639,7 @@ TEST(OneStepMeasure, TorchCheckpointWithAdamStateUsesIt) {
   EXPECT_LE(coder.info().roles[0].max_error, kSafeSteps * 1.001);
   // Recompute the measure of each weight with both moments from the bytes.
   const std::vector<lossy::RoleAssignment> roles = lossy::AssignRoles(layout);
-  int checked = 0;
+  int checked = 0, quantized = 0;
   for (size_t i = 0; i < roles.size(); ++i) {
     if (roles[i].role != lossy::TensorRole::kWeight || roles[i].partner_v < 0) continue;
     const TensorRegion& w = layout.tensors[i];
@@ -664,17 +665,21 @@ TEST(OneStepMeasure, TorchCheckpointWithAdamStateUsesIt) {
     double vsum = 0;
     for (double x : vv) vsum += x;
     const double floor = kFisherFloor * vsum / static_cast<double>(n);
+    // Adam's bias corrections at the checkpoint's step 10, betas (0.9, 0.999).
+    const double lr = 1e-3 * std::sqrt(1 - std::pow(0.999, 10)) / (1 - std::pow(0.9, 10));
     double err = 0, step = 0;
     for (size_t j = 0; j < n; ++j) {
-      const double sj = vv[j] + floor, u = 1e-3 * mm[j] / (std::sqrt(vv[j]) + 1e-8);
+      const double sj = vv[j] + floor, u = lr * mm[j] / (std::sqrt(vv[j]) + 1e-8);
       err += sj * (w1[j] - w0[j]) * (w1[j] - w0[j]);
       step += sj * u * u;
     }
-    EXPECT_GT(err, 0) << "weight " << i << " was not quantized";
+    // A piece may stay exact when no code meets its budget; that is within it too.
     EXPECT_LE(std::sqrt(err / step), kSafeSteps * 1.001) << "weight " << i;
+    quantized += err > 0;
     ++checked;
   }
   EXPECT_GT(checked, 0);
+  EXPECT_GT(quantized, 0);
 }
 
 // Weights without optimizer state fall back to the relative rule, and the
@@ -687,7 +692,7 @@ TEST(OneStepMeasure, NoOptimizerStateFallsBackAndSaysSo) {
   ASSERT_TRUE(coder.active());
   EXPECT_EQ(coder.info().measure, BudgetMeasure::kRelative);
   EXPECT_EQ(coder.info().sensitivity, SensitivityRule::kMagnitude);
-  EXPECT_EQ(coder.info().roles[0].target, static_cast<float>(kDefaultFidelity));
+  EXPECT_EQ(coder.info().roles[0].target, 0.005f);
   const auto attrs = LossyXattrs(coder.info());
   EXPECT_NE(std::find(attrs.begin(), attrs.end(), std::pair<std::string, std::string>{"user.ckptfs.lossy.measure",
                                                                                       "relative"}),
