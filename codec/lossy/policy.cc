@@ -6,14 +6,6 @@
 #include <cstdio>
 
 namespace ckptfs {
-namespace {
-
-// The safe level's (and steps:C's) relative fidelity for files the one-step
-// measure cannot judge: 1% cost +1.2% final loss on the panel's SGD
-// workload, 0.5% +0.2% (docs/LOSSY.md).
-constexpr double kSafeFallbackFidelity = 0.005;
-
-}  // namespace
 
 Result<lossy::LossyScope> ParseLossyScope(std::string_view text) {
   if (text == "models") return lossy::LossyScope::kModels;
