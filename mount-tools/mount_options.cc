@@ -101,6 +101,7 @@ Status PassToKernel(const OptionArg& a, MountOptions* o) {
 Status SetLossy(const OptionArg& a, MountOptions* o) {
   ASSIGN_OR_RETURN(LossyPolicy policy, ParseLossyPolicy(a.text));
   o->store.lossy = policy.fidelity;
+  o->store.lossy_steps = policy.step_budget;
   return Status::Ok();
 }
 
@@ -184,9 +185,11 @@ const MountOptionSpec kTable[] = {
      [](const OptionArg& a, MountOptions* o) { return Into(IntIn(a, 0, 64), &o->store.keyframe_every); },
      "longest delta chain, 0..64; 0: dedup only",
      [](const MountOptions& d) { return std::to_string(d.store.keyframe_every); }},
-    {"lossy", Takes::kOptionalValue, "[=FIDELITY]", SetLossy,
+    {"lossy", Takes::kOptionalValue, "[=safe|aggressive|steps:C|FIDELITY]", SetLossy,
      "quantize the float parameters and optimizer moments of model and checkpoint files (opt-in, whole mount; "
-     "FIDELITY: relative error of weights, default 0.01): torch.save files holding a module state_dict or an "
+     "safe, the default: weights within one optimizer step's Fisher energy where the file holds Adam's state, "
+     "else 0.5% relative error; aggressive: 3 steps, else 3%; steps:C: C steps; FIDELITY: relative error of "
+     "weights, docs/LOSSY.md): torch.save files holding a module state_dict or an "
      "optimizer state_dict, safetensors, GGUF and DCP. NumPy files (.npy, .npz), data tensors (inputs, targets, "
      "features...) and buffers (running_mean, running_var...) stay exact. A directory's user.ckptfs.policy xattr "
      "(lossless|lossy[=F][,scope=S]) overrides it for its subtree. Lossy files carry read-only "

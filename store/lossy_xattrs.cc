@@ -29,6 +29,7 @@ std::vector<std::pair<std::string, std::string>> LossyXattrs(const std::optional
   out.emplace_back(p + "fidelity", Number(info->fidelity));
   out.emplace_back(p + "scope", lossy::LossyScopeName(info->scope));
   out.emplace_back(p + "sensitivity", SensitivityRuleName(info->sensitivity));
+  out.emplace_back(p + "measure", BudgetMeasureName(info->measure));
   for (size_t r = 0; r < 3; ++r) {
     if (info->roles[r].elements == 0) continue;
     out.emplace_back(p + "target." + kRoleNames[r], Number(info->roles[r].target));

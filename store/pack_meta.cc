@@ -36,7 +36,8 @@ void EncodeLossy(const LossyInfo& l, std::span<uint8_t> b) {
   }
   b[kLossySizeV1] = static_cast<uint8_t>(l.scope);
   b[kLossySizeV1 + 1] = static_cast<uint8_t>(l.sensitivity);
-  b[kLossySizeV1 + 2] = b[kLossySizeV1 + 3] = 0;
+  b[kLossySizeV1 + 2] = static_cast<uint8_t>(l.measure);
+  b[kLossySizeV1 + 3] = 0;
 }
 
 std::optional<LossyInfo> DecodeLossy(std::span<const uint8_t> b) {
@@ -53,9 +54,10 @@ std::optional<LossyInfo> DecodeLossy(std::span<const uint8_t> b) {
     l.roles[r].stored = le::Get64(b, 36 + 24 * r);
   }
   if (version == 2) {
-    if (b[kLossySizeV1] > 1 || b[kLossySizeV1 + 1] > 3) return std::nullopt;
+    if (b[kLossySizeV1] > 1 || b[kLossySizeV1 + 1] > 3 || b[kLossySizeV1 + 2] > 1) return std::nullopt;
     l.scope = static_cast<lossy::LossyScope>(b[kLossySizeV1]);
     l.sensitivity = static_cast<SensitivityRule>(b[kLossySizeV1 + 1]);
+    l.measure = static_cast<BudgetMeasure>(b[kLossySizeV1 + 2]);
   }
   return l;
 }

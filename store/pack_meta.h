@@ -18,7 +18,8 @@
 //       "LOSY" | u32 version (1 or 2) | f32 fidelity | u64 exact float elements |
 //       3 x (f32 target, f32 max error, u64 elements, u64 stored bytes)
 //       for weights, first moments and second moments |
-//       version 2 only: u8 scope | u8 sensitivity rule | u16 zero]
+//       version 2 only: u8 scope | u8 sensitivity rule | u8 budget measure
+//       (0 relative, 1 one-step; 0 in packs written before it existed) | u8 zero]
 //      u64                Checksum64(everything above, kSeedMeta)
 #pragma once
 

@@ -999,7 +999,7 @@ LossyPolicy Store::PolicyAbove(const std::string& path) {
     }
     return *p;
   }
-  return LossyPolicy{opts_.lossy, opts_.lossy_scope};
+  return LossyPolicy{opts_.lossy, opts_.lossy_scope, opts_.lossy_steps};
 }
 
 Status Store::ReleaseStubObjects(const StubRecord& rec) {

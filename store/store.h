@@ -69,6 +69,8 @@ struct StoreOptions {
   // Lossy mode (codec/lossy/policy.h): the fidelity files get unless a
   // directory's user.ckptfs.policy says otherwise; 0 is lossless.
   double lossy = 0;
+  // With it, the one-step measure's budget C (LossyPolicy::step_budget); 0: relative error only.
+  double lossy_steps = 0;
   // What it may quantize (codec/lossy/roles.h).
   lossy::LossyScope lossy_scope = lossy::LossyScope::kModels;
   // Longest chain of lossy chunks, each predicted from the last one's

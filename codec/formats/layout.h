@@ -103,6 +103,9 @@ struct FileLayout {
   // torch: the names of the optimizer's parameters in index order, when
   // its param_groups carry them (PickleScan::param_names); else empty.
   std::vector<std::string> param_names;
+  // torch: the optimizer's param_groups learning rates and epsilons
+  // (PickleScan::group_lrs, group_eps); empty when none were plain numbers.
+  std::vector<double> group_lrs, group_eps;
   std::string note;                   // why "unknown", or what was skipped; for logs
   // Stored (uncompressed) zip members holding tensors: torch-zip, npz, DCP.
   std::vector<ZipCrcField> zip_crcs;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <charconv>
 #include <initializer_list>
 #include <memory>
@@ -104,8 +105,9 @@ enum class Op : uint8_t {
 struct Value {
   // kTensor: a tensor rebuilt on a storage (i: its index); kDict: a dict
   // being filled (i: 1 for a collections.OrderedDict, 0 for a plain dict).
-  enum Kind : uint8_t { kOther, kNone, kInt, kStr, kGlobal, kTuple, kList, kPid, kTensor, kDict };
+  enum Kind : uint8_t { kOther, kNone, kInt, kStr, kGlobal, kTuple, kList, kPid, kTensor, kDict, kFloat };
   Kind kind = kOther;
+  double f = 0;  // kFloat
   int64_t i = 0;  // kInt; kPid, kTensor: index into storages; kDict; kStr: serial of its literal
   uint32_t depth = 0;                         // kTuple: nesting depth
   std::shared_ptr<const std::string> s;       // kStr, kGlobal ("module.name")
@@ -213,6 +215,12 @@ class Machine {
     v.i = i;
     return Push(std::move(v));
   }
+  Status PushFloat(double f) {
+    Value v;
+    v.kind = Value::kFloat;
+    v.f = f;
+    return Push(std::move(v));
+  }
   Status PushTuple(std::vector<Value> items) {
     RETURN_IF_ERROR(Charge(items.size()));
     Value v;
@@ -259,6 +267,7 @@ class Machine {
   Status Append(Value list, std::vector<Value> items);
   void SetItems(const Value& dict, const std::vector<Value>& items);
   void DcpStorageField(const std::string& key, const Value& value);
+  void RecordGroupNumber(const std::string& key, const Value& value);
   Status PersistentId(Value pid);
   std::string PendingKey() const;
   Status Reduce();
@@ -319,6 +328,7 @@ void Machine::SetItems(const Value& dict, const std::vector<Value>& items) {
     if (key.kind == Value::kStr) {
       seen_state_key_ |= *key.s == "state";
       seen_param_groups_key_ |= *key.s == "param_groups";
+      if (*key.s == "lr" || *key.s == "eps") RecordGroupNumber(*key.s, value);
       if (*key.s == "param_names" && value.kind == Value::kList) {
         for (const Value& n : *value.items) out_.param_names.push_back(n.kind == Value::kStr ? *n.s : std::string());
       }
@@ -327,6 +337,20 @@ void Machine::SetItems(const Value& dict, const std::vector<Value>& items) {
       out_.storages[static_cast<size_t>(value.i)].module_entry = true;
     }
   }
+}
+
+// A param_groups entry's learning rate or epsilon, when it is a plain
+// number (a tensor lr, as capturable optimizers allow, is not read).
+void Machine::RecordGroupNumber(const std::string& key, const Value& value) {
+  double x = 0;
+  if (value.kind == Value::kFloat) {
+    x = value.f;
+  } else if (value.kind == Value::kInt) {
+    x = static_cast<double>(value.i);
+  } else {
+    return;
+  }
+  (key == "lr" ? out_.group_lrs : out_.group_eps).push_back(x);
 }
 
 // storage_data maps MetadataIndex(fqn, ...) to _StorageInfo(relative_path,
@@ -582,12 +606,17 @@ Status Machine::PushConstant(Op op) {
       if (r.ec != std::errc() || r.ptr != line.data() + line.size()) return PushOther();
       return PushInt(v);
     }
-    case Op::kFloat:
-      RETURN_IF_ERROR(Line().status());
-      return PushOther();
-    case Op::kBinFloat:
-      RETURN_IF_ERROR(Fixed(8).status());
-      return PushOther();
+    case Op::kFloat: {  // decimal text
+      ASSIGN_OR_RETURN(std::string_view line, Line());
+      double f = 0;
+      auto r = std::from_chars(line.data(), line.data() + line.size(), f);
+      if (r.ec != std::errc() || r.ptr != line.data() + line.size()) return PushOther();
+      return PushFloat(f);
+    }
+    case Op::kBinFloat: {  // big-endian IEEE double
+      ASSIGN_OR_RETURN(uint64_t swapped, Fixed(8));
+      return PushFloat(std::bit_cast<double>(__builtin_bswap64(swapped)));
+    }
     case Op::kNone: {
       Value v;
       v.kind = Value::kNone;

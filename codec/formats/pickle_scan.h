@@ -64,6 +64,9 @@ struct PickleScan {
   // (torch >= 2.6 keeps them for optimizers built from named_parameters()):
   // the name of each parameter the optimizer state is keyed by index.
   std::vector<std::string> param_names;
+  // The numeric "lr" and "eps" values of dicts in the pickle (an
+  // optimizer's param_groups), in pickle order.
+  std::vector<double> group_lrs, group_eps;
   // When the pickle is DCP's .metadata: its storage_data, in pickle order.
   std::vector<DcpItem> dcp_items;
 };

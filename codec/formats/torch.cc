@@ -57,6 +57,8 @@ RefMap ScanDataPkl(const ByteSource& src, const ZipArchive& z, const std::string
   for (StorageRef& s : scan->storages) refs.emplace(s.key, std::move(s));
   facts->optimizer_state |= scan->optimizer_state;
   facts->param_names.insert(facts->param_names.end(), scan->param_names.begin(), scan->param_names.end());
+  facts->group_lrs.insert(facts->group_lrs.end(), scan->group_lrs.begin(), scan->group_lrs.end());
+  facts->group_eps.insert(facts->group_eps.end(), scan->group_eps.begin(), scan->group_eps.end());
   return refs;
 }
 
@@ -196,6 +198,8 @@ Result<FileLayout> ParseTorchLegacy(const ByteSource& src) {
   l.format = "torch-legacy";
   l.optimizer_state = scans[3].optimizer_state;
   l.param_names = scans[3].param_names;
+  l.group_lrs = scans[3].group_lrs;
+  l.group_eps = scans[3].group_eps;
   uint64_t pos = scans[4].end;
   for (const std::string& key : keys) {
     auto it = refs.find(key);

@@ -14,10 +14,6 @@ using lossy::TensorRole;
 
 namespace {
 
-// Weights of a parameter's error: Adam's v estimates the diagonal of the
-// Fisher information, so sum(v * dw^2) approximates the loss increase. The
-// floor keeps parameters that saw no gradient yet from being free to move.
-constexpr double kFisherFloor = 0.01;
 // Adam's update divides m by sqrt(v) + eps: errors of m count in those units.
 constexpr double kAdamEps = 1e-8;
 
@@ -36,24 +32,72 @@ double TargetFor(TensorRole r, const RoleTargets& t) {
 
 bool Overlaps(uint64_t a, uint64_t alen, uint64_t b, uint64_t blen) { return a < b + blen && b < a + alen; }
 
+// Adam's true step is lr * m_hat / (sqrt(v_hat) + eps), m_hat = m / (1 - b1^t),
+// v_hat = v / (1 - b2^t): about the uncorrected one times
+// sqrt(1 - b2^t) / (1 - b1^t), which is what this returns for the smallest
+// step count t among the optimizer's "step" tensors (1: none found). The
+// betas are taken as torch's defaults (0.9, 0.999): for any b2 <= 0.999 that
+// gives a smaller factor than the true one, so a smaller budget.
+double AdamBiasCorrection(const ByteSource& file, const FileLayout& layout) {
+  if (!layout.optimizer_state) return 1;
+  double t = 0;
+  for (const TensorRegion& r : layout.tensors) {
+    if (r.label != "step") continue;
+    double x = 0;
+    if (r.dtype == DType::kF32 && r.length == 4) {
+      float f = 0;
+      if (!file.ReadAt(r.offset, std::span(reinterpret_cast<uint8_t*>(&f), 4)).ok()) continue;
+      x = f;
+    } else if (r.dtype == DType::kI64 && r.length == 8) {
+      int64_t i = 0;
+      if (!file.ReadAt(r.offset, std::span(reinterpret_cast<uint8_t*>(&i), 8)).ok()) continue;
+      x = static_cast<double>(i);
+    } else {
+      continue;
+    }
+    if (x >= 1 && std::isfinite(x)) t = t > 0 ? std::min(t, x) : x;
+  }
+  if (t < 1) return 1;
+  return std::sqrt(1 - std::pow(0.999, t)) / (1 - std::pow(0.9, t));
+}
+
 }  // namespace
 
 LossyCoder::LossyCoder(const ByteSource& file, const FileLayout& layout, std::span<const TensorRange> ranges,
                        const LossyPolicy& policy, const TensorChunkOptions& topts, SiblingSource* siblings)
-    : file_(file), fidelity_(policy.fidelity), topts_(topts), ranges_(ranges) {
-  const double fidelity = policy.fidelity;
-  const RoleTargets targets = TargetsFor(fidelity);
-  info_.fidelity = static_cast<float>(fidelity);
+    : file_(file), fidelity_(policy.fidelity), topts_(topts), ranges_(ranges), step_budget_(policy.step_budget) {
+  info_.fidelity = static_cast<float>(fidelity_);
   info_.scope = policy.scope;
+  // Several param_groups: the smallest learning rate and epsilon, which
+  // give the smallest budget, since which group a tensor is in is not read.
+  for (double lr : layout.group_lrs) {
+    if (lr > 0 && std::isfinite(lr)) lr_ = lr_ > 0 ? std::min(lr_, lr) : lr;
+  }
+  bool eps_seen = false;
+  for (double e : layout.group_eps) {
+    if (e > 0 && std::isfinite(e)) eps_ = eps_seen ? std::min(eps_, e) : e, eps_seen = true;
+  }
+  lr_ *= AdamBiasCorrection(file, layout);
+  if (layout.lossy_allowed && fidelity_ > 0) {
+    // A DCP shard's tensors are named only in the save's .metadata.
+    std::optional<LabelledShard> named;
+    if (layout.format == "dcp" && siblings != nullptr) named = LabelDcpShard(layout, file.size(), *siblings);
+    if (named) sibling_note_ = "tensor names from " + named->metadata;
+    Classify(named ? named->layout : layout, policy.scope, siblings);
+  }
+  DescribeTargets();
+}
+
+void LossyCoder::DescribeTargets() {
+  one_step_ = step_budget_ > 0 && lr_ > 0 && std::any_of(tensors_.begin(), tensors_.end(), [&](const Tensor& t) {
+                return t.role == TensorRole::kWeight && t.m_offset && t.v_offset && !t.v_in_sibling;
+              });
+  info_.measure = one_step_ ? BudgetMeasure::kOneStep : BudgetMeasure::kRelative;
+  const RoleTargets targets = one_step_ ? StepTargetsFor(step_budget_) : TargetsFor(fidelity_);
   for (TensorRole r : {TensorRole::kWeight, TensorRole::kAdamM, TensorRole::kAdamV}) {
     info_.roles[RoleSlot(r)].target = static_cast<float>(TargetFor(r, targets));
   }
-  if (!layout.lossy_allowed || fidelity <= 0) return;
-  // A DCP shard's tensors are named only in the save's .metadata.
-  std::optional<LabelledShard> named;
-  if (layout.format == "dcp" && siblings != nullptr) named = LabelDcpShard(layout, file.size(), *siblings);
-  if (named) sibling_note_ = "tensor names from " + named->metadata;
-  Classify(named ? named->layout : layout, policy.scope, siblings);
+  if (one_step_) info_.roles[RoleSlot(TensorRole::kWeight)].target = static_cast<float>(step_budget_);
 }
 
 void LossyCoder::Classify(const FileLayout& layout, lossy::LossyScope scope, SiblingSource* siblings) {
@@ -69,10 +113,20 @@ void LossyCoder::Classify(const FileLayout& layout, lossy::LossyScope scope, Sib
     const TensorRegion& r = layout.tensors[i];
     if (roles[i].role == TensorRole::kOther || !lossy::LossyDTypeSupported(r.dtype)) continue;
     if (r.length / DTypeSize(r.dtype) < kMinLossyElements || (zip && !crc_covered(r))) continue;
-    Tensor t{r.offset, r.length, r.dtype, roles[i].role, std::nullopt, false, r.order};
-    if (roles[i].partner_v >= 0 && static_cast<size_t>(roles[i].partner_v) < layout.tensors.size()) {
-      const TensorRegion& v = layout.tensors[static_cast<size_t>(roles[i].partner_v)];
+    Tensor t{r.offset, r.length, r.dtype, roles[i].role, std::nullopt, false, r.order, std::nullopt};
+    const int32_t pv = roles[i].partner_v;
+    if (pv >= 0 && static_cast<size_t>(pv) < layout.tensors.size()) {
+      const TensorRegion& v = layout.tensors[static_cast<size_t>(pv)];
       if (v.dtype == r.dtype && v.length == r.length) t.v_offset = v.offset;
+    }
+    // A weight's first moment is the one paired with the same second moment.
+    for (size_t k = 0; t.v_offset && t.role == TensorRole::kWeight && k < roles.size(); ++k) {
+      const TensorRegion& m = layout.tensors[k];
+      if (roles[k].role == TensorRole::kAdamM && roles[k].partner_v == pv && m.dtype == r.dtype &&
+          m.length == r.length) {
+        t.m_offset = m.offset;
+        break;
+      }
     }
     tensors_.push_back(t);
   }
@@ -169,9 +223,22 @@ Result<std::vector<float>> LossyCoder::Sensitivity(const Tensor& t, uint64_t beg
   return w;
 }
 
+Result<double> LossyCoder::OneStepTarget(const Tensor& t, uint64_t begin, uint64_t end) const {
+  const size_t es = DTypeSize(t.dtype), n = (end - begin) / es;
+  std::vector<uint8_t> w(end - begin), m(end - begin), v(end - begin);
+  RETURN_IF_ERROR(file_.ReadAt(begin, w));
+  RETURN_IF_ERROR(file_.ReadAt(*t.m_offset + (begin - t.offset), m));
+  RETURN_IF_ERROR(file_.ReadAt(*t.v_offset + (begin - t.offset), v));
+  auto at = [&](const std::vector<uint8_t>& b) {
+    return [&b, dtype = t.dtype](size_t i) { return lossy::BitsToFloat(dtype, lossy::LoadBits(dtype, b.data(), i)); };
+  };
+  return OneStepWeightTargetOf(n, at(w), at(m), at(v), lr_, eps_, step_budget_);
+}
+
 Result<std::vector<ChunkSegment>> LossyCoder::Segments(uint64_t offset, uint64_t len,
                                                        lossy::PieceScratch* scratch) const {
-  const RoleTargets targets = TargetsFor(fidelity_);
+  const RoleTargets targets = one_step_ ? StepTargetsFor(step_budget_) : TargetsFor(fidelity_);
+  const RoleTargets fallback = TargetsFor(fidelity_);
   std::vector<ChunkSegment> segs;
   uint64_t pos = 0;  // chunk-relative
   auto lossless_to = [&](uint64_t end) {
@@ -197,7 +264,18 @@ Result<std::vector<ChunkSegment>> LossyCoder::Segments(uint64_t offset, uint64_t
     s.spec.dtype = t.dtype;
     s.spec.domain = t.role == TensorRole::kAdamV ? lossy::Domain::kLogBits : lossy::Domain::kValue;
     s.spec.target = TargetFor(t.role, targets);
-    if (t.role == TensorRole::kWeight) s.spec.residual_cap = targets.weight_update;
+    if (t.role == TensorRole::kWeight) {
+      s.spec.target = fallback.weight;
+      s.spec.residual_cap = fallback.weight_update;
+      ASSIGN_OR_RETURN(const double step_target, OneStep(t) ? OneStepTarget(t, begin, end) : Result<double>(0.0));
+      if (step_target > 0) {
+        // The budget is in units of the optimizer's own movement already:
+        // no second cap on the change since the predecessor.
+        s.spec.target = std::min(step_target, kMaxFidelity);
+        s.spec.residual_cap = 0;
+        s.error_to_steps = step_budget_ / s.spec.target;
+      }
+    }
     ASSIGN_OR_RETURN(s.weight, Sensitivity(t, begin, end, scratch));
     segs.push_back(std::move(s));
     pos = end - offset;
@@ -242,7 +320,11 @@ void LossyCoder::Record(const ChunkSegment& s) {
   r.elements += n;
   r.stored += s.stored;
   if (s.coded_lossy) {
-    r.max_error = std::max(r.max_error, static_cast<float>(s.outcome.error));
+    // Under the one-step measure, weights report steps; those it could not
+    // judge (coded to the fallback's relative target) are left out of it.
+    const bool steps = one_step_ && s.role == TensorRole::kWeight;
+    const double e = steps ? s.outcome.error * s.error_to_steps : s.outcome.error;
+    if (!steps || s.error_to_steps > 0) r.max_error = std::max(r.max_error, static_cast<float>(e));
     GlobalMetrics().lossy_error.Observe(s.outcome.error);
   } else {
     info_.exact_elements += n;

@@ -85,6 +85,7 @@ class LossyCoder {
     std::optional<uint64_t> v_offset;  // the partner second moment, same element type
     bool v_in_sibling = false;         // ... in sibling_, not in this file
     uint32_t order = 0;
+    std::optional<uint64_t> m_offset;  // weights: the partner first moment in this file
   };
   // Which tensors are coded how, from `layout` (the shard's labelled one for DCP).
   void Classify(const FileLayout& layout, lossy::LossyScope scope, SiblingSource* siblings);
@@ -92,12 +93,26 @@ class LossyCoder {
   Result<std::vector<lossy::ChunkSegment>> Segments(uint64_t offset, uint64_t len, lossy::PieceScratch* scratch) const;
   Result<std::vector<float>> Sensitivity(const Tensor& t, uint64_t begin, uint64_t end,
                                          lossy::PieceScratch* scratch) const;
+  // The one-step measure's relative target for a weight piece; 0 when it cannot be judged.
+  Result<double> OneStepTarget(const Tensor& t, uint64_t begin, uint64_t end) const;
+  // Whether a weight is bounded by the one-step measure.
+  bool OneStep(const Tensor& t) const {
+    return one_step_ && t.role == lossy::TensorRole::kWeight && t.m_offset && t.v_offset && !t.v_in_sibling;
+  }
+  // Sets the targets and rule info_ reports, once the tensors are classified.
+  void DescribeTargets();
   Status CodeChunk(uint64_t offset, std::span<uint8_t> raw, std::span<const uint8_t> base,
                    std::vector<lossy::ChunkSegment>* segs, std::vector<uint8_t>* out, lossy::PieceScratch* scratch);
   void Record(const lossy::ChunkSegment& s);
 
   const ByteSource& file_;
   double fidelity_;
+  // The one-step measure (codec/lossy/policy.h): the policy's C, the
+  // optimizer's smallest learning rate and epsilon, and whether any weight
+  // of the file can be judged by it.
+  double step_budget_ = 0;
+  double lr_ = 0, eps_ = 1e-8;
+  bool one_step_ = false;
   TensorChunkOptions topts_;
   std::span<const TensorRange> ranges_;  // the lossless codec's view of the file
   std::vector<Tensor> tensors_;          // lossy ones, sorted by offset

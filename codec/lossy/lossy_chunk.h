@@ -35,6 +35,9 @@ struct ChunkSegment {
   TensorRole role = TensorRole::kOther;  // lossy only: for statistics
   std::vector<float> weight;  // lossy kValue only; empty: uniform
   const PieceChoice* choice = nullptr;  // lossy only: code as chosen before (PieceInput::choice)
+  // Weights under the one-step measure: the measured error times this is
+  // the error in steps (C / the piece's relative target); 0 otherwise.
+  double error_to_steps = 0;
   // Filled by the encoder: how the piece came out (lossy segments only;
   // `coded_lossy` false when it had to be stored losslessly).
   PieceOutcome outcome;

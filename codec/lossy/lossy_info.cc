@@ -16,4 +16,6 @@ const char* SensitivityRuleName(SensitivityRule r) {
   return "none";
 }
 
+const char* BudgetMeasureName(BudgetMeasure m) { return m == BudgetMeasure::kOneStep ? "one-step" : "relative"; }
+
 }  // namespace ckptfs

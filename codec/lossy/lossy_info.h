@@ -21,6 +21,13 @@ struct LossyRoleInfo {
 // of a sibling file of the same save (codec/lossy/siblings.h).
 enum class SensitivityRule : uint8_t { kNone = 0, kMagnitude = 1, kOwnMoments = 2, kSibling = 3 };
 const char* SensitivityRuleName(SensitivityRule r);
+// What the weights' errors were bounded by (codec/lossy/policy.h,
+// docs/LOSSY.md): relative error (a numeric fidelity, or the fallback for a
+// file without Adam moments and a learning rate), or the one-step measure,
+// in which case roles[0].target is the step budget C and roles[0].max_error
+// the largest error of a piece in the same unit (steps).
+enum class BudgetMeasure : uint8_t { kRelative = 0, kOneStep = 1 };
+const char* BudgetMeasureName(BudgetMeasure m);
 
 struct LossyInfo {
   float fidelity = 0;
@@ -29,6 +36,7 @@ struct LossyInfo {
   // Unknown (kModels, kNone) in packs written before version 2 of the section.
   lossy::LossyScope scope = lossy::LossyScope::kModels;
   SensitivityRule sensitivity = SensitivityRule::kNone;
+  BudgetMeasure measure = BudgetMeasure::kRelative;  // kRelative in packs written before the measure existed
 };
 
 }  // namespace ckptfs

@@ -1,5 +1,6 @@
 // Which files lossy mode may touch, and how hard: a policy, its text form
-// ("lossless", "lossy", "lossy=FIDELITY", each lossy form optionally
+// ("lossless", "lossy", "lossy=safe", "lossy=aggressive", "lossy=steps:C",
+// "lossy=FIDELITY", each lossy form optionally
 // followed by ",scope=models" or ",scope=all") and the per-role error
 // targets one fidelity gives. A file's policy is the mount's
 // (-o lossy[=FIDELITY][,lossy_scope=SCOPE]) unless a directory on its path
@@ -7,7 +8,9 @@
 // store resolves it when the file is sealed (Store::PolicyFor).
 #pragma once
 
+#include <cmath>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -16,15 +19,40 @@
 
 namespace ckptfs {
 
-// The fidelity "lossy" alone means: weights within 1% relative error.
-inline constexpr double kDefaultFidelity = 0.01;
+// Two measures (docs/LOSSY.md). The one-step measure, for weights whose
+// file holds Adam's m and v and the optimizer's learning rate: the Fisher
+// energy of the error, sum (v+floor)*dw^2, at most C^2 times that of one
+// optimizer step, sum (v+floor)*(lr*m/(sqrt(v)+eps))^2 ("C steps"). The
+// relative measure, for everything else (the fallback) and for a numeric
+// FIDELITY: sqrt(sum s*dw^2 / sum s*w^2) at most FIDELITY, s the
+// sensitivity (v, or 1).
+//
+// The named levels, calibrated on bench/lossy_accuracy.py's panel:
+// "lossy" alone is "safe".
+inline constexpr double kSafeSteps = 1.0;
+inline constexpr double kAggressiveSteps = 3.0;
+inline constexpr double kMaxSteps = 100.0;
+// The relative fidelity of files the one-step measure cannot judge (no
+// optimizer state, no learning rate) at the safe level and steps:C: 1%
+// cost +1.2% final loss on the panel's SGD workload, 0.5% +0.2%
+// (docs/LOSSY.md).
+inline constexpr double kSafeFallbackFidelity = 0.005;
+inline constexpr double kAggressiveFidelity = 0.03;
 inline constexpr double kMaxFidelity = 0.5;
+// Weights of a parameter's error: Adam's v estimates the diagonal of the
+// Fisher information, so sum(v * dw^2) approximates the loss increase. The
+// floor, this share of the mean v, keeps parameters that saw no gradient
+// yet from being free to move.
+inline constexpr double kFisherFloor = 0.01;
 
 struct LossyPolicy {
-  double fidelity = 0;  // 0: lossless
+  double fidelity = 0;  // 0: lossless; else the relative measure's bound (the fallback's, with step_budget)
   // What may be quantized (codec/lossy/roles.h): by default only the
   // parameters and optimizer moments of model and checkpoint files.
   lossy::LossyScope scope = lossy::LossyScope::kModels;
+  // C of the one-step measure (with the Adam bias corrections of the
+  // checkpoint's step count); 0: the relative measure for every file.
+  double step_budget = 0;
   bool lossy() const { return fidelity > 0; }
   bool operator==(const LossyPolicy&) const = default;
 };
@@ -38,7 +66,9 @@ std::string FormatLossyPolicy(const LossyPolicy& policy);
 // Per-role error targets derived from one fidelity (docs/SEMANTICS.md):
 // weights within `fidelity` relative error weighted by sensitivity; first
 // moments within a looser bound of the normalised update they produce;
-// second moments within a log2-domain RMS error.
+// second moments within a log2-domain RMS error. Under the one-step
+// measure (StepTargetsFor) the weight target is per piece
+// (OneStepWeightTarget) and `weight` is unused.
 struct RoleTargets {
   double weight = 0;
   // Weights coded against their predecessor also keep the error within
@@ -48,5 +78,40 @@ struct RoleTargets {
   double second_moment = 0;
 };
 RoleTargets TargetsFor(double fidelity);
+// The moments' targets for a step budget C: m's error persists for about
+// 1/(1-beta1) = 10 steps, so its relative error of the update it makes is
+// held at C/10 (at most 0.9); v's log2 RMS error at 0.15*C (at most 1).
+RoleTargets StepTargetsFor(double step_budget);
+
+// The one-step measure's relative target for a piece of a weight tensor
+// with its first and second moments (same element count, each given as
+// doubles): C * sqrt(sum s*(lr*m/(sqrt(v)+eps))^2 / sum s*w^2), s = v +
+// 0.01*mean(v) as the encoder weighs (kFisherFloor), so that a piece coded
+// within it has sum s*dw^2 <= C^2 * sum s*step^2. 0 when it cannot be
+// judged (no gradient seen yet, all-zero weights).
+double OneStepWeightTarget(std::span<const double> w, std::span<const double> m, std::span<const double> v,
+                           double lr, double eps, double step_budget);
+// The same over n elements read through accessors (element index -> double),
+// so the encoder need not widen a piece's three arrays first.
+template <typename W, typename M, typename V>
+double OneStepWeightTargetOf(size_t n, W w, M m, V v, double lr, double eps, double step_budget) {
+  auto clean_v = [&](size_t i) {
+    const double x = v(i);
+    return x > 0 && std::isfinite(x) ? x : 0.0;
+  };
+  double v_sum = 0;
+  for (size_t i = 0; i < n; ++i) v_sum += clean_v(i);
+  if (n == 0 || v_sum <= 0 || !(lr > 0)) return 0;
+  const double floor = kFisherFloor * v_sum / static_cast<double>(n);
+  double step_energy = 0, weight_energy = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double vi = clean_v(i), s = vi + floor;
+    const double step = lr * m(i) / (std::sqrt(vi) + eps), wi = w(i);
+    if (std::isfinite(step)) step_energy += s * step * step;
+    if (std::isfinite(wi)) weight_energy += s * wi * wi;
+  }
+  if (weight_energy <= 0 || step_energy <= 0) return 0;
+  return step_budget * std::sqrt(step_energy / weight_energy);
+}
 
 }  // namespace ckptfs

@@ -545,6 +545,38 @@ def test_dcp_shard_takes_roles_from_its_metadata(mount_factory, plain_dir, tmp_p
         assert lossy[role]["max_error"] <= lossy[role]["target"] * TOL, (role, lossy)
 
 
+def test_plain_lossy_is_the_safe_level(mount_factory, plain_dir, tmp_path, pypi_python):
+    """`-o lossy` with no value is the safe level (docs/LOSSY.md): a torch
+    checkpoint with AdamW's state and learning rate has its weights bounded
+    by the one-step measure (1 step); a file of weights alone falls back to
+    0.5% relative error; both say which rule they got."""
+    m = mount_factory(opts=["lossy"])
+    for d in ("a", "b"):  # apart, so the model file has no sibling optimizer file
+        (m.mnt / d).mkdir()
+        (plain_dir / d).mkdir()
+    run_client(pypi_python, tmp_path, "torch", m.mnt / "a" / "ckpt.pt", plain_dir / "a" / "ckpt.pt")
+    run_client(pypi_python, tmp_path, "safetensors", m.mnt / "b" / "model.safetensors",
+               plain_dir / "b" / "model.safetensors")
+    prefix = "user.ckptfs.lossy."
+    ckpt = {k[len(prefix):]: os.getxattr(m.mnt / "a" / "ckpt.pt", k).decode()
+            for k in os.listxattr(m.mnt / "a" / "ckpt.pt") if k.startswith(prefix)}
+    assert ckpt["measure"] == "one-step" and ckpt["sensitivity"] == "second-moments", ckpt
+    assert float(ckpt["target.weights"]) == 1.0 and float(ckpt["fidelity"]) == pytest.approx(0.005), ckpt
+    assert 0 < float(ckpt["error.weights"]) <= 1.0 * TOL, ckpt
+    assert float(ckpt["target.first_moments"]) == pytest.approx(0.1), ckpt
+    assert float(ckpt["target.second_moments"]) == pytest.approx(0.1), ckpt
+    weights_only = {k[len(prefix):]: os.getxattr(m.mnt / "b" / "model.safetensors", k).decode()
+                    for k in os.listxattr(m.mnt / "b" / "model.safetensors") if k.startswith(prefix)}
+    assert weights_only["measure"] == "relative" and weights_only["sensitivity"] == "magnitude", weights_only
+    assert float(weights_only["target.weights"]) == pytest.approx(0.005), weights_only
+    assert stats_entry(m, "a/ckpt.pt")["lossy"]["measure"] == "one-step"
+    assert stats_entry(m, "b/model.safetensors")["lossy"]["measure"] == "relative"
+    p = run_ckptfs("stats", m.mnt)
+    assert p.returncode == 0, describe(p)
+    row = [line for line in p.stdout.splitlines() if line.startswith("a/ckpt.pt ")]
+    assert row and "(w in steps)" in row[0], p.stdout
+
+
 def test_safetensors_lossy(mount_factory, plain_dir, tmp_path, pypi_python):
     f = 0.01
     m = mount_factory(opts=[f"lossy={f}"])
@@ -582,8 +614,8 @@ def test_safetensors_lossy(mount_factory, plain_dir, tmp_path, pypi_python):
 def test_numpy_lossy(mount_factory, plain_dir):
     """NumPy files are data unless the policy says scope=all: exact under
     -o lossy, quantized under a directory's lossy,scope=all."""
-    f = 0.01
-    m = mount_factory(opts=["lossy"])  # the default fidelity
+    f = 0.005  # -o lossy's fallback for files without Adam state (docs/LOSSY.md)
+    m = mount_factory(opts=["lossy"])
     (m.mnt / "all").mkdir()
     os.setxattr(m.mnt / "all", POLICY_XATTR, b"lossy,scope=all")
     rng = np.random.default_rng(5)
@@ -874,10 +906,12 @@ def test_recovery_seal_applies_policy(mount_factory, plain_dir):
 
 @pytest.mark.parametrize("dist", ["gaussian", "laplace"])
 def test_bell_shaped_weights_quantized(mount_factory, dist):
-    """At the default fidelity, normally initialised (and heavy-tailed)
-    weights are actually quantized, not only kept within the target."""
+    """At 1% (what -o lossy meant before the safe level; its fallback is now
+    0.5%, at which such a tensor may stay exact, docs/LOSSY.md), normally
+    initialised (and heavy-tailed) weights are actually quantized, not only
+    kept within the target."""
     f = 0.01
-    m = mount_factory(opts=["lossy", "lossy_scope=all"])  # npy: in scope only with scope=all
+    m = mount_factory(opts=[f"lossy={f}", "lossy_scope=all"])  # npy: in scope only with scope=all
     g = np.random.default_rng(12)
     w = (g.standard_normal((128, 96)) if dist == "gaussian" else g.laplace(size=(128, 96))) * 0.02
     w = w.astype(np.float32)

@@ -255,16 +255,21 @@ TEST(LossyChunk, MetadataStaysExactAndTensorsMeetTheTarget) {
 TEST(LossyPolicy, ParsesTheAcceptedFormsOnly) {
   const LossyScope kModels = LossyScope::kModels, kAll = LossyScope::kAll;
   EXPECT_EQ(*ParseLossyPolicy("lossless"), (LossyPolicy{0.0, kModels}));
-  EXPECT_EQ(*ParseLossyPolicy("lossy"), (LossyPolicy{kDefaultFidelity, kModels}));
+  // "lossy" alone is the safe level: the one-step measure, 0.5% relative where it cannot judge.
+  EXPECT_EQ(*ParseLossyPolicy("lossy"), (LossyPolicy{0.005, kModels, kSafeSteps}));
+  EXPECT_EQ(*ParseLossyPolicy("lossy=safe"), (LossyPolicy{0.005, kModels, kSafeSteps}));
+  EXPECT_EQ(*ParseLossyPolicy("lossy=aggressive"), (LossyPolicy{kAggressiveFidelity, kModels, kAggressiveSteps}));
+  EXPECT_EQ(*ParseLossyPolicy("lossy=steps:2.5,scope=all"), (LossyPolicy{0.005, kAll, 2.5}));
   EXPECT_EQ(*ParseLossyPolicy("lossy=0.05"), (LossyPolicy{0.05, kModels}));
   EXPECT_EQ(*ParseLossyPolicy("lossy=0.05\n"), (LossyPolicy{0.05, kModels}));
   // The scope is explicit, and only "all" widens it.
   EXPECT_EQ(*ParseLossyPolicy("lossy=0.05,scope=all"), (LossyPolicy{0.05, kAll}));
-  EXPECT_EQ(*ParseLossyPolicy("lossy,scope=all\n"), (LossyPolicy{kDefaultFidelity, kAll}));
+  EXPECT_EQ(*ParseLossyPolicy("lossy,scope=all\n"), (LossyPolicy{0.005, kAll, kSafeSteps}));
   EXPECT_EQ(*ParseLossyPolicy("lossy=0.02,scope=models"), (LossyPolicy{0.02, kModels}));
   for (const char* bad : {"", "lossy=", "lossy=0", "lossy=-1", "lossy=0.6", "lossy=nan", "banana", "lossy=0.1x",
                           "lossy=0.05,scope=", "lossy=0.05,scope=npy", "lossy=0.05,all", "lossless,scope=all",
-                          "lossy=0.05,scope=all,scope=all", ",scope=all"}) {
+                          "lossy=0.05,scope=all,scope=all", ",scope=all", "lossy=steps:", "lossy=steps:0",
+                          "lossy=steps:101", "lossy=Safe", "lossy=steps:-1"}) {
     EXPECT_EQ(ParseLossyPolicy(bad).status().code(), EINVAL) << bad;
   }
   EXPECT_EQ(*ParseLossyScope("all"), kAll);
@@ -273,6 +278,37 @@ TEST(LossyPolicy, ParsesTheAcceptedFormsOnly) {
   EXPECT_EQ(FormatLossyPolicy({}), "lossless");
   EXPECT_EQ(FormatLossyPolicy({0.02, kModels}), "lossy=0.02");
   EXPECT_EQ(FormatLossyPolicy({0.02, kAll}), "lossy=0.02,scope=all");
+  for (const char* text : {"lossy=safe", "lossy=aggressive,scope=all", "lossy=steps:2.5"}) {
+    EXPECT_EQ(FormatLossyPolicy(*ParseLossyPolicy(text)), text);
+  }
+}
+
+// The one-step measure on hand-made numbers, computed as docs/LOSSY.md
+// writes it: C * sqrt(sum s*(lr*m/(sqrt(v)+eps))^2 / sum s*w^2), s = v +
+// 0.01*mean(v).
+TEST(OneStepMeasure, ComputedAsDocumented) {
+  const std::vector<double> w = {0.5, -1.0, 2.0, 0.0};
+  const std::vector<double> m = {0.1, 0.2, -0.3, 0.0};
+  const std::vector<double> v = {0.04, 0.16, 0.0, 1.0};
+  const double lr = 1e-3, eps = 1e-8, c = 2.0;
+  const double floor = 0.01 * (0.04 + 0.16 + 0.0 + 1.0) / 4;
+  double step = 0, weight = 0;
+  for (size_t i = 0; i < 4; ++i) {
+    const double s = v[i] + floor, u = lr * m[i] / (std::sqrt(v[i]) + eps);
+    step += s * u * u;
+    weight += s * w[i] * w[i];
+  }
+  EXPECT_NEAR(OneStepWeightTarget(w, m, v, lr, eps, c), c * std::sqrt(step / weight), 1e-15);
+  // By hand for the first two elements alone (floor 0.001): both steps are
+  // 1e-3 * 0.1 / 0.2 = 1e-3 * 0.2 / 0.4 = 5e-4.
+  const double by_hand = 2.0 * std::sqrt((0.041 + 0.161) * 2.5e-7 / (0.041 * 0.25 + 0.161 * 1.0));
+  EXPECT_NEAR(OneStepWeightTarget(std::span(w).first(2), std::span(m).first(2), std::span(v).first(2), lr, eps, c),
+              by_hand, 1e-6 * by_hand);
+  // It scales with the learning rate and the budget; nothing to judge gives 0.
+  EXPECT_NEAR(OneStepWeightTarget(w, m, v, 2 * lr, eps, c), 2 * OneStepWeightTarget(w, m, v, lr, eps, c), 1e-15);
+  EXPECT_EQ(OneStepWeightTarget(w, m, std::vector<double>(4, 0.0), lr, eps, c), 0);
+  EXPECT_EQ(OneStepWeightTarget(w, m, v, 0, eps, c), 0);
+  EXPECT_EQ(OneStepWeightTarget(std::vector<double>(4, 0.0), m, v, lr, eps, c), 0);
 }
 
 }  // namespace
@@ -578,6 +614,99 @@ TEST(SiblingSource, OnlyTheNearestCandidatesAreRead) {
   EXPECT_EQ(c.coder.info().sensitivity, SensitivityRule::kMagnitude);
 }
 
+// A real torch.save of a model and its Adam state (lr 1e-3, eps 1e-8 in
+// param_groups, step 10) under -o lossy: the weights are bounded by the
+// one-step measure, with Adam's bias corrections, and their reconstruction
+// keeps it.
+TEST(OneStepMeasure, TorchCheckpointWithAdamStateUsesIt) {
+  const std::vector<uint8_t> bytes = test::ReadFileBytes(std::string(CKPTFS_SOURCE_DIR) + "/tests/data/golden/inputs/lossy/ckpt1.pt");
+  SpanSource file(bytes);
+  const FileLayout layout = DetectLayout(file);
+  EXPECT_EQ(layout.group_lrs, (std::vector<double>{1e-3}));
+  EXPECT_EQ(layout.group_eps, (std::vector<double>{1e-8}));
+  const std::vector<TensorRange> ranges = TensorRangesOf(layout);
+  const LossyPolicy safe = *ParseLossyPolicy("lossy");
+  LossyCoder coder(file, layout, ranges, safe, TensorChunkOptions{});
+  ASSERT_TRUE(coder.active());
+  EXPECT_EQ(coder.info().measure, BudgetMeasure::kOneStep);
+  EXPECT_EQ(coder.info().roles[0].target, static_cast<float>(kSafeSteps));
+  std::vector<uint8_t> raw = bytes;
+  ASSERT_TRUE(coder.Reconstruct(0, raw, {}).ok());
+  raw = bytes;
+  Result<std::optional<LossyChunk>> chunk = coder.Encode(0, raw, {});
+  ASSERT_TRUE(chunk.ok()) << chunk.status().ToString();
+  EXPECT_GT(coder.info().roles[0].max_error, 0.0f);
+  EXPECT_LE(coder.info().roles[0].max_error, kSafeSteps * 1.001);
+  // Recompute the measure of each weight with both moments from the bytes.
+  const std::vector<lossy::RoleAssignment> roles = lossy::AssignRoles(layout);
+  int checked = 0, quantized = 0;
+  for (size_t i = 0; i < roles.size(); ++i) {
+    if (roles[i].role != lossy::TensorRole::kWeight || roles[i].partner_v < 0) continue;
+    const TensorRegion& w = layout.tensors[i];
+    const TensorRegion& v = layout.tensors[static_cast<size_t>(roles[i].partner_v)];
+    const TensorRegion* m = nullptr;
+    for (size_t k = 0; k < roles.size(); ++k) {
+      if (roles[k].role == lossy::TensorRole::kAdamM && roles[k].partner_v == roles[i].partner_v) m = &layout.tensors[k];
+    }
+    ASSERT_NE(m, nullptr);
+    const size_t n = w.length / 4;
+    if (n < kMinLossyElements) continue;
+    auto doubles = [&](const std::vector<uint8_t>& b, uint64_t at) {
+      std::vector<double> out(n);
+      for (size_t j = 0; j < n; ++j) {
+        float f;
+        std::memcpy(&f, b.data() + at + 4 * j, 4);
+        out[j] = f;
+      }
+      return out;
+    };
+    const std::vector<double> w0 = doubles(bytes, w.offset), w1 = doubles(raw, w.offset);
+    const std::vector<double> mm = doubles(bytes, m->offset), vv = doubles(bytes, v.offset);
+    double vsum = 0;
+    for (double x : vv) vsum += x;
+    const double floor = kFisherFloor * vsum / static_cast<double>(n);
+    // Adam's bias corrections at the checkpoint's step 10, betas (0.9, 0.999).
+    const double lr = 1e-3 * std::sqrt(1 - std::pow(0.999, 10)) / (1 - std::pow(0.9, 10));
+    double err = 0, step = 0;
+    for (size_t j = 0; j < n; ++j) {
+      const double sj = vv[j] + floor, u = lr * mm[j] / (std::sqrt(vv[j]) + 1e-8);
+      err += sj * (w1[j] - w0[j]) * (w1[j] - w0[j]);
+      step += sj * u * u;
+    }
+    // A piece may stay exact when no code meets its budget; that is within it too.
+    EXPECT_LE(std::sqrt(err / step), kSafeSteps * 1.001) << "weight " << i;
+    quantized += err > 0;
+    ++checked;
+  }
+  EXPECT_GT(checked, 0);
+  EXPECT_GT(quantized, 0);
+}
+
+// Weights without optimizer state fall back to the relative rule, and the
+// record says so.
+TEST(OneStepMeasure, NoOptimizerStateFallsBackAndSaysSo) {
+  SpanSource file(OneLayer());
+  const FileLayout layout = DetectLayout(file);
+  const std::vector<TensorRange> ranges = TensorRangesOf(layout);
+  LossyCoder coder(file, layout, ranges, *ParseLossyPolicy("lossy"), TensorChunkOptions{});
+  ASSERT_TRUE(coder.active());
+  EXPECT_EQ(coder.info().measure, BudgetMeasure::kRelative);
+  EXPECT_EQ(coder.info().sensitivity, SensitivityRule::kMagnitude);
+  EXPECT_EQ(coder.info().roles[0].target, 0.005f);
+  const auto attrs = LossyXattrs(coder.info());
+  EXPECT_NE(std::find(attrs.begin(), attrs.end(), std::pair<std::string, std::string>{"user.ckptfs.lossy.measure",
+                                                                                      "relative"}),
+            attrs.end());
+  // A numeric fidelity is the relative rule even with Adam's state.
+  const std::vector<uint8_t> ckpt = test::ReadFileBytes(std::string(CKPTFS_SOURCE_DIR) + "/tests/data/golden/inputs/lossy/ckpt1.pt");
+  SpanSource ckpt_file(ckpt);
+  const FileLayout ckpt_layout = DetectLayout(ckpt_file);
+  const std::vector<TensorRange> ckpt_ranges = TensorRangesOf(ckpt_layout);
+  LossyCoder numeric(ckpt_file, ckpt_layout, ckpt_ranges, *ParseLossyPolicy("lossy=0.05"), TensorChunkOptions{});
+  EXPECT_EQ(numeric.info().measure, BudgetMeasure::kRelative);
+  EXPECT_EQ(numeric.info().roles[0].target, 0.05f);
+}
+
 TEST(SiblingSource, AskedOnlyForWeightsWithoutMoments) {
   FakeSiblings siblings({{"optimizer.safetensors", OneLayerMoments(4096, 64)}});
   // The file's own second moments weigh it.
@@ -613,7 +742,15 @@ TEST(LossyMeta, ScopeAndRuleRoundTripAndVersionOneStillReads) {
   ASSERT_TRUE(m->lossy);
   EXPECT_EQ(m->lossy->scope, lossy::LossyScope::kAll);
   EXPECT_EQ(m->lossy->sensitivity, SensitivityRule::kSibling);
+  EXPECT_EQ(m->lossy->measure, BudgetMeasure::kRelative);
   EXPECT_EQ(m->lossy->roles[2].max_error, 0.25f);
+  LossyInfo one_step = *MetaWithLossy().lossy;
+  one_step.measure = BudgetMeasure::kOneStep;
+  PackMeta with_steps = MetaWithLossy();
+  with_steps.lossy = one_step;
+  auto back = DecodePackMeta(EncodePackMeta(with_steps), 2);
+  ASSERT_TRUE(back.ok() && back->lossy);
+  EXPECT_EQ(back->lossy->measure, BudgetMeasure::kOneStep);
   // A version 1 section (before scopes): 4 bytes shorter, read as scope
   // models with no rule recorded.
   std::vector<uint8_t> v1(b.begin(), b.end() - 12);
@@ -641,6 +778,7 @@ TEST(LossyXattrs, NamesAndValues) {
       {"user.ckptfs.lossy.fidelity", "0.05"},
       {"user.ckptfs.lossy.scope", "all"},
       {"user.ckptfs.lossy.sensitivity", "sibling-second-moments"},
+      {"user.ckptfs.lossy.measure", "relative"},
       {"user.ckptfs.lossy.target.weights", "0.05"},
       {"user.ckptfs.lossy.error.weights", "0.04"},
       {"user.ckptfs.lossy.target.second_moments", "0.5"},

@@ -200,7 +200,18 @@ TEST(MountOptionsTest, ListsSkipEmptyEntriesAndLaterOptionsWin) {
   const MountOptions o = Parsed(",zstd_level=5,,zstd_level=7,");
   EXPECT_EQ(o.store.encoder.zstd_level, 7);
   EXPECT_EQ(Parsed("").store.encoder.zstd_level, MountOptions{}.store.encoder.zstd_level);
-  EXPECT_DOUBLE_EQ(Parsed("lossy").store.lossy, 0.01);
+  EXPECT_DOUBLE_EQ(Parsed("lossy").store.lossy, 0.005);
+}
+
+// -o lossy alone is the safe level (docs/LOSSY.md); a number keeps the relative measure alone.
+TEST(MountOptionsTest, PlainLossyIsTheSafeLevel) {
+  EXPECT_DOUBLE_EQ(Parsed("lossy").store.lossy_steps, kSafeSteps);
+  EXPECT_DOUBLE_EQ(Parsed("lossy=safe").store.lossy_steps, kSafeSteps);
+  EXPECT_DOUBLE_EQ(Parsed("lossy=aggressive").store.lossy_steps, kAggressiveSteps);
+  EXPECT_DOUBLE_EQ(Parsed("lossy=aggressive").store.lossy, kAggressiveFidelity);
+  EXPECT_DOUBLE_EQ(Parsed("lossy=steps:5").store.lossy_steps, 5.0);
+  EXPECT_DOUBLE_EQ(Parsed("lossy=0.05").store.lossy_steps, 0.0);
+  EXPECT_DOUBLE_EQ(Parsed("lossy,lossy=0.05").store.lossy_steps, 0.0);
 }
 
 TEST(MountOptionsTest, ParseSizeSuffixes) {

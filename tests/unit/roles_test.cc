@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <string>
 #include <vector>
 
@@ -495,6 +496,30 @@ TEST(PickleLabelTest, TorchCheckpointShape) {
   EXPECT_EQ(entries, want_entries);
   EXPECT_TRUE(optimizer_state);
   EXPECT_EQ(formats::ScanPickle(p.b)->param_names, (std::vector<std::string>{"l.weight", "l.bias", "param"}));
+}
+
+// An optimizer's param_groups: "lr" and "eps" as BINFLOAT (protocol 2+),
+// FLOAT (protocol 0 text) or an int; anything else (a tensor lr) is not read.
+TEST(PickleLabelTest, ParamGroupsGiveLearningRatesAndEpsilons) {
+  Pkl p;
+  p.Op('\x80'), p.b.push_back(2);
+  p.Op('}'), p.Op('(');
+  p.Str("state"), p.Op('}');
+  p.Str("param_groups"), p.Op(']'), p.Op('(');
+  p.Op('}'), p.Op('('), p.Str("lr"), p.Op('G');
+  const uint64_t bits = std::bit_cast<uint64_t>(3e-4);
+  for (int i = 7; i >= 0; --i) p.b.push_back(static_cast<uint8_t>(bits >> (8 * i)));
+  p.Str("eps");
+  for (char c : std::string("F1e-08\n")) p.Op(c);
+  p.Str("initial_lr"), p.Int(9), p.Op('u');
+  p.Op('}'), p.Op('('), p.Str("lr"), p.Int(2), p.Str("eps"), p.Str("not a number"), p.Op('u');
+  p.Op('}'), p.Op('('), p.Str("lr"), p.Tensor("0", 1), p.Op('u');
+  p.Op('e'), p.Op('u'), p.Op('.');
+  auto scan = formats::ScanPickle(p.b);
+  ASSERT_TRUE(scan.ok()) << scan.status().message();
+  EXPECT_TRUE(scan->optimizer_state);
+  EXPECT_EQ(scan->group_lrs, (std::vector<double>{3e-4, 2.0}));
+  EXPECT_EQ(scan->group_eps, (std::vector<double>{1e-8}));
 }
 
 // {'data': t, 'inputs': t}, a single-item OrderedDict (SETITEM, not
