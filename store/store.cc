@@ -409,7 +409,7 @@ void CountSeal(uint64_t logical, uint64_t stored, std::chrono::steady_clock::dur
 // pre-extend or write their index last. A file that says nothing of itself
 // (TF data shard, ONNX external data, Orbax data file) takes its layout from
 // the files around it. Unknown formats get no ranges (generic path).
-FileLayout LayoutForSeal(const ByteSource& file, const SiblingSource* siblings, const LossyPolicy& policy) {
+FileLayout LayoutForSeal(const ByteSource& file, SiblingSource* siblings, const LossyPolicy& policy) {
   FileLayout layout = DetectLayout(file);
   if (layout.format != "unknown" || !siblings) return layout;
   if (std::optional<FileLayout> tf = TfDataLayoutFromSiblings(file, *siblings)) return std::move(*tf);
