@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "codec/formats/onnx.h"
+#include "tests/unit/mem_siblings.h"
 #include "tests/unit/test_util.h"
 
 namespace ckptfs {
@@ -24,38 +25,7 @@ std::string DataDir() {
   return (std::filesystem::path(__FILE__).parent_path().parent_path() / "data" / "onnx").string();
 }
 
-class ModelSiblings : public SiblingSource {
- public:
-  explicit ModelSiblings(std::string own) : own_(std::move(own)) {}
-  void Put(const std::string& name, Bytes b) {
-    std::lock_guard<std::mutex> lock(mu_);
-    files_[name] = std::make_shared<Bytes>(std::move(b));
-  }
-  std::vector<std::string> Candidates() override {
-    std::lock_guard<std::mutex> lock(mu_);
-    ++rounds;
-    std::vector<std::string> out;
-    for (const auto& [name, b] : files_) out.push_back(name);
-    return out;
-  }
-  Result<std::shared_ptr<const ByteSource>> Open(const std::string& name) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = files_.find(name);
-    if (it == files_.end()) return Status::Error(ENOENT, name);
-    struct Owning : SpanSource {
-      explicit Owning(std::shared_ptr<Bytes> b) : SpanSource(*b), keep(std::move(b)) {}
-      std::shared_ptr<Bytes> keep;
-    };
-    return std::shared_ptr<const ByteSource>(std::make_shared<Owning>(it->second));
-  }
-  std::string OwnName() override { return own_; }
-  std::atomic<int> rounds{0};
-
- private:
-  std::string own_;
-  std::mutex mu_;
-  std::map<std::string, std::shared_ptr<Bytes>> files_;
-};
+using test::MemSiblings;
 
 TEST(OnnxExternalTest, ModelNamesItsTensorsInTheDataFile) {
   const Bytes model = test::ReadFileBytes(DataDir() + "/ext.onnx");
@@ -103,7 +73,7 @@ TEST(OnnxExternalTest, OtherNameOrShorterFileIsNotTheModels) {
 
 TEST(OnnxExternalTest, SiblingModelGivesTheLayout) {
   const Bytes data = test::ReadFileBytes(DataDir() + "/ext.bin");
-  ModelSiblings sib("ext.bin");
+  MemSiblings sib("ext.bin");
   sib.Put("config.json", Bytes(100, '{'));
   sib.Put("ext.onnx", test::ReadFileBytes(DataDir() + "/ext.onnx"));
   auto l = OnnxExternalLayoutFromSiblings(SpanSource(data), sib, std::chrono::milliseconds(0));
@@ -116,7 +86,7 @@ TEST(OnnxExternalTest, SiblingModelGivesTheLayout) {
 // waits for the model to appear.
 TEST(OnnxExternalTest, DataFileWaitsForAModelWrittenAfterIt) {
   const Bytes data = test::ReadFileBytes(DataDir() + "/ext.bin");
-  ModelSiblings sib("ext.bin");
+  MemSiblings sib("ext.bin");
   std::thread later([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(150));
     sib.Put("ext.onnx", test::ReadFileBytes(DataDir() + "/ext.onnx"));
@@ -129,10 +99,10 @@ TEST(OnnxExternalTest, DataFileWaitsForAModelWrittenAfterIt) {
 
 TEST(OnnxExternalTest, UnrelatedNamesDoNotWaitAndSmallOnesDoNotLook) {
   const Bytes data = test::ReadFileBytes(DataDir() + "/ext.bin");
-  ModelSiblings named("ext.bin");  // no model ever comes: gives up at the deadline
+  MemSiblings named("ext.bin");  // no model ever comes: gives up at the deadline
   EXPECT_FALSE(OnnxExternalLayoutFromSiblings(SpanSource(data), named, std::chrono::milliseconds(120)).has_value());
   EXPECT_GT(named.rounds.load(), 1);
-  ModelSiblings unnamed("notes.txt");
+  MemSiblings unnamed("notes.txt");
   unnamed.Put("ext.onnx", test::ReadFileBytes(DataDir() + "/ext.onnx"));
   EXPECT_FALSE(OnnxExternalLayoutFromSiblings(SpanSource(data), unnamed, std::chrono::seconds(30)).has_value());
   EXPECT_EQ(unnamed.rounds.load(), 0);

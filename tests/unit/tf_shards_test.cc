@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "codec/formats/tf_bundle.h"
+#include "tests/unit/mem_siblings.h"
 #include "tests/unit/test_util.h"
 
 namespace ckptfs {
@@ -23,39 +24,7 @@ std::string DataDir() {
   return (std::filesystem::path(__FILE__).parent_path().parent_path() / "data" / "tf_bundle").string();
 }
 
-class MemSiblings : public SiblingSource {
- public:
-  explicit MemSiblings(std::string own) : own_(std::move(own)) {}
-  void Put(const std::string& name, Bytes b) {
-    std::lock_guard<std::mutex> lock(mu_);
-    files_[name] = std::make_shared<Bytes>(std::move(b));
-  }
-  std::vector<std::string> Candidates() override {
-    std::lock_guard<std::mutex> lock(mu_);
-    ++rounds;
-    std::vector<std::string> out;
-    for (const auto& [name, b] : files_) out.push_back(name);
-    return out;
-  }
-  Result<std::shared_ptr<const ByteSource>> Open(const std::string& name) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = files_.find(name);
-    if (it == files_.end()) return Status::Error(ENOENT, name);
-    // Keeps the bytes alive with the source.
-    struct Owning : SpanSource {
-      explicit Owning(std::shared_ptr<Bytes> b) : SpanSource(*b), keep(std::move(b)) {}
-      std::shared_ptr<Bytes> keep;
-    };
-    return std::shared_ptr<const ByteSource>(std::make_shared<Owning>(it->second));
-  }
-  std::string OwnName() override { return own_; }
-  std::atomic<int> rounds{0};
-
- private:
-  std::string own_;
-  std::mutex mu_;
-  std::map<std::string, std::shared_ptr<Bytes>> files_;
-};
+using test::MemSiblings;
 
 struct RealBundle {
   Bytes index = test::ReadFileBytes(DataDir() + "/single/ckpt-1.index");

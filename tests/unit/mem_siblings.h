@@ -1,0 +1,50 @@
+// An in-memory SiblingSource whose files can arrive while a lookup waits.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "codec/formats/layout.h"
+#include "codec/lossy/siblings.h"
+
+namespace ckptfs::test {
+
+class MemSiblings : public SiblingSource {
+ public:
+  explicit MemSiblings(std::string own) : own_(std::move(own)) {}
+  void Put(const std::string& name, std::vector<uint8_t> b) {
+    std::lock_guard<std::mutex> lock(mu_);
+    files_[name] = std::make_shared<std::vector<uint8_t>>(std::move(b));
+  }
+  std::vector<std::string> Candidates() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++rounds;
+    std::vector<std::string> out;
+    for (const auto& [name, b] : files_) out.push_back(name);
+    return out;
+  }
+  Result<std::shared_ptr<const ByteSource>> Open(const std::string& name) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = files_.find(name);
+    if (it == files_.end()) return Status::Error(ENOENT, name);
+    // Keeps the bytes alive with the source.
+    struct Owning : SpanSource {
+      explicit Owning(std::shared_ptr<std::vector<uint8_t>> b) : SpanSource(*b), keep(std::move(b)) {}
+      std::shared_ptr<std::vector<uint8_t>> keep;
+    };
+    return std::shared_ptr<const ByteSource>(std::make_shared<Owning>(it->second));
+  }
+  std::string OwnName() override { return own_; }
+  std::atomic<int> rounds{0};
+
+ private:
+  std::string own_;
+  std::mutex mu_;
+  std::map<std::string, std::shared_ptr<std::vector<uint8_t>>> files_;
+};
+
+}  // namespace ckptfs::test
