@@ -203,22 +203,52 @@ class CharWorkload:
         return {"val_loss": total / count}
 
 
+# ---- classifiers on scikit-learn digits -------------------------------------------
+
+def digits_split():
+    """scikit-learn digits, fixed 80/20 split, standardised on train."""
+    x, y = load_digits(return_X_y=True)
+    perm = np.random.default_rng(0).permutation(len(y))
+    cut = int(len(y) * 0.8)
+    tr, va = perm[:cut], perm[cut:]
+    mean, std = x[tr].mean(0), x[tr].std(0) + 1e-6
+    f = lambda idx: torch.tensor((x[idx] - mean) / std, dtype=torch.float32)  # noqa: E731
+    return f(tr), torch.tensor(y[tr]), f(va), torch.tensor(y[va])
+
+
+class ClassifierEval:
+    """Cross-entropy classifiers over train_x/train_y: batches drawn with the
+    workload's own seed salt, validation loss and accuracy."""
+    batch_salt = None
+    clip = None
+
+    def batch(self, step):
+        g = torch.Generator().manual_seed(batch_seed(self.batch_salt, step))
+        idx = torch.randint(0, len(self.train_y), (self.size["batch"],), generator=g)
+        return self.train_x[idx], self.train_y[idx]
+
+    def loss(self, model, x, y):
+        return F.cross_entropy(model(x), y)
+
+    @torch.no_grad()
+    def evaluate(self, model):
+        model.eval()
+        out = model(self.val_x)
+        model.train()
+        return {"val_loss": F.cross_entropy(out, self.val_y).item(),
+                "val_acc": (out.argmax(1) == self.val_y).float().mean().item()}
+
+
 # ---- workload B: MLP on digits ---------------------------------------------------
 
-class DigitsWorkload:
+class DigitsWorkload(ClassifierEval):
     key = "B"
+    batch_salt = 2_000_003
     title = "B: MLP classifier on scikit-learn digits"
 
     def __init__(self, size, warmup, steps):
         self.size, self.warmup, self.steps = size, warmup, steps
-        x, y = load_digits(return_X_y=True)
-        perm = np.random.default_rng(0).permutation(len(y))  # fixed split
-        cut = int(len(y) * 0.8)
-        tr, va = perm[:cut], perm[cut:]
-        mean, std = x[tr].mean(0), x[tr].std(0) + 1e-6  # standardize on train only
-        self.train_x = torch.tensor((x[tr] - mean) / std, dtype=torch.float32)
-        self.val_x = torch.tensor((x[va] - mean) / std, dtype=torch.float32)
-        self.train_y, self.val_y = torch.tensor(y[tr]), torch.tensor(y[va])
+        self.train_x, self.train_y, self.val_x, self.val_y = digits_split()
 
     def describe(self):
         s = self.size
@@ -235,50 +265,12 @@ class DigitsWorkload:
     def make_optimizer(self, model):
         return torch.optim.AdamW(model.parameters(), lr=self.size["lr"], betas=(0.9, 0.999), weight_decay=0.1)
 
-    def batch(self, step):
-        g = torch.Generator().manual_seed(batch_seed(2_000_003, step))
-        idx = torch.randint(0, len(self.train_y), (self.size["batch"],), generator=g)
-        return self.train_x[idx], self.train_y[idx]
-
-    def loss(self, model, x, y):
-        return F.cross_entropy(model(x), y)
-
-    clip = None
-
-    @torch.no_grad()
-    def evaluate(self, model):
-        model.eval()
-        out = model(self.val_x)
-        model.train()
-        return {"val_loss": F.cross_entropy(out, self.val_y).item(),
-                "val_acc": (out.argmax(1) == self.val_y).float().mean().item()}
-
 
 # ---- panel workloads (issue 18): a CNN, a MiniLM fine-tune, SGD with momentum ----------
 
-def digits_split():
-    """scikit-learn digits, fixed 80/20 split, standardised on train."""
-    x, y = load_digits(return_X_y=True)
-    perm = np.random.default_rng(0).permutation(len(y))
-    cut = int(len(y) * 0.8)
-    tr, va = perm[:cut], perm[cut:]
-    mean, std = x[tr].mean(0), x[tr].std(0) + 1e-6
-    f = lambda idx: torch.tensor((x[idx] - mean) / std, dtype=torch.float32)  # noqa: E731
-    return f(tr), torch.tensor(y[tr]), f(va), torch.tensor(y[va])
-
-
-class ClassifierEval:
-    @torch.no_grad()
-    def evaluate(self, model):
-        model.eval()
-        out = model(self.val_x)
-        model.train()
-        return {"val_loss": F.cross_entropy(out, self.val_y).item(),
-                "val_acc": (out.argmax(1) == self.val_y).float().mean().item()}
-
-
 class DigitsCNNWorkload(ClassifierEval):
     key = "C"
+    batch_salt = 3_000_003
     title = "C: small CNN on scikit-learn digits as 8x8 images"
 
     def __init__(self, size, warmup, steps):
@@ -300,21 +292,13 @@ class DigitsCNNWorkload(ClassifierEval):
     def make_optimizer(self, model):
         return torch.optim.AdamW(model.parameters(), lr=self.size["lr"], betas=(0.9, 0.999), weight_decay=0.05)
 
-    def batch(self, step):
-        g = torch.Generator().manual_seed(batch_seed(3_000_003, step))
-        idx = torch.randint(0, len(self.train_y), (self.size["batch"],), generator=g)
-        return self.train_x[idx], self.train_y[idx]
-
-    def loss(self, model, x, y):
-        return F.cross_entropy(model(x), y)
-
-    clip = None
 
 
 class DigitsSGDWorkload(ClassifierEval):
     """The MLP of B trained with SGD and Nesterov-free momentum: no second
     moments, so ckptfs falls back to its weight-only rule."""
     key = "E"
+    batch_salt = 5_000_003
     title = "E: MLP on scikit-learn digits, SGD with momentum (no Adam state)"
     moments = ("momentum_buffer", None)
 
@@ -334,15 +318,6 @@ class DigitsSGDWorkload(ClassifierEval):
     def make_optimizer(self, model):
         return torch.optim.SGD(model.parameters(), lr=self.size["lr"], momentum=0.9, weight_decay=1e-4)
 
-    def batch(self, step):
-        g = torch.Generator().manual_seed(batch_seed(5_000_003, step))
-        idx = torch.randint(0, len(self.train_y), (self.size["batch"],), generator=g)
-        return self.train_x[idx], self.train_y[idx]
-
-    def loss(self, model, x, y):
-        return F.cross_entropy(model(x), y)
-
-    clip = None
 
 
 def licence_files():
