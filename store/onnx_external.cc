@@ -12,11 +12,15 @@ namespace {
 constexpr size_t kMaxModelCandidates = 64;
 constexpr std::chrono::milliseconds kPollEvery{50};
 
-// The first sibling model that places tensors in `file` (a model still
-// being written does not parse, and is looked at again next round).
+// The first sibling model (named *.onnx: every large unknown file looks, so
+// opening every sibling would cost each seal a pass over the directory) that
+// places tensors in `file`. A model still being written does not parse, and
+// is looked at again next round.
 std::optional<FileLayout> LayoutFromModels(const ByteSource& file, const std::string& own, SiblingSource& siblings) {
-  std::vector<std::string> names = siblings.Candidates();
-  if (names.size() > kMaxModelCandidates) names.resize(kMaxModelCandidates);
+  std::vector<std::string> names;
+  for (std::string& name : siblings.Candidates()) {
+    if (name.ends_with(".onnx") && names.size() < kMaxModelCandidates) names.push_back(std::move(name));
+  }
   for (const std::string& name : names) {
     Result<std::shared_ptr<const ByteSource>> src = siblings.Open(name);
     if (!src.ok() || (*src)->size() > kMaxOnnxModelBytes || (*src)->size() < 2) continue;
@@ -35,7 +39,7 @@ std::optional<FileLayout> LayoutFromModels(const ByteSource& file, const std::st
 }  // namespace
 
 bool LooksLikeOnnxDataName(const std::string& name) {
-  for (const char* end : {".data", ".bin", "_data", ".weights"}) {
+  for (const char* end : {".data", "_data"}) {
     if (name.ends_with(end)) return true;
   }
   return name.find(".onnx") != std::string::npos;

@@ -29,7 +29,9 @@ inline constexpr uint64_t kMaxOnnxModelBytes = 2ull << 30;
 inline constexpr uint64_t kMinUnnamedOnnxDataBytes = 1u << 20;
 
 // Names onnx exporters give external data: "model.onnx.data",
-// "model.onnx_data", "weights.bin", "model.data".
+// "model.onnx_data", "model.data". Not "*.bin": every generic .bin file's
+// seal would wait for a model that never comes (a "weights.bin" beside its
+// model is still found by the one look that large unknown files get).
 bool LooksLikeOnnxDataName(const std::string& name);
 
 // The layout of `file` as the external data of a model among `siblings`;

@@ -1,6 +1,6 @@
 // ONNX external data files (store/onnx_external.h, formats::OnnxExternalLayout):
 // a headerless file gets its tensors from the sibling model that names it.
-// tests/data/onnx/ext.onnx + ext.bin come from onnx.save(...,
+// tests/data/onnx/ext.onnx + ext.onnx.data come from onnx.save(...,
 // save_as_external_data=True); model.onnx holds the same tensors as raw_data.
 #include "store/onnx_external.h"
 
@@ -29,13 +29,13 @@ using test::MemSiblings;
 
 TEST(OnnxExternalTest, ModelNamesItsTensorsInTheDataFile) {
   const Bytes model = test::ReadFileBytes(DataDir() + "/ext.onnx");
-  const Bytes data = test::ReadFileBytes(DataDir() + "/ext.bin");
+  const Bytes data = test::ReadFileBytes(DataDir() + "/ext.onnx.data");
   const Bytes inline_model = test::ReadFileBytes(DataDir() + "/model.onnx");
   auto refs = formats::ReadOnnxExternalTensors(SpanSource(model));
   ASSERT_TRUE(refs.ok()) << refs.status().message();
   ASSERT_EQ(refs->size(), 4u);  // "typed" has float_data, which onnx.save keeps inline
-  EXPECT_EQ((*refs)[0].location, "ext.bin");
-  auto l = formats::OnnxExternalLayout(*refs, "ext.bin", data.size());
+  EXPECT_EQ((*refs)[0].location, "ext.onnx.data");
+  auto l = formats::OnnxExternalLayout(*refs, "ext.onnx.data", data.size());
   ASSERT_TRUE(l.has_value());
   EXPECT_EQ(l->format, "onnx-external");
   EXPECT_FALSE(l->lossy_allowed);
@@ -58,13 +58,13 @@ TEST(OnnxExternalTest, ModelNamesItsTensorsInTheDataFile) {
 
 TEST(OnnxExternalTest, OtherNameOrShorterFileIsNotTheModels) {
   const Bytes model = test::ReadFileBytes(DataDir() + "/ext.onnx");
-  const uint64_t size = test::ReadFileBytes(DataDir() + "/ext.bin").size();
+  const uint64_t size = test::ReadFileBytes(DataDir() + "/ext.onnx.data").size();
   auto refs = formats::ReadOnnxExternalTensors(SpanSource(model));
   ASSERT_TRUE(refs.ok());
   EXPECT_FALSE(formats::OnnxExternalLayout(*refs, "other.bin", size).has_value());
   EXPECT_FALSE(formats::OnnxExternalLayout(*refs, "", size).has_value());
-  EXPECT_FALSE(formats::OnnxExternalLayout(*refs, "ext.bin", size - 1).has_value());
-  EXPECT_TRUE(formats::OnnxExternalLayout(*refs, "ext.bin", size + 4096).has_value());
+  EXPECT_FALSE(formats::OnnxExternalLayout(*refs, "ext.onnx.data", size - 1).has_value());
+  EXPECT_TRUE(formats::OnnxExternalLayout(*refs, "ext.onnx.data", size + 4096).has_value());
   // A model with only inline data names no external file.
   auto inline_refs = formats::ReadOnnxExternalTensors(SpanSource(test::ReadFileBytes(DataDir() + "/model.onnx")));
   ASSERT_TRUE(inline_refs.ok());
@@ -72,8 +72,8 @@ TEST(OnnxExternalTest, OtherNameOrShorterFileIsNotTheModels) {
 }
 
 TEST(OnnxExternalTest, SiblingModelGivesTheLayout) {
-  const Bytes data = test::ReadFileBytes(DataDir() + "/ext.bin");
-  MemSiblings sib("ext.bin");
+  const Bytes data = test::ReadFileBytes(DataDir() + "/ext.onnx.data");
+  MemSiblings sib("ext.onnx.data");
   sib.Put("config.json", Bytes(100, '{'));
   sib.Put("ext.onnx", test::ReadFileBytes(DataDir() + "/ext.onnx"));
   auto l = OnnxExternalLayoutFromSiblings(SpanSource(data), sib, std::chrono::milliseconds(0));
@@ -85,8 +85,8 @@ TEST(OnnxExternalTest, SiblingModelGivesTheLayout) {
 // onnx.save writes the data file, then the model: the data file's seal
 // waits for the model to appear.
 TEST(OnnxExternalTest, DataFileWaitsForAModelWrittenAfterIt) {
-  const Bytes data = test::ReadFileBytes(DataDir() + "/ext.bin");
-  MemSiblings sib("ext.bin");
+  const Bytes data = test::ReadFileBytes(DataDir() + "/ext.onnx.data");
+  MemSiblings sib("ext.onnx.data");
   std::thread later([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(150));
     sib.Put("ext.onnx", test::ReadFileBytes(DataDir() + "/ext.onnx"));
@@ -98,8 +98,8 @@ TEST(OnnxExternalTest, DataFileWaitsForAModelWrittenAfterIt) {
 }
 
 TEST(OnnxExternalTest, UnrelatedNamesDoNotWaitAndSmallOnesDoNotLook) {
-  const Bytes data = test::ReadFileBytes(DataDir() + "/ext.bin");
-  MemSiblings named("ext.bin");  // no model ever comes: gives up at the deadline
+  const Bytes data = test::ReadFileBytes(DataDir() + "/ext.onnx.data");
+  MemSiblings named("ext.onnx.data");  // no model ever comes: gives up at the deadline
   EXPECT_FALSE(OnnxExternalLayoutFromSiblings(SpanSource(data), named, std::chrono::milliseconds(120)).has_value());
   EXPECT_GT(named.rounds.load(), 1);
   MemSiblings unnamed("notes.txt");
@@ -108,7 +108,8 @@ TEST(OnnxExternalTest, UnrelatedNamesDoNotWaitAndSmallOnesDoNotLook) {
   EXPECT_EQ(unnamed.rounds.load(), 0);
   EXPECT_TRUE(LooksLikeOnnxDataName("model.onnx.data"));
   EXPECT_TRUE(LooksLikeOnnxDataName("model.onnx_data"));
-  EXPECT_TRUE(LooksLikeOnnxDataName("weights.bin"));
+  EXPECT_TRUE(LooksLikeOnnxDataName("model.data"));
+  EXPECT_FALSE(LooksLikeOnnxDataName("weights.bin"));  // too common a name to make every .bin wait
   EXPECT_FALSE(LooksLikeOnnxDataName("config.json"));
 }
 

@@ -55,7 +55,7 @@ TEST(OnnxTest, ExternalDataModelHasNoRegions) {
   EXPECT_TRUE(l.tensors.empty());
   EXPECT_EQ(l.note, "5 initializers; 5 without raw_data here (external or typed fields)");
   // The external data file has no header: by content alone it is unknown.
-  EXPECT_EQ(Detect(test::ReadFileBytes(DataDir() + "/ext.bin")).format, "unknown");
+  EXPECT_EQ(Detect(test::ReadFileBytes(DataDir() + "/ext.onnx.data")).format, "unknown");
 }
 
 // Every prefix and thousands of bit flips: never a crash, never a region

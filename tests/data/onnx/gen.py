@@ -2,7 +2,7 @@
   .venv-pypi/bin/python tests/data/onnx/gen.py
 model.onnx: a Gemm+Add graph whose initializers hold raw_data (f32 [8,4],
 f16 [4], i64 [2], bf16 [3]) plus one float_data initializer (no raw bytes);
-ext.onnx + ext.bin: the same with every initializer in external data."""
+ext.onnx + ext.onnx.data: the same with every initializer in external data."""
 import os
 
 import numpy as np
@@ -28,4 +28,4 @@ def model():
 if __name__ == "__main__":
     onnx.save(model(), os.path.join(HERE, "model.onnx"))
     onnx.save(model(), os.path.join(HERE, "ext.onnx"), save_as_external_data=True, all_tensors_to_one_file=True,
-              location="ext.bin", size_threshold=0)
+              location="ext.onnx.data", size_threshold=0)
