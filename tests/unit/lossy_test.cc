@@ -685,7 +685,8 @@ TEST(OneStepMeasure, TorchCheckpointWithAdamStateUsesIt) {
 // Weights without optimizer state fall back to the relative rule, and the
 // record says so.
 TEST(OneStepMeasure, NoOptimizerStateFallsBackAndSaysSo) {
-  SpanSource file(OneLayer());
+  const auto bytes = OneLayer();  // outlives the SpanSource over it
+  SpanSource file(bytes);
   const FileLayout layout = DetectLayout(file);
   const std::vector<TensorRange> ranges = TensorRangesOf(layout);
   LossyCoder coder(file, layout, ranges, *ParseLossyPolicy("lossy"), TensorChunkOptions{});
