@@ -22,10 +22,10 @@ def run_client(python, *args, timeout=600) -> dict:
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
-def save_series(python, mount, mnt, ref, script="tf_series.py") -> list[str]:
-    """Runs the saves, letting every seal finish before the next save (a
-    save's predecessor must be sealed to be found)."""
-    p = subprocess.Popen([str(python), str(CLIENTS / script), str(mnt), str(ref)], stdin=subprocess.PIPE,
+def run_saves(python, mount, script, *args) -> dict:
+    """Runs a client's saves, letting every seal finish before the next save
+    (a save's predecessor must be sealed to be found); its last line's JSON."""
+    p = subprocess.Popen([str(python), str(CLIENTS / script), *map(str, args)], stdin=subprocess.PIPE,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         while (line := p.stdout.readline()).startswith("saved "):
@@ -34,11 +34,15 @@ def save_series(python, mount, mnt, ref, script="tf_series.py") -> list[str]:
             p.stdin.flush()
         out, err = p.communicate(timeout=600)
         assert p.returncode == 0, f"{script}: rc {p.returncode}\n{out[-2000:]}\n{err[-4000:]}"
-        return json.loads(line)["saved"]
+        return json.loads(line)
     finally:
         if p.poll() is None:
             p.kill()
             p.wait()
+
+
+def save_series(python, mount, mnt, ref, script="tf_series.py") -> list[str]:
+    return run_saves(python, mount, script, mnt, ref)["saved"]
 
 
 def test_tf_data_shards_coded_as_tensors(pypi_python, mount, plain_dir):  # noqa: F811
@@ -108,20 +112,7 @@ def orbax_client(python, *args, stdin=None, timeout=600):
 
 def save_orbax(python, mount, mnt, ref, *extra) -> dict:
     """Runs the optax training loop's saves, each sealed before the next."""
-    p = subprocess.Popen([str(python), str(CLIENTS / "orbax_series.py"), "save", str(mnt), str(ref), *extra],
-                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        while (line := p.stdout.readline()).startswith("saved "):
-            mount.wait_sealed()
-            p.stdin.write("\n")
-            p.stdin.flush()
-        out, err = p.communicate(timeout=600)
-        assert p.returncode == 0, f"orbax_series.py: rc {p.returncode}\n{out[-2000:]}\n{err[-4000:]}"
-        return json.loads(line)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
+    return run_saves(python, mount, "orbax_series.py", "save", mnt, ref, *extra)
 
 
 def restore_orbax(python, mnt, ref, *extra) -> dict:
