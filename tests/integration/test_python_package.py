@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from conftest import CKPTFS, ROOT, describe, run_ckptfs
+from test_clients import pypi_python  # noqa: F401  (fixture)
 
 sys.path.insert(0, str(ROOT / "python"))
 import ckptfs  # noqa: E402
@@ -33,8 +34,6 @@ except ImportError as e:  # a missing client is a collection error, never a sile
     raise ImportError(f"torch is not importable from {sys.executable}; run the tests with "
                       f".venv-debian/bin/python (see scripts/install-deps.sh): {e}")
 
-PYPI_PYTHON = ROOT / ".venv-pypi" / "bin" / "python"
-PYPI_MARKER = ROOT / ".venv-pypi" / ".ckptfs-ok"
 
 
 def save_series(directory: Path, n: int, hidden: int = 96, seed: int = 0, lr: float = 1e-3) -> list[str]:
@@ -280,15 +279,6 @@ def test_paths_not_on_ckptfs_fail_clearly(mount_factory, tmp_path):
         ckptfs.stats(plain, via="nfs")
 
 
-def pypi_python() -> Path:
-    if os.environ.get("CKPTFS_SKIP_PYPI") == "1":
-        pytest.skip("CKPTFS_SKIP_PYPI=1: PyPI client tests skipped")
-    if not PYPI_PYTHON.exists() or not PYPI_MARKER.exists():
-        pytest.fail(f"{PYPI_PYTHON} is missing or incomplete; create it with `bash scripts/install-deps.sh`, "
-                    f"or set CKPTFS_SKIP_PYPI=1", pytrace=False)
-    return PYPI_PYTHON
-
-
 INSTALLED_CLIENT = r"""
 import json, os, sys, torch, ckptfs
 run = sys.argv[1]
@@ -311,8 +301,8 @@ print(json.dumps({"module": ckptfs.__file__, "version": ckptfs.__version__, "tor
 """
 
 
-def test_pip_install_into_a_scratch_venv(mount_factory, tmp_path):
-    python = pypi_python()
+def test_pip_install_into_a_scratch_venv(mount_factory, tmp_path, pypi_python):  # noqa: F811
+    python = pypi_python
     # `pip install ./python`, from a copy (pip builds in the source tree),
     # with CMakeLists.txt beside it: setup.py reads the version there.
     src = tmp_path / "src"
