@@ -562,6 +562,7 @@ class CkptfsMethod:
         self.backing = os.path.join(work, slug, "backing")
         self.mnt = os.path.join(work, slug, "mnt")
         self.written, self.stored_first, self.stats_total = [], None, None
+        self.per_file = None
 
     def begin(self):
         shutil.rmtree(os.path.dirname(self.backing), ignore_errors=True)
@@ -595,14 +596,31 @@ class CkptfsMethod:
             return
         try:
             C.wait_sealed(self.mnt, poll=0.05)
-            self.stats_total = C.stats(self.mnt)["total"]["stored"]
+            st = C.stats(self.mnt)
+            self.stats_total = st["total"]["stored"]
+            self.per_file = [stored_by_role(f) for f in st["files"]]
         finally:
             C.umount(self.mnt, self.backing)
 
     def sizes(self):
         return {"written": sum(self.written), "written_first": self.written[0],
                 "stored": store_bytes(self.backing), "stored_first": self.stored_first,
-                "stats_stored": self.stats_total}
+                "stats_stored": self.stats_total, "per_file": self.per_file}
+
+
+def stored_by_role(f):
+    """Where one file's stored bytes go (issue 18 asks which role and which
+    checkpoint dominate before choosing what to code more coarsely): w, m, v
+    from the pack's lossy section, the rest (exact tensors, pickle, zip
+    framing) as other."""
+    row = {"path": f["path"], "logical": f["logical"], "stored": f["stored"],
+           "depth": f["depth"], "base": f["base"]}
+    lossy = f.get("lossy") or {}
+    roles = {"w": "weights", "m": "first_moments", "v": "second_moments"}
+    for short, key in roles.items():
+        row[short] = (lossy.get(key) or {}).get("stored", 0)
+    row["other"] = f["stored"] - sum(row[r] for r in roles)
+    return row
 
 
 class InMemoryRestore:
@@ -664,9 +682,19 @@ class JitterControl(InMemoryRestore):
     kind = "control"
     name = "control"
 
-    def __init__(self, seed, amplitude):
-        self.seed, self.amplitude = seed, amplitude
-        self.setting = f"jitter ±{amplitude:g} #{seed}"
+    def __init__(self, seed, amplitude, roles=("w", "m", "v")):
+        # amplitude None: the roles' tensors are zeroed (Adam's m dropped);
+        # ("add"|"upd", e): additive uniform noise (additive_noise), closer
+        # to a quantizer's error than multiplicative jitter, which spares
+        # small elements and keeps signs.
+        self.seed, self.amplitude, self.roles = seed, amplitude, roles
+        if amplitude is None:
+            what = "zeroed"
+        elif isinstance(amplitude, tuple):
+            what = {"add": "additive", "upd": "update-unit"}[amplitude[0]] + f" {amplitude[1]:g}"
+        else:
+            what = f"jitter ±{amplitude:g}"
+        self.setting = f"{''.join(roles)} {what} #{seed}" if roles != ("w", "m", "v") else f"{what} #{seed}"
         self.last = None
 
     def begin(self):
@@ -675,13 +703,29 @@ class JitterControl(InMemoryRestore):
     def save(self, k, ckpt):
         rng = np.random.default_rng([self.seed, k])
         new = {}
-        for p, t in flatten_tensors(ckpt).items():
+        flat = flatten_tensors(ckpt)
+        for p, t in flat.items():
             t = t.detach().clone()
-            if role(p) in ("w", "m", "v") and t.is_floating_point():
+            if role(p) in self.roles and t.is_floating_point() and self.amplitude is None:
+                t = torch.zeros_like(t)
+            elif role(p) in self.roles and t.is_floating_point() and isinstance(self.amplitude, tuple):
+                t = t + self.additive_noise(rng, t, flat.get(p[:-1] + ("exp_avg_sq",)))
+            elif role(p) in self.roles and t.is_floating_point():
                 u = torch.from_numpy(rng.uniform(-1, 1, t.shape).astype(np.float32))
                 t = t * (1 + self.amplitude * u)
             new[p] = t
         self.last = (k, replace_tensors(ckpt, new))
+
+    def additive_noise(self, rng, t, v):
+        """Uniform noise of relative L2 error e: per tensor ("add:e"), or in
+        Adam's update units, scaled by sqrt(v) + 1e-8 ("upd:e", the metric
+        the encoder bounds m's error in)."""
+        mode, e = self.amplitude
+        u = torch.from_numpy(rng.uniform(-1, 1, t.shape).astype(np.float32)) * 3 ** 0.5
+        scale = torch.ones_like(t) if mode == "add" or v is None else v.float().sqrt() + 1e-8
+        x = t.float() / scale
+        rms = float(x.pow(2).mean().sqrt()) if t.numel() else 0.0
+        return (e * rms * u * scale).to(t.dtype)
 
     def sizes(self):
         return {"written": 0, "written_first": 0, "stored": 0, "stored_first": 0}
@@ -766,6 +810,29 @@ def run_protocol(wl, warm, method):
     return row
 
 
+def parse_m_control(text):
+    if text == "drop":
+        return None
+    if text.startswith(("add:", "upd:")):
+        return (text[:3], float(text[4:]))
+    return float(text)
+
+
+def fmt_breakdown(per_file):
+    """Keyframes (depth 0) against deltas, each split by role, as shares of
+    all stored bytes."""
+    total = max(1, sum(f["stored"] for f in per_file))
+    parts = []
+    for label, keep in (("keyframes", lambda f: f["depth"] == 0), ("deltas", lambda f: f["depth"] > 0)):
+        fs = [f for f in per_file if keep(f)]
+        if not fs:
+            continue
+        share = sum(f["stored"] for f in fs) / total
+        roles = " ".join(f"{r} {sum(f[r] for f in fs) / total:.1%}" for r in ("w", "m", "v", "other"))
+        parts.append(f"{len(fs)} {label} {share:.1%} ({roles})")
+    return "; ".join(parts)
+
+
 def mean_errors(errors):
     roles = sorted({r for e in errors for r in e})
     return {r: sum(e.get(r, 0.0) for e in errors) / len(errors) for r in roles} if errors else {}
@@ -788,6 +855,8 @@ def methods_for(wl, triples, work, args):
                                          triples)
     for seed, amplitude in enumerate(args.controls, 1):
         yield lambda seed=seed, amplitude=amplitude: JitterControl(seed, amplitude)
+    for seed, amplitude in enumerate(args.m_controls, 1):
+        yield lambda seed=seed, amplitude=amplitude: JitterControl(seed, amplitude, ("m",))
 
 
 def run_workload(wl, work, args):
@@ -813,6 +882,8 @@ def run_workload(wl, work, args):
                  if "total_ratio" in row else "")
         log(f"{wl.key}: {name}: {row['seconds']:.1f}s, {ratio}val loss {row['val_loss']:.4f}, "
             f"rel err {fmt_errors(row['rel_err'])}")
+        if row.get("per_file"):
+            log(f"{wl.key}: {name}: stored by role {fmt_breakdown(row['per_file'])}")
     return {"title": wl.title, "model": wl.describe(), "warmup": wl.warmup, "steps": wl.steps, **info,
             "rows": rows}
 
@@ -975,6 +1046,11 @@ def parse_args():
     ap.add_argument("--controls", type=floats, default=floats("0.01,0.01"),
                     help="control runs, one per value: exact restores with relative jitter of that "
                          "amplitude (1e-7: about an ulp); '' for none")
+    ap.add_argument("--m-controls", type=lambda x: [parse_m_control(v) for v in x.split(",") if v],
+                    default=[], help="controls on Adam's m alone (w and v exact): 'drop' zeroes m at every "
+                                     "restore, a number jitters it as --controls does (0.87: relative error 0.5), "
+                                     "'add:E' adds uniform noise of relative L2 error E per tensor, "
+                                     "'upd:E' the same in Adam's update units (m/(sqrt(v)+eps))")
     ap.add_argument("-o", "--mount-options", default="", help="extra ckptfs -o options for every mount")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (the VM is shared)")
     args = ap.parse_args()

@@ -42,12 +42,15 @@ def main():
     print("|" + "---|" * (len(keys) + 3))
     for name in settings:
         got = [cells.get((name, k)) for k in keys]
-        parts = [(f"{c[0]:.1f}x / {c[1]:+.2f}%" + (f" ({100 * c[2]:.1f}% acc)" if c[2] is not None else ""))
+        parts = [((f"{c[0]:.1f}x" if c[0] > 0 else "-") + f" / {c[1]:+.2f}%" + (f" ({100 * c[2]:.1f}% acc)" if c[2] is not None else ""))
                  if c else "-" for c in got]
         present = [c for c in got if c]
-        geo = math.exp(sum(math.log(c[0]) for c in present) / len(present)) if present else 0
+        # Controls (jitter, --m-controls) store nothing: no ratio to average.
+        ratios = [c[0] for c in present if c[0] > 0]
+        geo = math.exp(sum(math.log(r) for r in ratios) / len(ratios)) if ratios else 0
         worst = max(c[1] for c in present) if present else math.nan
-        print(f"| {name} | " + " | ".join(parts) + f" | {geo:.1f}x | {worst:+.2f}% |")
+        geo_text = f"{geo:.1f}x" if ratios else "-"
+        print(f"| {name} | " + " | ".join(parts) + f" | {geo_text} | {worst:+.2f}% |")
 
 
 if __name__ == "__main__":
