@@ -61,6 +61,35 @@ double AdamBiasCorrection(const ByteSource& file, const FileLayout& layout) {
   return std::sqrt(1 - std::pow(0.999, t)) / (1 - std::pow(0.9, t));
 }
 
+// A second moment as the sensitivity reads it: finite and positive, else 0.
+template <DType T>
+double MomentAt(const uint8_t* bytes, size_t i) {
+  const double x = lossy::BitsToFloat(T, lossy::LoadBits(T, bytes, i));
+  return std::isfinite(x) && x > 0 ? x : 0.0;
+}
+
+// The Fisher weights of n elements from their second moments: v plus a
+// floor for weights, 1 / (sqrt(v) + eps)^2 for first moments (the units of
+// Adam's update). Leaves `w` empty when every v is 0. One loop per element
+// type, so that the sum stays in a register and the second loop vectorises.
+template <DType T>
+void FisherWeights(const uint8_t* bytes, size_t n, bool weight, std::vector<float>* w) {
+  double sum = 0;
+  for (size_t i = 0; i < n; ++i) sum += MomentAt<T>(bytes, i);
+  if (sum <= 0) return;
+  w->resize(n);
+  float* out = w->data();
+  const double floor = kFisherFloor * sum / static_cast<double>(n);
+  if (weight) {
+    for (size_t i = 0; i < n; ++i) out[i] = static_cast<float>(MomentAt<T>(bytes, i) + floor);
+    return;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const double d = std::sqrt(MomentAt<T>(bytes, i)) + kAdamEps;
+    out[i] = static_cast<float>(1.0 / (d * d));
+  }
+}
+
 }  // namespace
 
 LossyCoder::LossyCoder(const ByteSource& file, const FileLayout& layout, std::span<const TensorRange> ranges,
@@ -206,21 +235,19 @@ Result<std::vector<float>> LossyCoder::Sensitivity(const Tensor& t, uint64_t beg
   } else {
     RETURN_IF_ERROR(file_.ReadAt(at, bytes));
   }
-  auto v_at = [&](size_t i) {
-    const double x = lossy::BitsToFloat(t.dtype, lossy::LoadBits(t.dtype, bytes.data(), i));
-    return std::isfinite(x) && x > 0 ? x : 0.0;
-  };
-  double sum = 0;
-  for (size_t i = 0; i < n; ++i) sum += v_at(i);
-  if (sum <= 0) return std::vector<float>{};  // no gradient seen yet: plain magnitude
-  std::vector<float> w(n);
-  const double floor = kFisherFloor * sum / static_cast<double>(n);
-  for (size_t i = 0; i < n; ++i) {
-    const double v = v_at(i);
-    const double d = std::sqrt(v) + kAdamEps;
-    w[i] = static_cast<float>(t.role == TensorRole::kWeight ? v + floor : 1.0 / (d * d));
+  std::vector<float> w;
+  switch (t.dtype) {
+    case DType::kF32:
+      FisherWeights<DType::kF32>(bytes.data(), n, t.role == TensorRole::kWeight, &w);
+      break;
+    case DType::kF16:
+      FisherWeights<DType::kF16>(bytes.data(), n, t.role == TensorRole::kWeight, &w);
+      break;
+    default:
+      FisherWeights<DType::kBF16>(bytes.data(), n, t.role == TensorRole::kWeight, &w);
+      break;
   }
-  return w;
+  return w;  // empty: no gradient seen yet, plain magnitude
 }
 
 Result<double> LossyCoder::OneStepTarget(const Tensor& t, uint64_t begin, uint64_t end) const {
@@ -235,8 +262,8 @@ Result<double> LossyCoder::OneStepTarget(const Tensor& t, uint64_t begin, uint64
   return OneStepWeightTargetOf(n, at(w), at(m), at(v), lr_, eps_, step_budget_);
 }
 
-Result<std::vector<ChunkSegment>> LossyCoder::Segments(uint64_t offset, uint64_t len,
-                                                       lossy::PieceScratch* scratch) const {
+Result<std::vector<ChunkSegment>> LossyCoder::Segments(uint64_t offset, uint64_t len, lossy::PieceScratch* scratch,
+                                                       const CodedPieces* coded) const {
   const RoleTargets targets = one_step_ ? StepTargetsFor(step_budget_) : TargetsFor(fidelity_);
   const RoleTargets fallback = TargetsFor(fidelity_);
   std::vector<ChunkSegment> segs;
@@ -264,7 +291,9 @@ Result<std::vector<ChunkSegment>> LossyCoder::Segments(uint64_t offset, uint64_t
     s.spec.dtype = t.dtype;
     s.spec.domain = t.role == TensorRole::kAdamV ? lossy::Domain::kLogBits : lossy::Domain::kValue;
     s.spec.target = TargetFor(t.role, targets);
-    if (t.role == TensorRole::kWeight) {
+    if (coded != nullptr && coded->count(begin) != 0) {
+      // Decoded, not coded: neither target nor sensitivity is needed.
+    } else if (t.role == TensorRole::kWeight) {
       s.spec.target = fallback.weight;
       s.spec.residual_cap = fallback.weight_update;
       ASSIGN_OR_RETURN(const double step_target, OneStep(t) ? OneStepTarget(t, begin, end) : Result<double>(0.0));
@@ -276,7 +305,9 @@ Result<std::vector<ChunkSegment>> LossyCoder::Segments(uint64_t offset, uint64_t
         s.error_to_steps = step_budget_ / s.spec.target;
       }
     }
-    ASSIGN_OR_RETURN(s.weight, Sensitivity(t, begin, end, scratch));
+    if (coded == nullptr || coded->count(begin) == 0) {
+      ASSIGN_OR_RETURN(s.weight, Sensitivity(t, begin, end, scratch));
+    }
     segs.push_back(std::move(s));
     pos = end - offset;
   }
@@ -285,18 +316,52 @@ Result<std::vector<ChunkSegment>> LossyCoder::Segments(uint64_t offset, uint64_t
 }
 
 Status LossyCoder::CodeChunk(uint64_t offset, std::span<uint8_t> raw, std::span<const uint8_t> base,
-                             std::vector<ChunkSegment>* segs, std::vector<uint8_t>* out, lossy::PieceScratch* scratch) {
-  ASSIGN_OR_RETURN(*segs, Segments(offset, raw.size(), scratch));
+                             std::vector<ChunkSegment>* segs, std::vector<uint8_t>* out, lossy::PieceScratch* scratch,
+                             const CodedPieces* coded) {
+  ASSIGN_OR_RETURN(*segs, Segments(offset, raw.size(), scratch, coded));
   {
-    // Choices are only added during the CRC pass, which is over when the
-    // chunks are coded for the pack.
+    // Choices and blobs are only added during the CRC pass, which is over
+    // when the chunks are coded for the pack.
     std::lock_guard lock(mu_);
+    const bool keep = out == nullptr && coded_bytes_ < coded_budget_;
     for (ChunkSegment& s : *segs) {
+      if (!s.lossy) continue;
+      s.keep_blob = keep;
+      auto c = coded != nullptr ? coded->find(offset + s.begin) : CodedPieces::const_iterator{};
+      if (coded != nullptr && c != coded->end()) {
+        s.coded = &c->second;
+        s.error_to_steps = c->second.error_to_steps;
+        continue;
+      }
       auto it = choices_.find(offset + s.begin);
-      if (s.lossy && it != choices_.end()) s.choice = &it->second;
+      if (it != choices_.end()) s.choice = &it->second;
     }
   }
   return lossy::EncodeLossyChunk(raw, base, offset, ranges_, *segs, topts_, out, scratch);
+}
+
+void LossyCoder::KeepCoded(uint64_t offset, std::vector<ChunkSegment>& segs) {
+  std::lock_guard lock(mu_);
+  for (ChunkSegment& s : segs) {
+    if (!s.lossy) continue;
+    if (!s.keep_blob) {
+      choices_.emplace(offset + s.begin, std::move(s.outcome.choice));
+      continue;
+    }
+    s.outcome.choice.levels.clear();  // in the blob already
+    coded_bytes_ += s.blob.size();
+    coded_.emplace(offset + s.begin, lossy::CodedPiece{std::move(s.blob), std::move(s.outcome), s.error_to_steps});
+  }
+}
+
+LossyCoder::CodedPieces LossyCoder::TakeCoded(uint64_t offset, uint64_t len) {
+  CodedPieces taken;
+  std::lock_guard lock(mu_);
+  for (auto it = coded_.lower_bound(offset); it != coded_.end() && it->first < offset + len;) {
+    coded_bytes_ -= it->second.blob.size();
+    taken.insert(coded_.extract(it++));
+  }
+  return taken;
 }
 
 Status LossyCoder::Reconstruct(uint64_t offset, std::span<uint8_t> raw, std::span<const uint8_t> base,
@@ -304,10 +369,7 @@ Status LossyCoder::Reconstruct(uint64_t offset, std::span<uint8_t> raw, std::spa
   if (HasWork(offset, raw.size())) {
     std::vector<ChunkSegment> segs;
     RETURN_IF_ERROR(CodeChunk(offset, raw, base, &segs, nullptr, scratch));
-    std::lock_guard lock(mu_);
-    for (ChunkSegment& s : segs) {
-      if (s.lossy) choices_.emplace(offset + s.begin, std::move(s.outcome.choice));
-    }
+    KeepCoded(offset, segs);
   }
   if (tracker_) tracker_->Feed(offset, raw);
   return Status::Ok();
@@ -345,9 +407,10 @@ Result<std::optional<LossyChunk>> LossyCoder::Encode(uint64_t offset, std::span<
     formats::PatchCrcFields(offset, raw, crc_fields_, crcs_);
   }
   if (!HasWork(offset, raw.size())) return std::optional<LossyChunk>{};
+  const CodedPieces coded = TakeCoded(offset, raw.size());  // outlives segs' pointers into it
   LossyChunk c;
   std::vector<ChunkSegment> segs;
-  RETURN_IF_ERROR(CodeChunk(offset, raw, base, &segs, &c.payload, scratch));
+  RETURN_IF_ERROR(CodeChunk(offset, raw, base, &segs, &c.payload, scratch, &coded));
   for (const ChunkSegment& s : segs) {
     if (!s.lossy) continue;
     Record(s);

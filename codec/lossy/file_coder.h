@@ -7,7 +7,8 @@
 // reconstruction replaces the chunk's bytes. For zip formats (torch.save,
 // npz) it first runs the reconstruction once over the file to learn each
 // rewritten member's CRC-32, so that the headers, which come before the
-// data, can carry the new CRCs.
+// data, can carry the new CRCs. That pass keeps the pieces' blobs, up to a
+// budget, so that the pack's pass decodes them instead of coding again.
 #pragma once
 
 #include <cstdint>
@@ -36,6 +37,13 @@ namespace ckptfs {
 // cost more than quantizing saves, and the scalars (Adam's step) never move.
 inline constexpr uint64_t kMinLossyElements = 64;
 
+// Blob bytes the CRC pass keeps for the pack's pass, per file being sealed.
+// Pieces past it keep only what the search chose, and the pack's pass codes
+// them again (same bytes, more CPU). Lossy blobs are about a tenth of the
+// elements' size at lossy=0.05, so this covers files of a few hundred MB;
+// memory stays bounded for any size.
+inline constexpr uint64_t kCodedPieceBudget = 48ull << 20;
+
 struct LossyChunk {
   std::vector<uint8_t> payload;  // after the base reference
   bool used_base = false;        // some piece is predicted from the base bytes
@@ -60,8 +68,9 @@ class LossyCoder {
   bool NeedsCrcPass() const { return !crc_fields_.empty(); }
   bool CrcChunk(uint64_t offset, uint64_t len) const;
   // CRC pass: rewrites `raw` with its reconstruction and feeds the CRCs.
-  // Keeps what the search chose for each piece, so that Encode codes the
-  // chunk again without searching. Safe to call from several threads.
+  // Keeps each piece's blob while the budget lasts (Encode then decodes
+  // it), else what the search chose (Encode then codes the piece again
+  // without searching). Safe to call from several threads.
   // `scratch`: the calling worker's buffers (null: fresh ones).
   Status Reconstruct(uint64_t offset, std::span<uint8_t> raw, std::span<const uint8_t> base,
                      lossy::PieceScratch* scratch = nullptr);
@@ -76,6 +85,9 @@ class LossyCoder {
   uint32_t sibling_pairs() const { return sibling_pairs_; }
   // The sibling used, or why each candidate was not (for the log).
   const std::string& sibling_note() const { return sibling_note_; }
+  // Blob bytes the CRC pass may keep (kCodedPieceBudget; tests set 0 to
+  // check that both ways give the same pack). Before the CRC pass only.
+  void set_coded_piece_budget(uint64_t bytes) { coded_budget_ = bytes; }
 
  private:
   struct Tensor {
@@ -90,7 +102,11 @@ class LossyCoder {
   // Which tensors are coded how, from `layout` (the shard's labelled one for DCP).
   void Classify(const FileLayout& layout, lossy::LossyScope scope, SiblingSource* siblings);
   void PairWithSibling(const FileLayout& layout, lossy::LossyScope scope, SiblingSource& siblings);
-  Result<std::vector<lossy::ChunkSegment>> Segments(uint64_t offset, uint64_t len, lossy::PieceScratch* scratch) const;
+  using CodedPieces = std::map<uint64_t, lossy::CodedPiece>;  // by the piece's file offset
+  // The chunk's segments; pieces in `coded` get no sensitivity or one-step
+  // target (their blob is decoded, not coded).
+  Result<std::vector<lossy::ChunkSegment>> Segments(uint64_t offset, uint64_t len, lossy::PieceScratch* scratch,
+                                                    const CodedPieces* coded = nullptr) const;
   Result<std::vector<float>> Sensitivity(const Tensor& t, uint64_t begin, uint64_t end,
                                          lossy::PieceScratch* scratch) const;
   // The one-step measure's relative target for a weight piece; 0 when it cannot be judged.
@@ -102,7 +118,14 @@ class LossyCoder {
   // Sets the targets and rule info_ reports, once the tensors are classified.
   void DescribeTargets();
   Status CodeChunk(uint64_t offset, std::span<uint8_t> raw, std::span<const uint8_t> base,
-                   std::vector<lossy::ChunkSegment>* segs, std::vector<uint8_t>* out, lossy::PieceScratch* scratch);
+                   std::vector<lossy::ChunkSegment>* segs, std::vector<uint8_t>* out, lossy::PieceScratch* scratch,
+                   const CodedPieces* coded = nullptr);
+  // After the CRC pass codes a chunk: keeps each piece's blob within the
+  // budget, else its choice.
+  void KeepCoded(uint64_t offset, std::vector<lossy::ChunkSegment>& segs);
+  // The CRC pass's blobs for the pieces in [offset, offset + len), taken
+  // out of coded_ (each is used once).
+  CodedPieces TakeCoded(uint64_t offset, uint64_t len);
   void Record(const lossy::ChunkSegment& s);
 
   const ByteSource& file_;
@@ -125,6 +148,9 @@ class LossyCoder {
   // mu_ guards the CRCs' first read, choices_ and info_.
   std::mutex mu_;
   std::map<uint64_t, lossy::PieceChoice> choices_;  // by the piece's file offset, from the CRC pass
+  CodedPieces coded_;                                // ... those within the budget, coded
+  uint64_t coded_bytes_ = 0;                         // blob bytes in coded_
+  uint64_t coded_budget_ = kCodedPieceBudget;
   bool crcs_ready_ = false;
   std::vector<uint32_t> crcs_;  // the CRC pass's result, for Encode
   LossyInfo info_;

@@ -26,6 +26,15 @@ inline constexpr uint8_t kLossyChunkVersion = 1;
 // A segment's kind byte.
 enum class SegmentCoding : uint8_t { kLossless = 0, kLossy = 1 };
 
+// A lossy piece as the zip CRC pass coded it, kept so that the pack's pass
+// decodes its blob (cheap) instead of coding the piece again: the blob and
+// reconstruction are the same either way (codec/lossy/file_coder.h).
+struct CodedPiece {
+  std::vector<uint8_t> blob;  // EncodePiece's output; empty when no code met the target
+  PieceOutcome outcome;       // outcome.choice.exact: stored losslessly
+  double error_to_steps = 0;  // the segment's, for the statistics
+};
+
 // A chunk-relative byte range and how to code it.
 struct ChunkSegment {
   uint64_t begin = 0;
@@ -35,6 +44,13 @@ struct ChunkSegment {
   TensorRole role = TensorRole::kOther;  // lossy only: for statistics
   std::vector<float> weight;  // lossy kValue only; empty: uniform
   const PieceChoice* choice = nullptr;  // lossy only: code as chosen before (PieceInput::choice)
+  // Lossy only: decode this earlier result instead of coding (it must be
+  // of the same elements against the same base); `choice` and `weight`
+  // are then not needed.
+  const CodedPiece* coded = nullptr;
+  // Lossy only, with a null `out`: keep the piece's blob in `blob` too.
+  bool keep_blob = false;
+  std::vector<uint8_t> blob;
   // Weights under the one-step measure: the measured error times this is
   // the error in steps (C / the piece's relative target); 0 otherwise.
   double error_to_steps = 0;

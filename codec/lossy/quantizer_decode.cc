@@ -20,6 +20,28 @@ using piece::UnZigZag;
 
 Status Malformed(const std::string& what) { return Status::Corruption("lossy piece: " + what); }
 
+// The elements from their symbols, one instance per element type and
+// domain, so that loads, stores and Reconstruct inline without branching on them.
+template <DType T, Domain D>
+Status Rebuild(std::span<const uint8_t> symbols, unsigned k, const StoredLevels& lv, const uint8_t* base,
+               std::span<const uint8_t> esc, uint64_t n_esc, uint64_t* next_esc, std::span<uint8_t> out) {
+  const size_t n = symbols.size();
+  for (size_t i = 0; i < n; ++i) {
+    const unsigned sym = symbols[i];
+    uint32_t bits;
+    if (sym == k + 1u) {
+      if (*next_esc == n_esc) return Malformed("more escape symbols than escapes");
+      bits = LoadBits(T, esc.data(), (*next_esc)++);
+    } else if (sym > k) {
+      return Malformed("symbol out of range");
+    } else {
+      bits = Reconstruct(T, D, base != nullptr ? LoadBits(T, base, i) : 0, sym, lv);
+    }
+    StoreBits(T, out.data(), i, bits);
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status DecodePiece(std::span<const uint8_t> blob, std::span<const uint8_t> base, std::span<uint8_t> out) {
@@ -63,19 +85,23 @@ Status DecodePiece(std::span<const uint8_t> blob, std::span<const uint8_t> base,
   std::vector<uint8_t> symbols(n);
   RETURN_IF_ERROR(lossless::RansDecode(rans, symbols));
   uint64_t next_esc = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const unsigned sym = symbols[i];
-    uint32_t bits;
-    if (sym == k + 1u) {
-      if (next_esc == n_esc) return Malformed("more escape symbols than escapes");
-      bits = LoadBits(t, esc.data(), next_esc++);
-    } else if (sym > k) {
-      return Malformed("symbol out of range");
-    } else {
-      bits = Reconstruct(t, d, against_base ? LoadBits(t, base.data(), i) : 0, sym, lv);
-    }
-    StoreBits(t, out.data(), i, bits);
+  const uint8_t* base_bytes = against_base ? base.data() : nullptr;
+  Status st;
+  switch (t) {
+    case DType::kF32:
+      st = d == Domain::kValue ? Rebuild<DType::kF32, Domain::kValue>(symbols, k, lv, base_bytes, esc, n_esc, &next_esc, out)
+                               : Rebuild<DType::kF32, Domain::kLogBits>(symbols, k, lv, base_bytes, esc, n_esc, &next_esc, out);
+      break;
+    case DType::kF16:
+      st = d == Domain::kValue ? Rebuild<DType::kF16, Domain::kValue>(symbols, k, lv, base_bytes, esc, n_esc, &next_esc, out)
+                               : Rebuild<DType::kF16, Domain::kLogBits>(symbols, k, lv, base_bytes, esc, n_esc, &next_esc, out);
+      break;
+    default:
+      st = d == Domain::kValue ? Rebuild<DType::kBF16, Domain::kValue>(symbols, k, lv, base_bytes, esc, n_esc, &next_esc, out)
+                               : Rebuild<DType::kBF16, Domain::kLogBits>(symbols, k, lv, base_bytes, esc, n_esc, &next_esc, out);
+      break;
   }
+  RETURN_IF_ERROR(st);
   if (next_esc != n_esc) return Malformed("fewer escape symbols than escapes");
   return Status::Ok();
 }

@@ -50,14 +50,15 @@ struct Analysis {
 
 bool ValueUnusable(float f) { return !std::isfinite(f); }
 
-void AnalyseValues(const PieceSpec& spec, const PieceInput& in, Analysis* a) {
+template <DType T>
+void AnalyseValuesOf(const PieceSpec& spec, const PieceInput& in, Analysis* a) {
   const size_t n = a->n;
   const bool has_base = !in.base.empty();
   double e_zero = 0, e_base = 0;
   // Coded again as chosen: the budget is not needed, only the predictor.
   for (size_t i = 0; i < n && in.choice == nullptr; ++i) {
-    const float x = BitsToFloat(spec.dtype, LoadBits(spec.dtype, in.x.data(), i));
-    const float p = has_base ? BitsToFloat(spec.dtype, LoadBits(spec.dtype, in.base.data(), i)) : 0.0f;
+    const float x = BitsToFloat(T, LoadBits(T, in.x.data(), i));
+    const float p = has_base ? BitsToFloat(T, LoadBits(T, in.base.data(), i)) : 0.0f;
     const double w = in.weight.empty() ? 1.0 : static_cast<double>(in.weight[i]);
     if (ValueUnusable(x) || ValueUnusable(p)) continue;
     e_zero += w * double(x) * double(x);
@@ -69,8 +70,8 @@ void AnalyseValues(const PieceSpec& spec, const PieceInput& in, Analysis* a) {
     a->budget = std::min(a->budget, spec.residual_cap * spec.residual_cap * e_base);
   }
   for (size_t i = 0; i < n; ++i) {
-    const float x = BitsToFloat(spec.dtype, LoadBits(spec.dtype, in.x.data(), i));
-    const float p = a->against_base ? BitsToFloat(spec.dtype, LoadBits(spec.dtype, in.base.data(), i)) : 0.0f;
+    const float x = BitsToFloat(T, LoadBits(T, in.x.data(), i));
+    const float p = a->against_base ? BitsToFloat(T, LoadBits(T, in.base.data(), i)) : 0.0f;
     a->w[i] = in.weight.empty() ? 1.0 : static_cast<double>(in.weight[i]);
     const bool unusable = ValueUnusable(x) || ValueUnusable(p);
     a->must_escape[i] = unusable ? 1 : 0;
@@ -78,27 +79,41 @@ void AnalyseValues(const PieceSpec& spec, const PieceInput& in, Analysis* a) {
   }
 }
 
-void AnalyseLogBits(const PieceSpec& spec, const PieceInput& in, Analysis* a) {
+template <DType T>
+void AnalyseLogBitsOf(const PieceSpec& spec, const PieceInput& in, Analysis* a) {
   const size_t n = a->n;
   const bool has_base = !in.base.empty();
-  const double unit = std::ldexp(1.0, -static_cast<int>(MantissaBits(spec.dtype)));
+  const double unit = std::ldexp(1.0, -static_cast<int>(MantissaBits(T)));
   double e_zero = 0, e_base = 0;
   for (size_t i = 0; i < n && in.choice == nullptr; ++i) {
-    const uint32_t x = LoadBits(spec.dtype, in.x.data(), i);
-    const uint32_t p = has_base ? LoadBits(spec.dtype, in.base.data(), i) : 0;
-    if (BitsNegativeOrNonFinite(spec.dtype, x) || BitsNegativeOrNonFinite(spec.dtype, p)) continue;
+    const uint32_t x = LoadBits(T, in.x.data(), i);
+    const uint32_t p = has_base ? LoadBits(T, in.base.data(), i) : 0;
+    if (BitsNegativeOrNonFinite(T, x) || BitsNegativeOrNonFinite(T, p)) continue;
     e_zero += double(x) * double(x);
     e_base += (double(x) - double(p)) * (double(x) - double(p));
   }
   a->against_base = has_base && (in.choice != nullptr ? in.choice->against_base : e_base <= e_zero);
   a->budget = spec.target * spec.target * static_cast<double>(n);
   for (size_t i = 0; i < n; ++i) {
-    const uint32_t x = LoadBits(spec.dtype, in.x.data(), i);
-    const uint32_t p = a->against_base ? LoadBits(spec.dtype, in.base.data(), i) : 0;
+    const uint32_t x = LoadBits(T, in.x.data(), i);
+    const uint32_t p = a->against_base ? LoadBits(T, in.base.data(), i) : 0;
     a->w[i] = 1.0;
-    const bool unusable = BitsNegativeOrNonFinite(spec.dtype, x) || BitsNegativeOrNonFinite(spec.dtype, p);
+    const bool unusable = BitsNegativeOrNonFinite(T, x) || BitsNegativeOrNonFinite(T, p);
     a->must_escape[i] = unusable ? 1 : 0;
     a->r[i] = unusable ? 0.0 : (static_cast<double>(x) - static_cast<double>(p)) * unit;
+  }
+}
+
+// The analysis, one instance per element type (loads inline, loops unswitched).
+void Analyse(const PieceSpec& spec, const PieceInput& in, Analysis* a) {
+  const bool value = spec.domain == Domain::kValue;
+  switch (spec.dtype) {
+    case DType::kF32:
+      return value ? AnalyseValuesOf<DType::kF32>(spec, in, a) : AnalyseLogBitsOf<DType::kF32>(spec, in, a);
+    case DType::kF16:
+      return value ? AnalyseValuesOf<DType::kF16>(spec, in, a) : AnalyseLogBitsOf<DType::kF16>(spec, in, a);
+    default:
+      return value ? AnalyseValuesOf<DType::kBF16>(spec, in, a) : AnalyseLogBitsOf<DType::kBF16>(spec, in, a);
   }
 }
 
@@ -151,20 +166,29 @@ class Search {
       : spec_(spec), a_(a), qclass_(qclass) {
     count_.assign(kQClasses, 0);
     sum_.assign(kQClasses, 0.0);
-    double lo = kInf, hi = -kInf, sq = 0;
-    uint64_t finite = 0;
+    double lo = kInf, hi = -kInf, sq = 0, total = 0;
+    uint64_t finite = 0, forced = 0;
+    // Locals and raw pointers: the members would be reloaded after every
+    // store into the class sums (they might alias).
+    uint64_t* const count = count_.data();
+    double* const sum = sum_.data();
+    const double* const r = a.r.data();
+    const double* const w = a.w.data();
     for (size_t i = 0; i < a.n; ++i) {
-      if (qclass_[i] == kForced) {
-        ++forced_;
+      const uint32_t c = qclass_[i];
+      if (c == kForced) {
+        ++forced;
         continue;
       }
-      const double q = a.w[i] * a.r[i] * a.r[i];
-      ++count_[qclass_[i]];
-      sum_[qclass_[i]] += q;
-      total_ += q;
-      lo = std::min(lo, a.r[i]), hi = std::max(hi, a.r[i]), sq += a.r[i] * a.r[i];
+      const double ri = r[i];
+      const double q = w[i] * ri * ri;
+      ++count[c];
+      sum[c] += q;
+      total += q;
+      lo = std::min(lo, ri), hi = std::max(hi, ri), sq += ri * ri;
       ++finite;
     }
+    total_ = total, forced_ = forced;
     if (finite == 0) return;
     for (double prune_share : kPruneShares) {
       for (double escape_share : kEscapeShares) cuts_.push_back(CutAt(prune_share, escape_share));
@@ -350,6 +374,56 @@ struct Coded {
   PieceOutcome outcome;
 };
 
+// Assign's per-element loop, one instance per element type and domain so
+// that loads, stores and the reconstruction inline without branching on them.
+template <DType T, Domain D>
+uint64_t AssignElements(const PieceInput& in, const Analysis& a, std::span<const uint32_t> qclass, const Plan& p,
+                        const StoredLevels& lv, const LevelLookup& nearest_level, std::span<const uint16_t> nearest,
+                        std::span<uint8_t> recon, Coded* c) {
+  const unsigned k = static_cast<unsigned>(p.levels.size());
+  const uint8_t* xs = in.x.data();
+  const uint8_t* base = a.against_base ? in.base.data() : nullptr;
+  uint64_t pruned = 0;
+  for (size_t i = 0; i < a.n; ++i) {
+    const uint32_t x = LoadBits(T, xs, i);
+    const uint32_t pred = base != nullptr ? LoadBits(T, base, i) : 0;
+    const uint32_t qc = qclass[i];
+    unsigned sym;
+    if (qc != kForced && qc < p.prune_below) {
+      sym = 0;
+      ++pruned;
+    } else if (qc == kForced || qc >= p.escape_from || k == 0) {
+      sym = k + 1;
+    } else {
+      sym = 1 + static_cast<unsigned>(nearest.empty() ? nearest_level(a.r[i]) : nearest[i]);
+    }
+    uint32_t out = sym == k + 1 ? x : Reconstruct(T, D, pred, sym, lv);
+    // A level can push a value past the largest finite one: keep it exact.
+    if (sym != k + 1 && D == Domain::kValue && !std::isfinite(BitsToFloat(T, out))) sym = k + 1;
+    if (sym == k + 1) {
+      out = x;
+      c->escapes.push_back(x);
+    }
+    c->symbols[i] = static_cast<uint8_t>(sym);
+    StoreBits(T, recon.data(), i, out);
+  }
+  return pruned;
+}
+
+template <Domain D>
+uint64_t AssignIn(DType t, const PieceInput& in, const Analysis& a, std::span<const uint32_t> qclass, const Plan& p,
+                  const StoredLevels& lv, const LevelLookup& nearest_level, std::span<const uint16_t> nearest,
+                  std::span<uint8_t> recon, Coded* c) {
+  switch (t) {
+    case DType::kF32:
+      return AssignElements<DType::kF32, D>(in, a, qclass, p, lv, nearest_level, nearest, recon, c);
+    case DType::kF16:
+      return AssignElements<DType::kF16, D>(in, a, qclass, p, lv, nearest_level, nearest, recon, c);
+    default:
+      return AssignElements<DType::kBF16, D>(in, a, qclass, p, lv, nearest_level, nearest, recon, c);
+  }
+}
+
 Coded Assign(const PieceSpec& spec, const PieceInput& in, const Analysis& a, std::span<const uint32_t> qclass,
              const Plan& p, const StoredLevels& lv, std::span<uint8_t> recon, PieceScratch& scratch) {
   Coded c;
@@ -363,29 +437,9 @@ Coded Assign(const PieceSpec& spec, const PieceInput& in, const Analysis& a, std
     nearest.resize(a.n);
     if (!in.device->NearestLevels({a.r, bounds, nearest}).ok()) nearest.clear();
   }
-  for (size_t i = 0; i < a.n; ++i) {
-    const uint32_t x = LoadBits(spec.dtype, in.x.data(), i);
-    const uint32_t pred = a.against_base ? LoadBits(spec.dtype, in.base.data(), i) : 0;
-    const uint32_t qc = qclass[i];
-    unsigned sym;
-    if (qc != kForced && qc < p.prune_below) {
-      sym = 0;
-      ++c.outcome.pruned;
-    } else if (qc == kForced || qc >= p.escape_from || k == 0) {
-      sym = k + 1;
-    } else {
-      sym = 1 + static_cast<unsigned>(nearest.empty() ? nearest_level(a.r[i]) : nearest[i]);
-    }
-    uint32_t out = sym == k + 1 ? x : Reconstruct(spec.dtype, spec.domain, pred, sym, lv);
-    // A level can push a value past the largest finite one: keep it exact.
-    if (sym != k + 1 && spec.domain == Domain::kValue && !std::isfinite(BitsToFloat(spec.dtype, out))) sym = k + 1;
-    if (sym == k + 1) {
-      out = x;
-      c.escapes.push_back(x);
-    }
-    c.symbols[i] = static_cast<uint8_t>(sym);
-    StoreBits(spec.dtype, recon.data(), i, out);
-  }
+  c.outcome.pruned = spec.domain == Domain::kValue
+                         ? AssignIn<Domain::kValue>(spec.dtype, in, a, qclass, p, lv, nearest_level, nearest, recon, &c)
+                         : AssignIn<Domain::kLogBits>(spec.dtype, in, a, qclass, p, lv, nearest_level, nearest, recon, &c);
   c.outcome.escaped = c.escapes.size();
   c.outcome.levels = k;
   c.outcome.against_base = a.against_base;
@@ -481,11 +535,7 @@ Result<PieceOutcome> EncodePiece(const PieceSpec& spec, const PieceInput& in, st
   a.r = ScratchSpan(scratch.r, a.n), a.w = ScratchSpan(scratch.w, a.n);
   a.must_escape = ScratchSpan(scratch.must_escape, a.n);
   // The analysis writes every element of r, w and must_escape.
-  if (spec.domain == Domain::kValue) {
-    AnalyseValues(spec, in, &a);
-  } else {
-    AnalyseLogBits(spec, in, &a);
-  }
+  Analyse(spec, in, &a);
   const std::span<uint32_t> qclass = ScratchSpan(scratch.qclass, a.n);
   QClasses(a, in.device, qclass);
   if (in.choice != nullptr) return Recode(spec, in, a, qclass, *in.choice, out, recon, scratch);

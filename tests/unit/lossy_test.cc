@@ -708,6 +708,73 @@ TEST(OneStepMeasure, NoOptimizerStateFallsBackAndSaysSo) {
   EXPECT_EQ(numeric.info().roles[0].target, 0.05f);
 }
 
+// What one lossy seal of a zip file gives, chunk by chunk: the payloads,
+// the reconstruction and the statistics.
+struct TwoPassSeal {
+  std::vector<std::vector<uint8_t>> payloads;
+  std::vector<uint8_t> recon;
+  LossyInfo info;
+};
+
+// The CRC pass over every chunk, then the pack's pass (Encode), as the
+// store runs them; `base`: the predecessor's bytes, or empty.
+TwoPassSeal SealInTwoPasses(const std::vector<uint8_t>& bytes, const std::vector<uint8_t>& base, uint64_t budget,
+                            size_t chunk) {
+  SpanSource file(bytes);
+  const FileLayout layout = DetectLayout(file);
+  const std::vector<TensorRange> ranges = TensorRangesOf(layout);
+  LossyCoder coder(file, layout, ranges, *ParseLossyPolicy("lossy=0.05"), TensorChunkOptions{});
+  EXPECT_TRUE(coder.NeedsCrcPass());
+  coder.set_coded_piece_budget(budget);
+  auto base_of = [&](size_t off, size_t len) {
+    return base.empty() ? std::span<const uint8_t>{} : std::span<const uint8_t>(base).subspan(off, len);
+  };
+  lossy::PieceScratch scratch;
+  for (size_t off = 0; off < bytes.size(); off += chunk) {
+    const size_t len = std::min(chunk, bytes.size() - off);
+    std::vector<uint8_t> raw(bytes.begin() + off, bytes.begin() + off + len);
+    EXPECT_TRUE(coder.Reconstruct(off, raw, base_of(off, len), &scratch).ok());
+  }
+  TwoPassSeal out;
+  for (size_t off = 0; off < bytes.size(); off += chunk) {
+    const size_t len = std::min(chunk, bytes.size() - off);
+    std::vector<uint8_t> raw(bytes.begin() + off, bytes.begin() + off + len);
+    Result<std::optional<LossyChunk>> c = coder.Encode(off, raw, base_of(off, len), &scratch);
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    out.payloads.push_back(c.ok() && c->has_value() ? (*c)->payload : std::vector<uint8_t>{});
+    out.recon.insert(out.recon.end(), raw.begin(), raw.end());
+  }
+  out.info = coder.info();
+  return out;
+}
+
+// The pack's pass decodes the blobs the CRC pass kept instead of coding the
+// pieces again: the same payloads, bytes and statistics whether all, some or
+// none of them were kept, for a keyframe and a delta.
+TEST(LossyCoderPasses, KeptBlobsGiveTheSameSealAsCodingAgain) {
+  const std::string dir = std::string(CKPTFS_SOURCE_DIR) + "/tests/data/golden/inputs/lossy/";
+  const std::vector<uint8_t> first = test::ReadFileBytes(dir + "ckpt1.pt"), second = test::ReadFileBytes(dir + "ckpt2.pt");
+  ASSERT_EQ(first.size(), second.size());
+  for (const std::vector<uint8_t>* base : {&first, static_cast<const std::vector<uint8_t>*>(nullptr)}) {
+    const std::vector<uint8_t> no_base;
+    const std::vector<uint8_t>& b = base != nullptr ? *base : no_base;
+    const TwoPassSeal again = SealInTwoPasses(second, b, 0, 2048);
+    const TwoPassSeal some = SealInTwoPasses(second, b, 1500, 2048);
+    const TwoPassSeal kept = SealInTwoPasses(second, b, kCodedPieceBudget, 2048);
+    EXPECT_NE(again.recon, second);  // something was coded lossily
+    for (const TwoPassSeal* s : {&some, &kept}) {
+      EXPECT_EQ(s->payloads, again.payloads);
+      EXPECT_EQ(s->recon, again.recon);
+      for (size_t r = 0; r < std::size(again.info.roles); ++r) {
+        EXPECT_EQ(s->info.roles[r].max_error, again.info.roles[r].max_error);
+        EXPECT_EQ(s->info.roles[r].elements, again.info.roles[r].elements);
+        EXPECT_EQ(s->info.roles[r].stored, again.info.roles[r].stored);
+      }
+      EXPECT_EQ(s->info.exact_elements, again.info.exact_elements);
+    }
+  }
+}
+
 TEST(SiblingSource, AskedOnlyForWeightsWithoutMoments) {
   FakeSiblings siblings({{"optimizer.safetensors", OneLayerMoments(4096, 64)}});
   // The file's own second moments weigh it.
