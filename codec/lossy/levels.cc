@@ -75,15 +75,28 @@ double LloydStep(const std::vector<Bin>& bins, const std::vector<double>& means,
   const std::vector<double> bounds = LevelBounds(*levels);
   std::vector<double> w(levels->size(), 0.0), wr(levels->size(), 0.0), wrr(levels->size(), 0.0);
   counts->assign(levels->size(), 0);
+  // The sums of the current level stay in registers while consecutive
+  // bins fall to it (they mostly do: the means ascend), and go back to the
+  // arrays when the level changes. The additions and their order are the
+  // same as adding into the arrays bin by bin.
   size_t j = 0;
+  double sw = 0, swr = 0, swrr = 0;
+  uint64_t sc = 0;
   for (size_t bi = 0; bi < bins.size(); ++bi) {
     const Bin& b = bins[bi];
     const double v = means[bi];
-    while (j + 1 < levels->size() && v >= bounds[j]) ++j;
-    while (j > 0 && v < bounds[j - 1]) --j;
-    w[j] += b.w, wr[j] += b.wr, wrr[j] += b.wrr;
-    (*counts)[j] += b.count;
+    size_t nj = j;
+    while (nj + 1 < levels->size() && v >= bounds[nj]) ++nj;
+    while (nj > 0 && v < bounds[nj - 1]) --nj;
+    if (nj != j) {
+      w[j] = sw, wr[j] = swr, wrr[j] = swrr, (*counts)[j] = sc;
+      j = nj;
+      sw = w[j], swr = wr[j], swrr = wrr[j], sc = (*counts)[j];
+    }
+    sw += b.w, swr += b.wr, swrr += b.wrr;
+    sc += b.count;
   }
+  if (!levels->empty()) w[j] = sw, wr[j] = swr, wrr[j] = swrr, (*counts)[j] = sc;
   double err = 0;
   for (size_t i = 0; i < levels->size(); ++i) {
     const double c = (*levels)[i];
