@@ -20,9 +20,11 @@ fidelity. Each seal's stored size is reported; lossy files also give the
 largest error the encoder measured per role (the file's
 user.ckptfs.lossy.error.* attributes). With `--baseline BIN` an older
 ckptfs binary runs the same files in the same run, interleaved, and the
-table shows both. Checks that every worker count stores the same sizes
-and reads back the same bytes (the file as written for lossless, one
-reconstruction for lossy). Exit status 1 when a check fails.
+table shows both, and says whether the new binary reads back the same
+bytes as the old one (a lossy coding change need not). Checks that every
+worker count stores the same sizes and reads back the same bytes (the file
+as written for lossless, one reconstruction for lossy). Exit status 1 when
+a check fails.
 
   .venv-debian/bin/python bench/bench_seal.py [--mib 256] [--workers 1,2]
         [--workload torch|npy] [--lossy 0.05] [--baseline /tmp/ckptfs-main]
@@ -189,6 +191,10 @@ def main():
                 ratios = ", ".join(f"{bb['cpu'] / cc['cpu']:.2f}x less CPU, stored {cc['stored'] / bb['stored']:.4f}x"
                                    for bb, cc in zip(b, c))
                 print(f"{mode}, {n} worker(s), new vs base (first, successor): {ratios}")
+            # A speed-only change should give the same reconstruction; one
+            # that changes the coding says so here (not a failure).
+            same = reads[(mode, "new")] == reads[(mode, "base")]
+            print(f"{mode}: new reads back the same bytes as base: {'yes' if same else 'no'}")
     shutil.rmtree(work, ignore_errors=True)
     return 0 if ok else 1
 
