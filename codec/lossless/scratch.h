@@ -11,7 +11,8 @@
 namespace ckptfs::lossless {
 
 // Distinct slots for buffers that are alive at the same time.
-enum class ScratchSlot : int { kPlanes = 0, kSplit, kRans, kCount };
+// kLossySymbols: a lossy piece's symbols while it decodes (codec/lossy).
+enum class ScratchSlot : int { kPlanes = 0, kSplit, kRans, kLossySymbols, kCount };
 
 inline std::span<uint8_t> Scratch(ScratchSlot slot, size_t n) {
   thread_local std::vector<uint8_t> bufs[static_cast<int>(ScratchSlot::kCount)];

@@ -16,6 +16,9 @@ namespace {
 
 // Adam's update divides m by sqrt(v) + eps: errors of m count in those units.
 constexpr double kAdamEps = 1e-8;
+// Sensitivity vectors a worker keeps for its next chunks (a chunk holds a
+// few lossy pieces at most; more would only hold memory).
+constexpr size_t kPooledWeights = 2;
 
 size_t RoleSlot(TensorRole r) { return static_cast<size_t>(r) - 1; }
 
@@ -76,8 +79,8 @@ template <DType T>
 void FisherWeights(const uint8_t* bytes, size_t n, bool weight, std::vector<float>* w) {
   double sum = 0;
   for (size_t i = 0; i < n; ++i) sum += MomentAt<T>(bytes, i);
+  w->resize(sum > 0 ? n : 0);
   if (sum <= 0) return;
-  w->resize(n);
   float* out = w->data();
   const double floor = kFisherFloor * sum / static_cast<double>(n);
   if (weight) {
@@ -235,7 +238,11 @@ Result<std::vector<float>> LossyCoder::Sensitivity(const Tensor& t, uint64_t beg
   } else {
     RETURN_IF_ERROR(file_.ReadAt(at, bytes));
   }
-  std::vector<float> w;
+  std::vector<float> w;  // a vector an earlier chunk handed back: no fresh pages
+  if (scratch != nullptr && !scratch->weights.empty()) {
+    w = std::move(scratch->weights.back());
+    scratch->weights.pop_back();
+  }
   switch (t.dtype) {
     case DType::kF32:
       FisherWeights<DType::kF32>(bytes.data(), n, t.role == TensorRole::kWeight, &w);
@@ -250,14 +257,19 @@ Result<std::vector<float>> LossyCoder::Sensitivity(const Tensor& t, uint64_t beg
   return w;  // empty: no gradient seen yet, plain magnitude
 }
 
-Result<double> LossyCoder::OneStepTarget(const Tensor& t, uint64_t begin, uint64_t end) const {
+Result<double> LossyCoder::OneStepTarget(const Tensor& t, uint64_t begin, uint64_t end,
+                                         lossy::PieceScratch* scratch) const {
   const size_t es = DTypeSize(t.dtype), n = (end - begin) / es;
-  std::vector<uint8_t> w(end - begin), m(end - begin), v(end - begin);
+  lossy::PieceScratch own;
+  lossy::PieceScratch& s = scratch != nullptr ? *scratch : own;
+  const std::span<uint8_t> w = lossy::ScratchSpan(s.step_bytes[0], end - begin);
+  const std::span<uint8_t> m = lossy::ScratchSpan(s.step_bytes[1], end - begin);
+  const std::span<uint8_t> v = lossy::ScratchSpan(s.step_bytes[2], end - begin);
   RETURN_IF_ERROR(file_.ReadAt(begin, w));
   RETURN_IF_ERROR(file_.ReadAt(*t.m_offset + (begin - t.offset), m));
   RETURN_IF_ERROR(file_.ReadAt(*t.v_offset + (begin - t.offset), v));
-  auto at = [&](const std::vector<uint8_t>& b) {
-    return [&b, dtype = t.dtype](size_t i) { return lossy::BitsToFloat(dtype, lossy::LoadBits(dtype, b.data(), i)); };
+  auto at = [dtype = t.dtype](std::span<const uint8_t> b) {
+    return [b, dtype](size_t i) { return lossy::BitsToFloat(dtype, lossy::LoadBits(dtype, b.data(), i)); };
   };
   return OneStepWeightTargetOf(n, at(w), at(m), at(v), lr_, eps_, step_budget_);
 }
@@ -296,7 +308,7 @@ Result<std::vector<ChunkSegment>> LossyCoder::Segments(uint64_t offset, uint64_t
     } else if (t.role == TensorRole::kWeight) {
       s.spec.target = fallback.weight;
       s.spec.residual_cap = fallback.weight_update;
-      ASSIGN_OR_RETURN(const double step_target, OneStep(t) ? OneStepTarget(t, begin, end) : Result<double>(0.0));
+      ASSIGN_OR_RETURN(const double step_target, OneStep(t) ? OneStepTarget(t, begin, end, scratch) : Result<double>(0.0));
       if (step_target > 0) {
         // The budget is in units of the optimizer's own movement already:
         // no second cap on the change since the predecessor.
@@ -337,7 +349,13 @@ Status LossyCoder::CodeChunk(uint64_t offset, std::span<uint8_t> raw, std::span<
       if (it != choices_.end()) s.choice = &it->second;
     }
   }
-  return lossy::EncodeLossyChunk(raw, base, offset, ranges_, *segs, topts_, out, scratch);
+  const Status st = lossy::EncodeLossyChunk(raw, base, offset, ranges_, *segs, topts_, out, scratch);
+  for (ChunkSegment& s : *segs) {
+    if (scratch != nullptr && s.weight.capacity() > 0 && scratch->weights.size() < kPooledWeights) {
+      scratch->weights.push_back(std::move(s.weight));
+    }
+  }
+  return st;
 }
 
 void LossyCoder::KeepCoded(uint64_t offset, std::vector<ChunkSegment>& segs) {

@@ -110,7 +110,7 @@ class LossyCoder {
   Result<std::vector<float>> Sensitivity(const Tensor& t, uint64_t begin, uint64_t end,
                                          lossy::PieceScratch* scratch) const;
   // The one-step measure's relative target for a weight piece; 0 when it cannot be judged.
-  Result<double> OneStepTarget(const Tensor& t, uint64_t begin, uint64_t end) const;
+  Result<double> OneStepTarget(const Tensor& t, uint64_t begin, uint64_t end, lossy::PieceScratch* scratch) const;
   // Whether a weight is bounded by the one-step measure.
   bool OneStep(const Tensor& t) const {
     return one_step_ && t.role == lossy::TensorRole::kWeight && t.m_offset && t.v_offset && !t.v_in_sibling;

@@ -74,6 +74,10 @@ struct PieceScratch {
   std::vector<uint32_t> qclass;
   std::vector<uint8_t> must_escape, symbols;
   std::vector<uint8_t> recon, bytes;  // a piece's reconstruction; file bytes (LossyCoder)
+  // LossyCoder: the one-step measure's weights, first and second moments,
+  // and sensitivity vectors handed back after a chunk, for the next.
+  std::vector<uint8_t> step_bytes[3];
+  std::vector<std::vector<float>> weights;
 };
 
 // The first n elements of `v`, grown to hold them.

@@ -6,6 +6,7 @@
 
 #include "codec/lossless/byte_io.h"
 #include "codec/lossless/rans.h"
+#include "codec/lossless/scratch.h"
 #include "codec/lossy/float_bits.h"
 #include "codec/lossy/piece_format.h"
 
@@ -82,7 +83,7 @@ Status DecodePiece(std::span<const uint8_t> blob, std::span<const uint8_t> base,
   RETURN_IF_ERROR(r.Bytes(rans_len, &rans, "symbol stream"));
   if (n_esc > n || r.remaining() != n_esc * es) return Malformed("escape bytes do not match their count");
   RETURN_IF_ERROR(r.Bytes(n_esc * es, &esc, "escapes"));
-  std::vector<uint8_t> symbols(n);
+  const std::span<uint8_t> symbols = lossless::Scratch(lossless::ScratchSlot::kLossySymbols, n);
   RETURN_IF_ERROR(lossless::RansDecode(rans, symbols));
   uint64_t next_esc = 0;
   const uint8_t* base_bytes = against_base ? base.data() : nullptr;

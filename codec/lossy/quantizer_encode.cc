@@ -281,14 +281,15 @@ class Search {
     for (uint32_t c = 0; c < top; ++c) {
       if (interval[c] != kNoInterval) want[interval[c]] += count_[c];
     }
-    for (size_t i = 0, skip = 0; i < a_.n; ++i, skip = skip == 0 ? stride - 1 : skip - 1) {
-      const uint32_t c = qclass_[i];  // skip == 0: i is a multiple of stride
-      if (c == kForced || interval[c] == kNoInterval) continue;
-      if (c >= top) {
-        hists_[interval[c]].Add(a_.r[i], a_.w[i]);
-      } else if (skip == 0) {
-        sampled[interval[c]].Add(a_.r[i], a_.w[i]);
-      }
+    // Two loops, each adding to its own histograms in element order: the
+    // sample's touches only every stride-th element.
+    for (size_t i = 0; top < kQClasses && i < a_.n; ++i) {
+      const uint32_t c = qclass_[i];
+      if (c >= top && c != kForced && interval[c] != kNoInterval) hists_[interval[c]].Add(a_.r[i], a_.w[i]);
+    }
+    for (size_t i = 0; i < a_.n; i += stride) {
+      const uint32_t c = qclass_[i];  // below top: not kForced
+      if (c < top && interval[c] != kNoInterval) sampled[interval[c]].Add(a_.r[i], a_.w[i]);
     }
     for (size_t k = 0; k < hists_.size(); ++k) {
       if (sampled[k].count() == 0) continue;
