@@ -384,7 +384,12 @@ uint64_t AssignElements(const PieceInput& in, const Analysis& a, std::span<const
   const unsigned k = static_cast<unsigned>(p.levels.size());
   const uint8_t* xs = in.x.data();
   const uint8_t* base = a.against_base ? in.base.data() : nullptr;
+  const double unit = std::ldexp(1.0, -static_cast<int>(MantissaBits(T)));
   uint64_t pruned = 0;
+  // MeasureError's sums, term for term in the same order, while the
+  // elements are at hand (one pass over them fewer).
+  double num = 0, den = 0;
+  bool lost_non_finite = false;
   for (size_t i = 0; i < a.n; ++i) {
     const uint32_t x = LoadBits(T, xs, i);
     const uint32_t pred = base != nullptr ? LoadBits(T, base, i) : 0;
@@ -407,7 +412,25 @@ uint64_t AssignElements(const PieceInput& in, const Analysis& a, std::span<const
     }
     c->symbols[i] = static_cast<uint8_t>(sym);
     StoreBits(T, recon.data(), i, out);
+    if constexpr (D == Domain::kLogBits) {
+      const double d = (static_cast<double>(out) - static_cast<double>(x)) * unit;
+      num += d * d;
+      den += 1;
+    } else {
+      const double xv = BitsToFloat(T, x);
+      if (!std::isfinite(xv)) {
+        lost_non_finite |= x != out;
+        continue;
+      }
+      const double w = in.weight.empty() ? 1.0 : in.weight[i];
+      den += w * xv * xv;
+      if (x != out) {
+        const double rv = BitsToFloat(T, out);
+        num += w * (rv - xv) * (rv - xv);
+      }
+    }
   }
+  c->outcome.error = lost_non_finite ? kInf : num == 0 ? 0 : den > 0 ? std::sqrt(num / den) : kInf;
   return pruned;
 }
 
@@ -551,8 +574,7 @@ Result<PieceOutcome> EncodePiece(const PieceSpec& spec, const PieceInput& in, st
     if (!plan) plan = search.Best(min_levels);
     if (!plan) break;
     const StoredLevels lv = StoreLevels(spec, plan->levels);
-    Coded c = Assign(spec, in, a, qclass, *plan, lv, recon, scratch);
-    c.outcome.error = MeasureError(spec, in.x, recon, in.weight);
+    Coded c = Assign(spec, in, a, qclass, *plan, lv, recon, scratch);  // measures the error too
     if (c.outcome.error <= spec.target) {
       if (out != nullptr) WriteBlob(spec, a, lv, c, out);
       c.outcome.choice = PieceChoice{false, a.against_base, plan->prune_below, plan->escape_from,

@@ -168,6 +168,35 @@ TEST(LossyPiece, HalfAndBfloat16) {
   }
 }
 
+// The error the encoder reports (summed while it assigns levels) is
+// MeasureError's on its reconstruction, to the bit, for every element type
+// and domain, weighted or not, with and without a base.
+TEST(LossyPiece, ReportedErrorIsMeasureErrorExactly) {
+  const size_t n = 1 << 13;
+  std::vector<float> w(n);
+  for (size_t i = 0; i < n; ++i) w[i] = 1e-3f + static_cast<float>(i % 7);
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
+    std::vector<float> v = Normal(n, 0.05f, 21), moved = v;
+    for (size_t i = 0; i < n; i += 3) moved[i] += 0.01f;
+    v[5] = std::numeric_limits<float>::infinity();
+    const std::vector<uint8_t> x = Floats(moved, t), base = Floats(v, t);
+    for (const std::vector<uint8_t>* b : {&base, static_cast<const std::vector<uint8_t>*>(nullptr)}) {
+      const std::vector<uint8_t> none;
+      const PieceSpec value{t, Domain::kValue, 0.05};
+      Coded c = Encode(value, x, b != nullptr ? *b : none, w);
+      EXPECT_EQ(c.outcome.error, MeasureError(value, x, c.recon, w));
+      c = Encode(value, x, b != nullptr ? *b : none);
+      EXPECT_EQ(c.outcome.error, MeasureError(value, x, c.recon));
+    }
+    std::vector<float> sq = Normal(n, 1e-3f, 22);
+    for (float& f : sq) f *= f;
+    const std::vector<uint8_t> vx = Floats(sq, t);
+    const PieceSpec logbits{t, Domain::kLogBits, 0.3};
+    const Coded c = Encode(logbits, vx);
+    EXPECT_EQ(c.outcome.error, MeasureError(logbits, vx, c.recon));
+  }
+}
+
 TEST(LossyPiece, DeterministicAcrossRuns) {
   const std::vector<uint8_t> x = Floats(Normal(1 << 15, 0.02f, 10));
   const std::vector<uint8_t> base = Floats(Normal(1 << 15, 0.02f, 11));
