@@ -162,33 +162,16 @@ struct Cut {
 
 class Search {
  public:
-  Search(const PieceSpec& spec, const Analysis& a, std::span<const uint32_t> qclass)
+  // `classify`: no device computed the q classes, and this pass fills
+  // `qclass` as ops::QClassOf does (each residual is read once, not twice).
+  Search(const PieceSpec& spec, const Analysis& a, std::span<uint32_t> qclass, bool classify)
       : spec_(spec), a_(a), qclass_(qclass) {
     count_.assign(kQClasses, 0);
     sum_.assign(kQClasses, 0.0);
-    double lo = kInf, hi = -kInf, sq = 0, total = 0;
-    uint64_t finite = 0, forced = 0;
-    // Locals and raw pointers: the members would be reloaded after every
-    // store into the class sums (they might alias).
-    uint64_t* const count = count_.data();
-    double* const sum = sum_.data();
-    const double* const r = a.r.data();
-    const double* const w = a.w.data();
-    for (size_t i = 0; i < a.n; ++i) {
-      const uint32_t c = qclass_[i];
-      if (c == kForced) {
-        ++forced;
-        continue;
-      }
-      const double ri = r[i];
-      const double q = w[i] * ri * ri;
-      ++count[c];
-      sum[c] += q;
-      total += q;
-      lo = std::min(lo, ri), hi = std::max(hi, ri), sq += ri * ri;
-      ++finite;
-    }
-    total_ = total, forced_ = forced;
+    const Tally t = classify ? TallyClasses<true>(qclass) : TallyClasses<false>(qclass);
+    total_ = t.total, forced_ = t.forced;
+    const double lo = t.lo, hi = t.hi, sq = t.sq;
+    const uint64_t finite = t.finite;
     if (finite == 0) return;
     for (double prune_share : kPruneShares) {
       for (double escape_share : kEscapeShares) cuts_.push_back(CutAt(prune_share, escape_share));
@@ -231,6 +214,44 @@ class Search {
 
  private:
   static constexpr size_t kResidualBins = 4096;
+
+  struct Tally {
+    double lo = kInf, hi = -kInf, sq = 0, total = 0;
+    uint64_t finite = 0, forced = 0;
+  };
+
+  // Counts and sums q = w r^2 per class, and the residuals' range and
+  // square sum. Locals and raw pointers: members would be reloaded after
+  // every store into the class sums (they might alias).
+  template <bool kClassify>
+  Tally TallyClasses(std::span<uint32_t> qclass) {
+    Tally t;
+    uint64_t* const count = count_.data();
+    double* const sum = sum_.data();
+    const double* const r = a_.r.data();
+    const double* const w = a_.w.data();
+    for (size_t i = 0; i < a_.n; ++i) {
+      uint32_t c;
+      if constexpr (kClassify) {
+        c = a_.must_escape[i] != 0 ? kForced : ops::QClassOf(w[i], r[i]);
+        qclass[i] = c;
+      } else {
+        c = qclass[i];
+      }
+      if (c == kForced) {
+        ++t.forced;
+        continue;
+      }
+      const double ri = r[i];
+      const double q = w[i] * ri * ri;
+      ++count[c];
+      sum[c] += q;
+      t.total += q;
+      t.lo = std::min(t.lo, ri), t.hi = std::max(t.hi, ri), t.sq += ri * ri;
+      ++t.finite;
+    }
+    return t;
+  }
   // Elements a piece's level fits are estimated from, at least, and how
   // many of the largest (by q class) are always among them.
   static constexpr size_t kSampleElements = 1 << 17;
@@ -561,9 +582,10 @@ Result<PieceOutcome> EncodePiece(const PieceSpec& spec, const PieceInput& in, st
   // The analysis writes every element of r, w and must_escape.
   Analyse(spec, in, &a);
   const std::span<uint32_t> qclass = ScratchSpan(scratch.qclass, a.n);
-  QClasses(a, in.device, qclass);
+  const bool offload = OffloadElements(in.device, a.n);
+  if (in.choice != nullptr || offload) QClasses(a, in.device, qclass);
   if (in.choice != nullptr) return Recode(spec, in, a, qclass, *in.choice, out, recon, scratch);
-  const Search search(spec, a, qclass);
+  const Search search(spec, a, qclass, !offload);
   std::optional<Plan> plan;
   if (search.AllPrunable()) {
     plan = Plan{};
