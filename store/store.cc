@@ -496,8 +496,8 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
       p->SetLossy(&*lossy, opts_.delta ? opts_.lossy_keyframe_every : 0);
       deltas.push_back(p.get());
     }
-    // The zip CRC pass, on every worker; the chunks are then coded again by
-    // all of them, with the choices the pass made.
+    // The zip CRC pass, on every worker; the pack's pass then decodes the
+    // pieces' blobs it kept, or codes the rest again with its choices.
     if (Status s = DeltaPlanner::PrepareLossy(deltas, env_, src_fd, size, opts_.chunk_size); !s.ok()) return fail(s);
   }
   Result<PackStats> stats = WritePack(env_, src_fd, size, tmp->get(), opts_.chunk_size, opts_.encoder, cancel, tensors,
