@@ -29,8 +29,9 @@ struct StoredLevels {
   std::vector<int64_t> steps;
 };
 
-// The element a symbol decodes to: shared by the encoder (reconstruction)
-// and the decoder, so both give the same bits.
+// The element a symbol decodes to: the encoder's reconstruction. The
+// decoder (quantizer_decode.cc, Rebuild) computes the same per element
+// without branching on the symbol; tests check both give the same bits.
 inline uint32_t Reconstruct(DType t, Domain d, uint32_t pred_bits, unsigned sym, const StoredLevels& lv) {
   if (sym == 0) return pred_bits;
   if (d == Domain::kValue) return FloatToBits(t, BitsToFloat(t, pred_bits) + lv.value[sym - 1]);

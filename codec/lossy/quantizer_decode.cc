@@ -1,5 +1,6 @@
 #include "codec/lossy/quantizer.h"
 
+#include <array>
 #include <bit>
 #include <string>
 #include <vector>
@@ -15,28 +16,49 @@ namespace {
 
 using lossless::ByteReader;
 using piece::kFlagAgainstBase;
-using piece::Reconstruct;
 using piece::StoredLevels;
 using piece::UnZigZag;
 
 Status Malformed(const std::string& what) { return Status::Corruption("lossy piece: " + what); }
 
 // The elements from their symbols, one instance per element type and
-// domain, so that loads, stores and Reconstruct inline without branching on them.
+// domain, so that loads, stores and the reconstruction inline without
+// branching on them. Per element, both the predictor and the predictor
+// moved by the symbol's level are computed and one is selected (whether an
+// element was pruned is data, and a branch on it mispredicts); the bits are
+// piece::Reconstruct's.
 template <DType T, Domain D>
 Status Rebuild(std::span<const uint8_t> symbols, unsigned k, const StoredLevels& lv, const uint8_t* base,
                std::span<const uint8_t> esc, uint64_t n_esc, uint64_t* next_esc, std::span<uint8_t> out) {
+  // Levels by symbol; symbol 0's entry is never selected.
+  std::array<float, 256> add{};
+  std::array<int64_t, 256> step{};
+  for (unsigned s = 1; s <= k; ++s) {
+    if constexpr (D == Domain::kValue) {
+      add[s] = lv.value[s - 1];
+    } else {
+      step[s] = lv.steps[s - 1];
+    }
+  }
   const size_t n = symbols.size();
   for (size_t i = 0; i < n; ++i) {
     const unsigned sym = symbols[i];
     uint32_t bits;
-    if (sym == k + 1u) {
+    if (sym > k) [[unlikely]] {
+      if (sym != k + 1u) return Malformed("symbol out of range");
       if (*next_esc == n_esc) return Malformed("more escape symbols than escapes");
       bits = LoadBits(T, esc.data(), (*next_esc)++);
-    } else if (sym > k) {
-      return Malformed("symbol out of range");
     } else {
-      bits = Reconstruct(T, D, base != nullptr ? LoadBits(T, base, i) : 0, sym, lv);
+      const uint32_t pred = base != nullptr ? LoadBits(T, base, i) : 0;
+      uint32_t moved;
+      if constexpr (D == Domain::kValue) {
+        moved = FloatToBits(T, BitsToFloat(T, pred) + add[sym]);
+      } else {
+        moved = piece::ClampBits(T, static_cast<int64_t>(pred) + step[sym]);
+      }
+      // A mask, not `?:`: the compiler would turn that back into a branch.
+      const uint32_t keep = 0u - static_cast<uint32_t>(sym == 0);
+      bits = moved ^ ((moved ^ pred) & keep);
     }
     StoreBits(T, out.data(), i, bits);
   }
