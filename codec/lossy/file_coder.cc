@@ -308,7 +308,8 @@ Result<std::vector<ChunkSegment>> LossyCoder::Segments(uint64_t offset, uint64_t
     } else if (t.role == TensorRole::kWeight) {
       s.spec.target = fallback.weight;
       s.spec.residual_cap = fallback.weight_update;
-      ASSIGN_OR_RETURN(const double step_target, OneStep(t) ? OneStepTarget(t, begin, end, scratch) : Result<double>(0.0));
+      ASSIGN_OR_RETURN(const double step_target,
+                       OneStep(t) ? OneStepTarget(t, begin, end, scratch) : Result<double>(0.0));
       if (step_target > 0) {
         // The budget is in units of the optimizer's own movement already:
         // no second cap on the change since the predecessor.

@@ -148,8 +148,8 @@ class LossyCoder {
   // mu_ guards the CRCs' first read, choices_ and info_.
   std::mutex mu_;
   std::map<uint64_t, lossy::PieceChoice> choices_;  // by the piece's file offset, from the CRC pass
-  CodedPieces coded_;                                // ... those within the budget, coded
-  uint64_t coded_bytes_ = 0;                         // blob bytes in coded_
+  CodedPieces coded_;                               // ... those within the budget, coded
+  uint64_t coded_bytes_ = 0;                        // blob bytes in coded_
   uint64_t coded_budget_ = kCodedPieceBudget;
   bool crcs_ready_ = false;
   std::vector<uint32_t> crcs_;  // the CRC pass's result, for Encode

@@ -56,8 +56,9 @@ Status EncodeLossyChunk(std::span<uint8_t> raw, std::span<const uint8_t> base, u
     if (s.lossy) {
       const std::span<const uint8_t> piece_base =
           base.size() >= s.end ? base.subspan(s.begin, bytes.size()) : std::span<const uint8_t>{};
-      Result<PieceOutcome> r = s.coded != nullptr ? DecodeCoded(*s.coded, piece_base, bytes)
-                                                  : CodePiece(s, piece_base, bytes, out != nullptr ? &blobs[i] : nullptr, opts, scratch);
+      Result<PieceOutcome> r =
+          s.coded != nullptr ? DecodeCoded(*s.coded, piece_base, bytes)
+                             : CodePiece(s, piece_base, bytes, out != nullptr ? &blobs[i] : nullptr, opts, scratch);
       if (r.ok()) {
         if (s.coded != nullptr && out != nullptr) blobs[i] = s.coded->blob;
         s.outcome = *r;

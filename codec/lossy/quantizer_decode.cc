@@ -112,16 +112,19 @@ Status DecodePiece(std::span<const uint8_t> blob, std::span<const uint8_t> base,
   Status st;
   switch (t) {
     case DType::kF32:
-      st = d == Domain::kValue ? Rebuild<DType::kF32, Domain::kValue>(symbols, k, lv, base_bytes, esc, n_esc, &next_esc, out)
-                               : Rebuild<DType::kF32, Domain::kLogBits>(symbols, k, lv, base_bytes, esc, n_esc, &next_esc, out);
+      st = d == Domain::kValue
+               ? Rebuild<DType::kF32, Domain::kValue>(symbols, k, lv, base_bytes, esc, n_esc, &next_esc, out)
+               : Rebuild<DType::kF32, Domain::kLogBits>(symbols, k, lv, base_bytes, esc, n_esc, &next_esc, out);
       break;
     case DType::kF16:
-      st = d == Domain::kValue ? Rebuild<DType::kF16, Domain::kValue>(symbols, k, lv, base_bytes, esc, n_esc, &next_esc, out)
-                               : Rebuild<DType::kF16, Domain::kLogBits>(symbols, k, lv, base_bytes, esc, n_esc, &next_esc, out);
+      st = d == Domain::kValue
+               ? Rebuild<DType::kF16, Domain::kValue>(symbols, k, lv, base_bytes, esc, n_esc, &next_esc, out)
+               : Rebuild<DType::kF16, Domain::kLogBits>(symbols, k, lv, base_bytes, esc, n_esc, &next_esc, out);
       break;
     default:
-      st = d == Domain::kValue ? Rebuild<DType::kBF16, Domain::kValue>(symbols, k, lv, base_bytes, esc, n_esc, &next_esc, out)
-                               : Rebuild<DType::kBF16, Domain::kLogBits>(symbols, k, lv, base_bytes, esc, n_esc, &next_esc, out);
+      st = d == Domain::kValue
+               ? Rebuild<DType::kBF16, Domain::kValue>(symbols, k, lv, base_bytes, esc, n_esc, &next_esc, out)
+               : Rebuild<DType::kBF16, Domain::kLogBits>(symbols, k, lv, base_bytes, esc, n_esc, &next_esc, out);
       break;
   }
   RETURN_IF_ERROR(st);

@@ -482,9 +482,10 @@ Coded Assign(const PieceSpec& spec, const PieceInput& in, const Analysis& a, std
     nearest.resize(a.n);
     if (!in.device->NearestLevels({a.r, bounds, nearest}).ok()) nearest.clear();
   }
-  c.outcome.pruned = spec.domain == Domain::kValue
-                         ? AssignIn<Domain::kValue>(spec.dtype, in, a, qclass, p, lv, nearest_level, nearest, recon, &c)
-                         : AssignIn<Domain::kLogBits>(spec.dtype, in, a, qclass, p, lv, nearest_level, nearest, recon, &c);
+  c.outcome.pruned =
+      spec.domain == Domain::kValue
+          ? AssignIn<Domain::kValue>(spec.dtype, in, a, qclass, p, lv, nearest_level, nearest, recon, &c)
+          : AssignIn<Domain::kLogBits>(spec.dtype, in, a, qclass, p, lv, nearest_level, nearest, recon, &c);
   c.outcome.escaped = c.escapes.size();
   c.outcome.levels = k;
   c.outcome.against_base = a.against_base;

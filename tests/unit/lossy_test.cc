@@ -782,7 +782,8 @@ TwoPassSeal SealInTwoPasses(const std::vector<uint8_t>& bytes, const std::vector
 // none of them were kept, for a keyframe and a delta.
 TEST(LossyCoderPasses, KeptBlobsGiveTheSameSealAsCodingAgain) {
   const std::string dir = std::string(CKPTFS_SOURCE_DIR) + "/tests/data/golden/inputs/lossy/";
-  const std::vector<uint8_t> first = test::ReadFileBytes(dir + "ckpt1.pt"), second = test::ReadFileBytes(dir + "ckpt2.pt");
+  const std::vector<uint8_t> first = test::ReadFileBytes(dir + "ckpt1.pt"),
+                             second = test::ReadFileBytes(dir + "ckpt2.pt");
   ASSERT_EQ(first.size(), second.size());
   for (const std::vector<uint8_t>* base : {&first, static_cast<const std::vector<uint8_t>*>(nullptr)}) {
     const std::vector<uint8_t> no_base;
