@@ -44,6 +44,14 @@ inline constexpr double kMaxFidelity = 0.5;
 // floor, this share of the mean v, keeps parameters that saw no gradient
 // yet from being free to move.
 inline constexpr double kFisherFloor = 0.01;
+// m's error under the one-step measure, relative in update units, per step
+// of budget: 0.5 at the safe level. Measured, not derived: noise of 0.5 in
+// update units added to m at every restore moved the panel's Adam
+// workloads' final loss by at most 0.7%, 0.9 by up to 0.9%, and dropping m
+// by 1% to 16% (bench/lossy_accuracy.py --m-controls, docs/LOSSY.md). The
+// old rule, C/10 (m's error persisting ~10 steps, each charged a full
+// step), spent a third of the bytes on m for no measurable gain.
+inline constexpr double kFirstMomentUpdateErrorPerStep = 0.5;
 
 struct LossyPolicy {
   double fidelity = 0;  // 0: lossless; else the relative measure's bound (the fallback's, with step_budget)
@@ -78,9 +86,10 @@ struct RoleTargets {
   double second_moment = 0;
 };
 RoleTargets TargetsFor(double fidelity);
-// The moments' targets for a step budget C: m's error persists for about
-// 1/(1-beta1) = 10 steps, so its relative error of the update it makes is
-// held at C/10 (at most 0.9); v's log2 RMS error at 0.15*C (at most 1).
+// The moments' targets for a step budget C: m's relative error in Adam's
+// update units (|dm|/(sqrt(v)+eps) against |m|/(sqrt(v)+eps)) at
+// kFirstMomentUpdateErrorPerStep * C (at most 0.9); v's log2 RMS error at
+// C/10 (at most 1).
 RoleTargets StepTargetsFor(double step_budget);
 
 // The one-step measure's relative target for a piece of a weight tensor

@@ -6,6 +6,7 @@
 // made from it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -709,6 +710,68 @@ TEST(OneStepMeasure, TorchCheckpointWithAdamStateUsesIt) {
   }
   EXPECT_GT(checked, 0);
   EXPECT_GT(quantized, 0);
+}
+
+// Under the one-step measure Adam's m is coded to half an update per step
+// of budget (kFirstMomentUpdateErrorPerStep): on the torch checkpoint with
+// AdamW's state, each m's error, recomputed from the bytes in update units
+// (sqrt(sum (dm/(sqrt(v)+eps))^2 / sum (m/(sqrt(v)+eps))^2)), stays within
+// 0.5 at the safe level and goes beyond the old rule's C/10 = 0.1; the
+// record carries the target.
+TEST(OneStepMeasure, FirstMomentCodedInUpdateUnits) {
+  EXPECT_DOUBLE_EQ(StepTargetsFor(kSafeSteps).first_moment, 0.5);
+  EXPECT_DOUBLE_EQ(StepTargetsFor(0.2).first_moment, 0.1);
+  EXPECT_DOUBLE_EQ(StepTargetsFor(kAggressiveSteps).first_moment, 0.9);  // the cap
+  const std::vector<uint8_t> bytes = test::ReadFileBytes(std::string(CKPTFS_SOURCE_DIR) + "/tests/data/golden/inputs/lossy/ckpt1.pt");
+  SpanSource file(bytes);
+  const FileLayout layout = DetectLayout(file);
+  const std::vector<TensorRange> ranges = TensorRangesOf(layout);
+  LossyCoder coder(file, layout, ranges, *ParseLossyPolicy("lossy"), TensorChunkOptions{});
+  ASSERT_TRUE(coder.active());
+  ASSERT_EQ(coder.info().measure, BudgetMeasure::kOneStep);
+  EXPECT_EQ(coder.info().roles[1].target, 0.5f);
+  std::vector<uint8_t> raw = bytes;
+  ASSERT_TRUE(coder.Reconstruct(0, raw, {}).ok());
+  raw = bytes;
+  ASSERT_TRUE(coder.Encode(0, raw, {}).ok());
+  // The rule is never silent: the file's attributes (and stats) carry m's target.
+  const auto attrs = LossyXattrs(coder.info());
+  EXPECT_NE(std::find(attrs.begin(), attrs.end(),
+                      std::pair<std::string, std::string>{"user.ckptfs.lossy.target.first_moments", "0.5"}),
+            attrs.end());
+  auto floats = [](const std::vector<uint8_t>& b, const TensorRegion& t) {
+    std::vector<double> out(t.length / 4);
+    for (size_t j = 0; j < out.size(); ++j) {
+      float f;
+      std::memcpy(&f, b.data() + t.offset + 4 * j, 4);
+      out[j] = f;
+    }
+    return out;
+  };
+  const std::vector<lossy::RoleAssignment> roles = lossy::AssignRoles(layout);
+  double worst = 0;
+  int checked = 0;
+  for (size_t i = 0; i < roles.size(); ++i) {
+    if (roles[i].role != lossy::TensorRole::kAdamM || roles[i].partner_v < 0) continue;
+    const TensorRegion& m = layout.tensors[i];
+    if (m.length / 4 < kMinLossyElements) continue;
+    const std::vector<double> m0 = floats(bytes, m), m1 = floats(raw, m);
+    const std::vector<double> v = floats(bytes, layout.tensors[static_cast<size_t>(roles[i].partner_v)]);
+    double err = 0, energy = 0;
+    for (size_t j = 0; j < m0.size(); ++j) {
+      const double d = std::sqrt(v[j]) + 1e-8;
+      err += (m1[j] - m0[j]) * (m1[j] - m0[j]) / (d * d);
+      energy += m0[j] * m0[j] / (d * d);
+    }
+    ASSERT_GT(energy, 0);
+    const double rel = std::sqrt(err / energy);
+    EXPECT_LE(rel, 0.5 * 1.001) << "m " << i;
+    worst = std::max(worst, rel);
+    ++checked;
+  }
+  EXPECT_GT(checked, 0);
+  EXPECT_GT(worst, 0.1);
+  EXPECT_LE(worst, coder.info().roles[1].max_error * 1.001);
 }
 
 // Weights without optimizer state fall back to the relative rule, and the
