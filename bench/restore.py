@@ -94,14 +94,36 @@ class Daemon:
         self.start()
 
 
-def cold(daemon, path, fn):
+def decode_work(mnt):
+    """The daemon's read counters since it started (None from a daemon
+    without them): chunk decodes, decoded bytes, bytes read, FUSE reads.
+    They do not depend on the machine's load, as the timings do."""
+    text = os.getxattr(mnt, "user.ckptfs.metrics").decode()
+    m = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            m[name] = float(value)
+    if "ckptfs_chunk_decodes_total" not in m:
+        return None
+    return {"decodes": int(m["ckptfs_chunk_decodes_total"]),
+            "decoded_bytes": int(m["ckptfs_chunk_decoded_bytes_total"]),
+            "read_bytes": int(m["ckptfs_read_bytes_total"]),
+            "read_requests": int(m["ckptfs_read_requests_total"])}
+
+
+def cold(daemon, path, fn, work=None):
     """fn(path) with the page cache dropped and, for a file on the mount, a
-    fresh daemon."""
-    if path.startswith(daemon.mnt + os.sep):
+    fresh daemon, whose decode counters go into `work` (a dict) if given."""
+    on_mount = path.startswith(daemon.mnt + os.sep)
+    if on_mount:
         daemon.restart()
     if not C.drop_caches():
         sys.exit("cannot drop the page cache (run as root): cold reads would be warm")
-    return fn(path)
+    seconds = fn(path)
+    if on_mount and work is not None:
+        work.update(decode_work(daemon.mnt) or {})
+    return seconds
 
 
 def _shard_reader(path, start, done):
@@ -188,6 +210,25 @@ def table(results, stats, cores):
                        "cold torch.load s mount / direct", "cold cat s mount / direct", "stored"], rows)
 
 
+def work_cell(w):
+    if not w:
+        return "-"
+    per = w["decoded_bytes"] / w["read_bytes"] if w["read_bytes"] else 0
+    return f"{w['decodes']} / {per:.2f} / {w['read_requests']}"
+
+
+def work_table(results):
+    """Decode work of each cold read through the mount: what a change to the
+    read path should lower whatever the machine's load."""
+    rows = []
+    for name in ("ckpt-1.pt", "ckpt-2.pt"):
+        for kind in ("lossless", "lossy"):
+            r = results[(name, kind)]
+            rows.append([f"{name} {kind}", work_cell(r.get("load_work")), work_cell(r.get("cat_work"))])
+    head = "chunk decodes / decoded bytes per byte read / FUSE reads"
+    return C.md_table(["file", f"cold torch.load: {head}", f"cold cat: {head}"], rows)
+
+
 def setup(work, opts):
     backing, mnt, direct = (os.path.join(work, d) for d in ("backing", "mnt", "direct"))
     if C.is_mounted(mnt):
@@ -223,8 +264,9 @@ def run_checkpoints(args, daemon, dirs):
 def cold_reads(daemon, dirs, results):
     for (name, kind), r in results.items():
         path = os.path.join(dirs[kind], name)
-        r["load_s"] = cold(daemon, path, timed_load)
-        r["cat_s"] = cold(daemon, path, timed_cat)
+        r["load_work"], r["cat_work"] = {}, {}
+        r["load_s"] = cold(daemon, path, timed_load, r["load_work"])
+        r["cat_s"] = cold(daemon, path, timed_cat, r["cat_work"])
         print(f"cold {kind}/{name}: torch.load {r['load_s']:.2f}s, cat {r['cat_s']:.2f}s", flush=True)
 
 
@@ -244,6 +286,8 @@ def shard_reads(daemon, dirs, shards):
             daemon.restart()
         C.drop_caches()
         out[f"{kind}_s"] = concurrent_loads(paths[kind])
+        if kind == "lossless":
+            out["work"] = decode_work(daemon.mnt)
         print(f"{READERS} concurrent readers, {kind}: {out[f'{kind}_s']:.2f}s", flush=True)
     return out
 
@@ -279,12 +323,15 @@ def main():
     print(f"\n# ckptfs restore benchmark\n\n{args.gb:g} GiB checkpoint (model + AdamW), {cores} cores, "
           f"mount options: {','.join(opts) or '(defaults)'}\n")
     print(table(results, stats, cores))
+    print()
+    print(work_table(results))
     agg_m, agg_d = conc["bytes"] / 1e6 / conc["lossless_s"], conc["bytes"] / 1e6 / conc["direct_s"]
     print()
     print(C.md_table(["metric", "value"], [
         [f"{READERS} concurrent torch.load, {args.shard_mb} MB shard each (lossless), s mount / direct",
          pair(conc["lossless_s"], conc["direct_s"])],
         ["aggregate MB/s mount / direct", f"{agg_m:.0f} / {agg_d:.0f} ({ratio(agg_m, agg_d)})"],
+        [f"{READERS} readers' chunk decodes / decoded bytes per byte read / FUSE reads", work_cell(conc.get("work"))],
         ["daemon peak RSS (VmHWM, highest of every daemon in the run)", f"{daemon.peak_kib / 1024:.0f} MiB"],
     ]))
     path = C.write_json("restore", {

@@ -125,6 +125,7 @@ Status FileContent::ReadSealed(const SealedRange& file, uint64_t off, size_t len
     } else {
       auto chunk = store_->LoadChunk(*file.pack, file.id, index, cache_);
       if (!chunk.ok()) return Fail(chunk.status(), "read", index * cs);
+      cache_->NoteRead(ChunkKey{file.id, index}, within, within + n);
       out->iov.push_back(iovec{const_cast<uint8_t*>(chunk.value()->data() + within), n});
       out->held.push_back(std::move(chunk).value());
     }

@@ -43,9 +43,38 @@ TEST(DecodeAheadTest, RandomReadsQueueNothingUntilTheyTurnSequential) {
   DecodeAhead::Stream s(&pool);
   EXPECT_TRUE(s.Advance(7, 50, 50, 100, kChunk, 0).empty());
   EXPECT_TRUE(s.Advance(7, 10, 10, 100, kChunk, 0).empty());
-  EXPECT_EQ(s.Advance(7, 11, 11, 100, kChunk, 0).front(), 12u);
+  EXPECT_TRUE(s.Advance(7, 11, 11, 100, kChunk, 0).empty());  // two chunks in: a record, maybe
+  EXPECT_EQ(s.Advance(7, 12, 12, 100, kChunk, 0), (std::vector<uint64_t>{13, 14}));
   // Another pack (the file was rewritten) starts over.
   EXPECT_TRUE(s.Advance(8, 40, 40, 100, kChunk, 0).empty());
+}
+
+// torch.load's order: records of about a chunk each, read one at a time
+// from far-apart places (nothing decoded ahead that the reader skips), then
+// runs that skip one record now and then (still one sequential run).
+TEST(DecodeAheadTest, JumpsGetNoLookaheadAndItDoublesAlongARun) {
+  ChunkCache cache(64 * kChunk);  // budget: 32 chunks, window 16
+  DecodeAhead pool(&cache, 2);
+  pool.Start();
+  DecodeAhead::Stream s(&pool);
+  for (uint64_t record : {40u, 10u, 70u, 25u}) {
+    EXPECT_TRUE(s.Advance(7, record, record, 100, kChunk, 0).empty()) << record;
+    EXPECT_TRUE(s.Advance(7, record, record + 1, 100, kChunk, 0).empty()) << record;
+  }
+  // A run from chunk 50, reading a record of two chunks at a time and
+  // skipping one chunk after every second record.
+  EXPECT_TRUE(s.Advance(7, 50, 51, 100, kChunk, 0).empty());
+  EXPECT_EQ(s.Advance(7, 52, 53, 100, kChunk, 0), (std::vector<uint64_t>{54, 55, 56, 57}));  // run of 4: 4 ahead
+  // Skipped 54: a run of 7 chunks, the whole window ahead.
+  const std::vector<uint64_t> more = s.Advance(7, 55, 56, 100, kChunk, 0);
+  ASSERT_FALSE(more.empty());
+  EXPECT_EQ(more.front(), 58u);
+  EXPECT_EQ(more.back(), 56u + DecodeAhead::kMaxWindow);
+  // Skipped 57, which was queued: still the same run.
+  EXPECT_EQ(s.Advance(7, 58, 59, 100, kChunk, 0), (std::vector<uint64_t>{73, 74, 75}));
+  // A skip past everything queued is a jump again.
+  EXPECT_TRUE(s.Advance(7, 90, 90, 100, kChunk, 0).empty());
+  EXPECT_TRUE(s.Advance(7, 91, 91, 100, kChunk, 0).empty());
 }
 
 TEST(DecodeAheadTest, WindowShrinksWithReadersAndDeltaDepth) {
