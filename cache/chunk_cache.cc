@@ -9,6 +9,7 @@ void ChunkCache::TouchLocked(Iter it) {
 
 void ChunkCache::UnlinkLocked(Iter it) {
   bytes_ -= it->bytes ? it->bytes->size() : 0;
+  if (it->spent) spent_bytes_ -= it->bytes->size();
   map_.erase(it->key);
   (it->spent ? spent_ : lru_).erase(it);
 }
@@ -76,6 +77,7 @@ void ChunkCache::NoteRead(const ChunkKey& key, uint64_t begin, uint64_t end) {
   e.read += end - begin;
   if (e.spent || e.read < e.bytes->size()) return;
   e.spent = true;
+  spent_bytes_ += e.bytes->size();
   spent_.splice(spent_.begin(), lru_, it->second);
 }
 
@@ -99,6 +101,11 @@ void ChunkCache::EvictLocked() {
 uint64_t ChunkCache::bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
   return bytes_;
+}
+
+uint64_t ChunkCache::UnspentBytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return bytes_ - spent_bytes_;
 }
 
 uint64_t ChunkCache::hits() const {

@@ -71,6 +71,9 @@ class ChunkCache {
   void NoteRead(const ChunkKey& key, uint64_t begin, uint64_t end);
 
   uint64_t bytes() const;
+  // Bytes of cached chunks that still have bytes to give (not spent), and
+  // of chunks being loaded: what an insert must not evict to stay useful.
+  uint64_t UnspentBytes() const;
   uint64_t capacity() const { return capacity_; }
   uint64_t hits() const;
   uint64_t misses() const;
@@ -97,6 +100,7 @@ class ChunkCache {
   std::unordered_map<ChunkKey, Iter, KeyHash> map_;
   std::unordered_map<ChunkKey, std::shared_future<Result<ChunkBytes>>, KeyHash> loading_;
   uint64_t bytes_ = 0;
+  uint64_t spent_bytes_ = 0;  // of the chunks in spent_
   uint64_t hits_ = 0;
   uint64_t misses_ = 0;
 };

@@ -22,11 +22,16 @@ DecodeAhead::~DecodeAhead() {
 
 void DecodeAhead::Queue(const ChunkKey& key, uint64_t bytes, Load load) {
   if (threads_ == 0 || !started_ || cache_->Contains(key)) return;
+  // Only into room that holds nothing still to be read (free, or spent
+  // chunks): a chunk decoded ahead that evicts one a reader left half read
+  // makes that one decode twice (torch.load's jumps leave many).
+  const uint64_t unspent = cache_->UnspentBytes();
+  const uint64_t room = cache_->capacity() - std::min(cache_->capacity(), unspent);
   {
     std::lock_guard lk(mu_);
     if (stop_ || pending_.contains(key)) return;
     // Over budget the reader decodes on its own thread, as without decode-ahead.
-    if (pending_bytes_ + bytes > BudgetBytes()) return;
+    if (pending_bytes_ + bytes > std::min(BudgetBytes(), room)) return;
     pending_.insert(key);
     pending_bytes_ += bytes;
     queue_.push_back(Job{key, bytes, std::move(load)});
@@ -81,6 +86,11 @@ DecodeAhead::Stream::~Stream() {
   if (!counted_) return;
   std::lock_guard lk(pool_->mu_);
   --pool_->streams_;
+}
+
+bool DecodeAhead::Stream::InRun() {
+  std::lock_guard lk(mu_);
+  return run_start_ == 0 || next_ - run_start_ >= 3;
 }
 
 uint64_t DecodeAhead::Lookahead(uint64_t start, uint64_t run, uint64_t window) {

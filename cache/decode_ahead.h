@@ -55,6 +55,10 @@ class DecodeAhead {
     std::vector<uint64_t> Advance(uint64_t pack, uint64_t first, uint64_t last, uint64_t chunk_count,
                                   uint64_t chunk_bytes, int depth);
 
+    // Whether the reader goes on through the file (from its start, or for
+    // three chunks since its last jump) rather than jumping around.
+    bool InRun();
+
    private:
     DecodeAhead* const pool_;
     std::mutex mu_;  // a handle's reads arrive on several FUSE threads
@@ -71,7 +75,8 @@ class DecodeAhead {
   static uint64_t Lookahead(uint64_t start, uint64_t run, uint64_t window);
 
   // Decodes `key` with `load` on a pool thread unless the cache has it, is
-  // loading it or it is queued already. Drops it when the queue is full.
+  // loading it or it is queued already. Drops it when the queue is full,
+  // or when decoding it would evict a chunk that still has bytes to give.
   // bytes: its decoded size, counted against the budget until decoded.
   void Queue(const ChunkKey& key, uint64_t bytes, Load load);
   // Chunks one stream may have decoded ahead of its reads.

@@ -2,6 +2,7 @@
 // the cache with the bytes their load gives, and that neither the window
 // nor the cache outgrows the cache's budget, however many readers stream.
 #include "cache/decode_ahead.h"
+#include "cache/read_order.h"
 
 #include <gtest/gtest.h>
 
@@ -73,8 +74,10 @@ TEST(DecodeAheadTest, JumpsGetNoLookaheadAndItDoublesAlongARun) {
   // Skipped 57, which was queued: still the same run.
   EXPECT_EQ(s.Advance(7, 58, 59, 100, kChunk, 0), (std::vector<uint64_t>{73, 74, 75}));
   // A skip past everything queued is a jump again.
+  EXPECT_TRUE(s.InRun());
   EXPECT_TRUE(s.Advance(7, 90, 90, 100, kChunk, 0).empty());
   EXPECT_TRUE(s.Advance(7, 91, 91, 100, kChunk, 0).empty());
+  EXPECT_FALSE(s.InRun());
 }
 
 TEST(DecodeAheadTest, WindowShrinksWithReadersAndDeltaDepth) {
@@ -111,6 +114,42 @@ TEST(DecodeAheadTest, QueuedChunksLandInTheCacheOnce) {
     EXPECT_EQ(b->size(), kChunk);
     EXPECT_EQ((*b)[kChunk - 1], static_cast<uint8_t>(i));
   }
+}
+
+// Decode-ahead takes free room and spent chunks' room only: chunks a reader
+// left half read stay until it comes back for them.
+TEST(DecodeAheadTest, NeverEvictsChunksWithBytesStillToGive) {
+  ChunkCache cache(8 * kChunk);  // budget: 4 chunks
+  DecodeAhead pool(&cache, 2);
+  pool.Start();
+  for (uint64_t i = 0; i < 8; ++i) cache.Put({1, i}, *Filled(i)());
+  std::atomic<int> loads{0};
+  pool.Queue({2, 0}, kChunk, Filled(0, &loads));
+  pool.WaitIdle();
+  EXPECT_EQ(loads.load(), 0);
+  cache.NoteRead({1, 3}, 0, kChunk);
+  cache.NoteRead({1, 5}, 0, kChunk);
+  for (uint64_t i = 0; i < 4; ++i) {
+    pool.Queue({2, i}, kChunk, Filled(i, &loads));
+    pool.WaitIdle();  // each decode lands before the next is asked for
+  }
+  EXPECT_EQ(loads.load(), 2);  // the room of the two spent chunks
+  for (uint64_t i : {0u, 1u, 2u, 4u, 6u, 7u}) EXPECT_NE(cache.Get({1, i}), nullptr) << i;
+  EXPECT_EQ(cache.UnspentBytes(), 8 * kChunk);
+}
+
+// torch.load's order: the records after the one being read, in that order,
+// each chunk once, never the current record's own chunks.
+TEST(ReadOrderTest, ChunksOfTheNextRecordsInReadOrder) {
+  // Records of 1.5 chunks at 0, 1500, 3000, 4500, 6000, read as 0, 3, 1, 4, 2.
+  ReadOrder order({{0, 1500}, {4500, 6000}, {1500, 3000}, {6000, 7500}, {3000, 4500}});
+  EXPECT_EQ(order.ChunksAfter(10, kChunk, 8, 16), (std::vector<uint64_t>{4, 5, 2, 6, 7, 3}));
+  EXPECT_EQ(order.ChunksAfter(10, kChunk, 8, 3), (std::vector<uint64_t>{4, 5, 2}));
+  // From record 3 (chunks 6-7), then 2 (chunks 3-4), in that order.
+  EXPECT_EQ(order.ChunksAfter(6500, kChunk, 8, 16), (std::vector<uint64_t>{3, 4}));
+  EXPECT_TRUE(order.ChunksAfter(4000, kChunk, 8, 16).empty());  // the last one read
+  EXPECT_TRUE(order.ChunksAfter(9000, kChunk, 10, 16).empty());  // in no record
+  EXPECT_TRUE(ReadOrder({{100, 200}}).ChunksAfter(50, kChunk, 1, 16).empty());
 }
 
 TEST(DecodeAheadTest, NoThreadsMeansNoDecodeAhead) {
