@@ -85,7 +85,7 @@ class ChunkCache {
   struct Entry {
     ChunkKey key;
     ChunkBytes bytes;
-    uint64_t read = 0;  // bytes handed on (a range handed twice counts twice)
+    uint64_t read = 0;   // bytes handed on (a range handed twice counts twice)
     bool spent = false;  // in spent_, not lru_
   };
   using Iter = std::list<Entry>::iterator;

@@ -61,7 +61,7 @@ class DecodeAhead {
 
    private:
     DecodeAhead* const pool_;
-    std::mutex mu_;  // a handle's reads arrive on several FUSE threads
+    std::mutex mu_;         // a handle's reads arrive on several FUSE threads
     bool counted_ = false;  // among the pool's streams since its first read
     uint64_t pack_ = 0;
     uint64_t next_ = 0;       // the chunk a sequential read would reach next

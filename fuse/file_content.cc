@@ -145,9 +145,8 @@ void FileContent::DecodeAheadOf(const SealedRange& file, uint64_t off, uint64_t 
     if (e.codec == ChunkCodec::kZero) continue;
     // The pool's load goes around the cache: it runs inside the cache's own
     // load of this key, which waits for nothing but the decode.
-    ahead_->Queue(ChunkKey{file.id, index}, e.raw_len, [store = store_, file, index] {
-      return store->LoadChunk(*file.pack, file.id, index, nullptr);
-    });
+    ahead_->Queue(ChunkKey{file.id, index}, e.raw_len,
+                  [store = store_, file, index] { return store->LoadChunk(*file.pack, file.id, index, nullptr); });
   }
 }
 
@@ -199,8 +198,10 @@ Result<ReadPieces> FileContent::ReadForReply(uint64_t off, size_t size, DecodeAh
     order_for_ = rec_.object;
     order_.reset();
   }
-  const SealedRange file{
-      .pack = pack.value(), .id = rec_.object, .size = rec_.size, .order = order_for_ == rec_.object ? order_ : nullptr};
+  const SealedRange file{.pack = pack.value(),
+                         .id = rec_.object,
+                         .size = rec_.size,
+                         .order = order_for_ == rec_.object ? order_ : nullptr};
   lk.unlock();
   RETURN_IF_ERROR(ReadSealed(file, off, size, stream, &out));
   if (find_order) FindReadOrder(file);
@@ -208,8 +209,7 @@ Result<ReadPieces> FileContent::ReadForReply(uint64_t off, size_t size, DecodeAh
 }
 
 void FileContent::FindReadOrder(const SealedRange& file) {
-  std::shared_ptr<const ReadOrder> order =
-      TorchReadOrder(SealedSource(store_, cache_, file.pack, file.id, file.size));
+  std::shared_ptr<const ReadOrder> order = TorchReadOrder(SealedSource(store_, cache_, file.pack, file.id, file.size));
   if (!order) return;
   spdlog::debug("{}: decode-ahead follows torch.load's order of {} records", label_, order->size());
   std::lock_guard lk(mu_);

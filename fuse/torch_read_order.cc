@@ -47,9 +47,10 @@ std::shared_ptr<const ReadOrder> TorchReadOrder(const ByteSource& file) {
     // A member reaches to the next one's local header (the last one: its
     // header, name, torch's alignment padding and data).
     const uint64_t begin = entries[i].local_header_offset;
-    const uint64_t end = i + 1 < entries.size() ? entries[i + 1].local_header_offset
-                                                : std::min<uint64_t>(file.size(), begin + 30 + entries[i].name.size() +
-                                                                                      64 + 4 + entries[i].comp_size);
+    const uint64_t end =
+        i + 1 < entries.size()
+            ? entries[i + 1].local_header_offset
+            : std::min<uint64_t>(file.size(), begin + 30 + entries[i].name.size() + 64 + 4 + entries[i].comp_size);
     records.push_back(Keyed{*key, {begin, std::max(begin, end)}});
   }
   if (records.size() < 2) return nullptr;

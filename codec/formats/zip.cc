@@ -159,7 +159,8 @@ Result<ZipEntry> ParseCentral(const ByteSource& src, std::span<const uint8_t> cd
   }
   // Entry data must end before the central directory starts.
   if (!InRange(e.data_offset, e.comp_size, cd_abs)) return Malformed("zip: entry data outside archive: " + e.name);
-  if (locals && (e.flags & 8)) e.descriptor_crc_offset = DescriptorCrcOffset(src, e.data_offset + e.comp_size, cd_abs, e.crc32);
+  if (locals && (e.flags & 8))
+    e.descriptor_crc_offset = DescriptorCrcOffset(src, e.data_offset + e.comp_size, cd_abs, e.crc32);
   *pos = p + kCentralSize + n + x + c;
   return e;
 }

@@ -2,7 +2,6 @@
 // the cache with the bytes their load gives, and that neither the window
 // nor the cache outgrows the cache's budget, however many readers stream.
 #include "cache/decode_ahead.h"
-#include "cache/read_order.h"
 
 #include <gtest/gtest.h>
 
@@ -11,6 +10,8 @@
 #include <memory>
 #include <thread>
 #include <vector>
+
+#include "cache/read_order.h"
 
 namespace ckptfs {
 namespace {
@@ -147,7 +148,7 @@ TEST(ReadOrderTest, ChunksOfTheNextRecordsInReadOrder) {
   EXPECT_EQ(order.ChunksAfter(10, kChunk, 8, 3), (std::vector<uint64_t>{4, 5, 2}));
   // From record 3 (chunks 6-7), then 2 (chunks 3-4), in that order.
   EXPECT_EQ(order.ChunksAfter(6500, kChunk, 8, 16), (std::vector<uint64_t>{3, 4}));
-  EXPECT_TRUE(order.ChunksAfter(4000, kChunk, 8, 16).empty());  // the last one read
+  EXPECT_TRUE(order.ChunksAfter(4000, kChunk, 8, 16).empty());   // the last one read
   EXPECT_TRUE(order.ChunksAfter(9000, kChunk, 10, 16).empty());  // in no record
   EXPECT_TRUE(ReadOrder({{100, 200}}).ChunksAfter(50, kChunk, 1, 16).empty());
 }
