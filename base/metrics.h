@@ -49,6 +49,9 @@ struct Metrics {
   Counter sealed_pack_bytes;  // the bytes those packs take
   Counter seal_nanoseconds;   // time spent coding and publishing them
   Counter read_bytes;         // bytes replied to reads through the mount
+  Counter read_requests;      // FUSE read requests answered
+  Counter chunk_decodes;      // chunks decoded (a file's or a delta base's), whoever asked
+  Counter chunk_decoded_bytes;  // their decoded bytes: over read_bytes, the decode work per byte read
   Counter eio_errors;         // requests answered EIO: a checksum or the backing store failed
   Counter enospc_errors;      // requests answered ENOSPC or EDQUOT
   Counter seal_failures;      // seals that failed and wait for a retry

@@ -65,6 +65,9 @@ void ReadCounters(const Metrics& m, MetricsSample* out) {
   out->sealed_pack_bytes = m.sealed_pack_bytes.value();
   out->seal_seconds = static_cast<double>(m.seal_nanoseconds.value()) / 1e9;
   out->read_bytes = m.read_bytes.value();
+  out->read_requests = m.read_requests.value();
+  out->chunk_decodes = m.chunk_decodes.value();
+  out->chunk_decoded_bytes = m.chunk_decoded_bytes.value();
   out->eio_errors = m.eio_errors.value();
   out->enospc_errors = m.enospc_errors.value();
   out->seal_failures = m.seal_failures.value();
@@ -85,6 +88,9 @@ std::string FormatPrometheusText(const MetricsSample& s) {
   w.One("ckptfs_sealed_pack_bytes_total", "counter", "Bytes of the packs those seals wrote.", s.sealed_pack_bytes);
   w.One("ckptfs_seal_seconds_total", "counter", "Seconds spent coding and publishing packs.", s.seal_seconds);
   w.One("ckptfs_read_bytes_total", "counter", "Bytes read through the mount.", s.read_bytes);
+  w.One("ckptfs_read_requests_total", "counter", "FUSE read requests answered.", s.read_requests);
+  w.One("ckptfs_chunk_decodes_total", "counter", "Chunks decoded, of files and of delta bases.", s.chunk_decodes);
+  w.One("ckptfs_chunk_decoded_bytes_total", "counter", "Decoded bytes of those chunks.", s.chunk_decoded_bytes);
   w.One("ckptfs_chunk_cache_hits_total", "counter", "Reads of a decoded chunk found in the cache.", s.cache_hits);
   w.One("ckptfs_chunk_cache_misses_total", "counter", "Reads of a decoded chunk that decoded it.", s.cache_misses);
   w.One("ckptfs_chunk_cache_bytes", "gauge", "Bytes of decoded chunks in the cache.", s.cache_bytes);

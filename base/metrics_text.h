@@ -36,6 +36,9 @@ struct MetricsSample {
   uint64_t sealed_pack_bytes = 0;
   double seal_seconds = 0;
   uint64_t read_bytes = 0;
+  uint64_t read_requests = 0;
+  uint64_t chunk_decodes = 0;
+  uint64_t chunk_decoded_bytes = 0;
   uint64_t eio_errors = 0;
   uint64_t enospc_errors = 0;
   uint64_t seal_failures = 0;

@@ -94,14 +94,44 @@ class Daemon:
         self.start()
 
 
-def cold(daemon, path, fn):
+def decode_work(mnt):
+    """The daemon's read counters since it started (None from a daemon
+    without them): chunk decodes, decoded bytes, bytes read, FUSE reads.
+    They do not depend on the machine's load, as the timings do."""
+    text = os.getxattr(mnt, "user.ckptfs.metrics").decode()
+    m = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            m[name] = float(value)
+    if "ckptfs_chunk_decodes_total" not in m:
+        return None
+    return {"decodes": int(m["ckptfs_chunk_decodes_total"]),
+            "decoded_bytes": int(m["ckptfs_chunk_decoded_bytes_total"]),
+            "read_bytes": int(m["ckptfs_read_bytes_total"]),
+            "read_requests": int(m["ckptfs_read_requests_total"])}
+
+
+def cold(daemon, path, fn, work=None):
     """fn(path) with the page cache dropped and, for a file on the mount, a
-    fresh daemon."""
-    if path.startswith(daemon.mnt + os.sep):
+    fresh daemon, whose decode counters go into `work` (a dict) if given."""
+    on_mount = path.startswith(daemon.mnt + os.sep)
+    if on_mount:
         daemon.restart()
     if not C.drop_caches():
         sys.exit("cannot drop the page cache (run as root): cold reads would be warm")
-    return fn(path)
+    seconds = fn(path)
+    if on_mount and work is not None:
+        work.update(decode_work(daemon.mnt) or {})
+        work["daemon_cpu_s"] = daemon_cpu_seconds(daemon.pid)
+    return seconds
+
+
+def daemon_cpu_seconds(pid):
+    """User + system CPU seconds of the daemon so far (it was started for
+    this read): the decode work in seconds, from any binary."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _shard_reader(path, start, done):
@@ -188,6 +218,28 @@ def table(results, stats, cores):
                        "cold torch.load s mount / direct", "cold cat s mount / direct", "stored"], rows)
 
 
+def work_cell(w):
+    if not w:
+        return "-"
+    cpu = f"{w['daemon_cpu_s']:.2f}" if "daemon_cpu_s" in w else "-"
+    if "decodes" not in w:
+        return f"- / - / - / {cpu}"
+    per = w["decoded_bytes"] / w["read_bytes"] if w["read_bytes"] else 0
+    return f"{w['decodes']} / {per:.2f} / {w['read_requests']} / {cpu}"
+
+
+def work_table(results):
+    """Decode work of each cold read through the mount: what a change to the
+    read path should lower whatever the machine's load."""
+    rows = []
+    for name in ("ckpt-1.pt", "ckpt-2.pt"):
+        for kind in ("lossless", "lossy"):
+            r = results[(name, kind)]
+            rows.append([f"{name} {kind}", work_cell(r.get("load_work")), work_cell(r.get("cat_work"))])
+    head = "chunk decodes / decoded bytes per byte read / FUSE reads / daemon CPU s"
+    return C.md_table(["file", f"cold torch.load: {head}", f"cold cat: {head}"], rows)
+
+
 def setup(work, opts):
     backing, mnt, direct = (os.path.join(work, d) for d in ("backing", "mnt", "direct"))
     if C.is_mounted(mnt):
@@ -220,12 +272,43 @@ def run_checkpoints(args, daemon, dirs):
     return results, shards
 
 
-def cold_reads(daemon, dirs, results):
+def cold_reads(daemon, dirs, results, baseline=None):
+    """Each file cold, with torch.load and with cat; with `baseline` (another
+    ckptfs binary), each file on the mount again through that binary's
+    daemon, right after, so that both see the same load."""
     for (name, kind), r in results.items():
         path = os.path.join(dirs[kind], name)
-        r["load_s"] = cold(daemon, path, timed_load)
-        r["cat_s"] = cold(daemon, path, timed_cat)
-        print(f"cold {kind}/{name}: torch.load {r['load_s']:.2f}s, cat {r['cat_s']:.2f}s", flush=True)
+        for prefix, binary in (("", None), ("base_", baseline)):
+            if prefix and (binary is None or kind == "direct"):
+                continue
+            saved = C.CKPTFS
+            C.CKPTFS = binary or saved
+            try:
+                r[f"{prefix}load_work"], r[f"{prefix}cat_work"] = {}, {}
+                r[f"{prefix}load_s"] = cold(daemon, path, timed_load, r[f"{prefix}load_work"])
+                r[f"{prefix}cat_s"] = cold(daemon, path, timed_cat, r[f"{prefix}cat_work"])
+            finally:
+                C.CKPTFS = saved
+            print(f"cold {kind}/{name}{' (baseline)' if prefix else ''}: torch.load {r[f'{prefix}load_s']:.2f}s, "
+                  f"cat {r[f'{prefix}cat_s']:.2f}s", flush=True)
+    if baseline:
+        daemon.restart()  # the rest of the run on this binary
+
+
+def baseline_table(results):
+    rows = []
+    for name in ("ckpt-1.pt", "ckpt-2.pt"):
+        d = results[(name, "direct")]
+        for kind in ("lossless", "lossy"):
+            r = results[(name, kind)]
+            rows.append([f"{name} {kind}",
+                         f"{pair(r['load_s'], r['base_load_s'])}; {ratio(r['load_s'], d['load_s'])} / "
+                         f"{ratio(r['base_load_s'], d['load_s'])} of direct",
+                         f"{pair(r['cat_s'], r['base_cat_s'])}; {ratio(r['cat_s'], d['cat_s'])} / "
+                         f"{ratio(r['base_cat_s'], d['cat_s'])} of direct",
+                         work_cell(r.get("base_load_work")), work_cell(r.get("base_cat_work"))])
+    return C.md_table(["file", "cold torch.load s this / baseline", "cold cat s this / baseline",
+                       "baseline torch.load work", "baseline cat work"], rows)
 
 
 def shard_reads(daemon, dirs, shards):
@@ -244,6 +327,8 @@ def shard_reads(daemon, dirs, shards):
             daemon.restart()
         C.drop_caches()
         out[f"{kind}_s"] = concurrent_loads(paths[kind])
+        if kind == "lossless":
+            out["work"] = dict(decode_work(daemon.mnt) or {}, daemon_cpu_s=daemon_cpu_seconds(daemon.pid))
         print(f"{READERS} concurrent readers, {kind}: {out[f'{kind}_s']:.2f}s", flush=True)
     return out
 
@@ -257,6 +342,8 @@ def main():
                     help="holds backing/, mnt/ and direct/ (same disk for both)")
     ap.add_argument("-o", "--mount-options", default="", help="extra ckptfs -o options")
     ap.add_argument("--keep", action="store_true", help="keep the mount and files")
+    ap.add_argument("--baseline-bin", help="another ckptfs binary (e.g. main's): every cold read through the "
+                    "mount is repeated through it, on the same store, right after")
     args = ap.parse_args()
     C.check_binary()
     work = os.path.abspath(args.workdir)
@@ -266,7 +353,7 @@ def main():
     try:
         results, shards = run_checkpoints(args, daemon, dirs)
         stats = C.stats(daemon.mnt)
-        cold_reads(daemon, dirs, results)
+        cold_reads(daemon, dirs, results, args.baseline_bin and os.path.abspath(args.baseline_bin))
         conc = shard_reads(daemon, dirs, shards)
         daemon.note_peak()
     finally:
@@ -279,12 +366,19 @@ def main():
     print(f"\n# ckptfs restore benchmark\n\n{args.gb:g} GiB checkpoint (model + AdamW), {cores} cores, "
           f"mount options: {','.join(opts) or '(defaults)'}\n")
     print(table(results, stats, cores))
+    print()
+    print(work_table(results))
+    if args.baseline_bin:
+        print(f"\nAgainst the baseline binary {args.baseline_bin}:\n")
+        print(baseline_table(results))
     agg_m, agg_d = conc["bytes"] / 1e6 / conc["lossless_s"], conc["bytes"] / 1e6 / conc["direct_s"]
     print()
     print(C.md_table(["metric", "value"], [
         [f"{READERS} concurrent torch.load, {args.shard_mb} MB shard each (lossless), s mount / direct",
          pair(conc["lossless_s"], conc["direct_s"])],
         ["aggregate MB/s mount / direct", f"{agg_m:.0f} / {agg_d:.0f} ({ratio(agg_m, agg_d)})"],
+        [f"{READERS} readers' chunk decodes / decoded bytes per byte read / FUSE reads / daemon CPU s",
+         work_cell(conc.get("work"))],
         ["daemon peak RSS (VmHWM, highest of every daemon in the run)", f"{daemon.peak_kib / 1024:.0f} MiB"],
     ]))
     path = C.write_json("restore", {

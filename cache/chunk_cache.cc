@@ -2,6 +2,18 @@
 
 namespace ckptfs {
 
+void ChunkCache::TouchLocked(Iter it) {
+  std::list<Entry>& list = it->spent ? spent_ : lru_;
+  list.splice(list.begin(), list, it);
+}
+
+void ChunkCache::UnlinkLocked(Iter it) {
+  bytes_ -= it->bytes ? it->bytes->size() : 0;
+  if (it->spent) spent_bytes_ -= it->bytes->size();
+  map_.erase(it->key);
+  (it->spent ? spent_ : lru_).erase(it);
+}
+
 ChunkBytes ChunkCache::Get(const ChunkKey& key) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = map_.find(key);
@@ -10,7 +22,7 @@ ChunkBytes ChunkCache::Get(const ChunkKey& key) {
     return nullptr;
   }
   ++hits_;
-  lru_.splice(lru_.begin(), lru_, it->second);
+  TouchLocked(it->second);
   return it->second->bytes;
 }
 
@@ -25,7 +37,7 @@ Result<ChunkBytes> ChunkCache::GetOrLoad(const ChunkKey& key, const std::functio
     std::unique_lock<std::mutex> lock(mu_);
     if (auto it = map_.find(key); it != map_.end()) {
       ++hits_;
-      lru_.splice(lru_.begin(), lru_, it->second);
+      TouchLocked(it->second);
       return it->second->bytes;
     }
     ++misses_;
@@ -48,12 +60,7 @@ Result<ChunkBytes> ChunkCache::GetOrLoad(const ChunkKey& key, const std::functio
 
 void ChunkCache::Put(const ChunkKey& key, ChunkBytes bytes) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = map_.find(key);
-  if (it != map_.end()) {
-    bytes_ -= it->second->bytes ? it->second->bytes->size() : 0;
-    lru_.erase(it->second);
-    map_.erase(it);
-  }
+  if (auto it = map_.find(key); it != map_.end()) UnlinkLocked(it->second);
   // Oversized chunks would evict everything and still not fit.
   if (!bytes || bytes->size() > capacity_) return;
   bytes_ += bytes->size();
@@ -62,31 +69,43 @@ void ChunkCache::Put(const ChunkKey& key, ChunkBytes bytes) {
   EvictLocked();
 }
 
+void ChunkCache::NoteRead(const ChunkKey& key, uint64_t begin, uint64_t end) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = map_.find(key);
+  if (it == map_.end() || end <= begin) return;
+  Entry& e = *it->second;
+  e.read += end - begin;
+  if (e.spent || e.read < e.bytes->size()) return;
+  e.spent = true;
+  spent_bytes_ += e.bytes->size();
+  spent_.splice(spent_.begin(), lru_, it->second);
+}
+
 void ChunkCache::ErasePack(uint64_t pack) {
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto it = lru_.begin(); it != lru_.end();) {
-    if (it->key.pack == pack) {
-      bytes_ -= it->bytes->size();
-      map_.erase(it->key);
-      it = lru_.erase(it);
-    } else {
-      ++it;
+  for (std::list<Entry>* list : {&lru_, &spent_}) {
+    for (auto it = list->begin(); it != list->end();) {
+      auto next = std::next(it);
+      if (it->key.pack == pack) UnlinkLocked(it);
+      it = next;
     }
   }
 }
 
 void ChunkCache::EvictLocked() {
-  while (bytes_ > capacity_ && !lru_.empty()) {
-    Entry& victim = lru_.back();
-    bytes_ -= victim.bytes->size();
-    map_.erase(victim.key);
-    lru_.pop_back();
+  while (bytes_ > capacity_ && !(lru_.empty() && spent_.empty())) {
+    UnlinkLocked(std::prev(spent_.empty() ? lru_.end() : spent_.end()));
   }
 }
 
 uint64_t ChunkCache::bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
   return bytes_;
+}
+
+uint64_t ChunkCache::UnspentBytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return bytes_ - spent_bytes_;
 }
 
 uint64_t ChunkCache::hits() const {

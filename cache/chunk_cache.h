@@ -62,8 +62,18 @@ class ChunkCache {
   void Put(const ChunkKey& key, ChunkBytes bytes);
   // Drops every chunk of `pack` (called when a pack is deleted).
   void ErasePack(uint64_t pack);
+  // Bytes [begin, end) of a cached chunk were handed on: to the kernel,
+  // whose page cache now holds them, or to a delta decoder as its base.
+  // Once as many bytes as the chunk holds were, it is spent and evicted
+  // before every chunk that still has bytes to give. A reader that visits
+  // a file's records out of order (torch.load) leaves chunks half read;
+  // plain LRU would evict those and decode them a second time.
+  void NoteRead(const ChunkKey& key, uint64_t begin, uint64_t end);
 
   uint64_t bytes() const;
+  // Bytes of cached chunks that still have bytes to give (not spent), and
+  // of chunks being loaded: what an insert must not evict to stay useful.
+  uint64_t UnspentBytes() const;
   uint64_t capacity() const { return capacity_; }
   uint64_t hits() const;
   uint64_t misses() const;
@@ -75,15 +85,22 @@ class ChunkCache {
   struct Entry {
     ChunkKey key;
     ChunkBytes bytes;
+    uint64_t read = 0;   // bytes handed on (a range handed twice counts twice)
+    bool spent = false;  // in spent_, not lru_
   };
+  using Iter = std::list<Entry>::iterator;
   void EvictLocked();
+  void TouchLocked(Iter it);
+  void UnlinkLocked(Iter it);
 
   const uint64_t capacity_;
   mutable std::mutex mu_;
-  std::list<Entry> lru_;  // front = most recent
-  std::unordered_map<ChunkKey, std::list<Entry>::iterator, KeyHash> map_;
+  std::list<Entry> lru_;    // front = most recent; chunks with bytes still to give
+  std::list<Entry> spent_;  // front = most recent; fully read, evicted first
+  std::unordered_map<ChunkKey, Iter, KeyHash> map_;
   std::unordered_map<ChunkKey, std::shared_future<Result<ChunkBytes>>, KeyHash> loading_;
   uint64_t bytes_ = 0;
+  uint64_t spent_bytes_ = 0;  // of the chunks in spent_
   uint64_t hits_ = 0;
   uint64_t misses_ = 0;
 };

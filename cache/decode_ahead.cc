@@ -22,11 +22,16 @@ DecodeAhead::~DecodeAhead() {
 
 void DecodeAhead::Queue(const ChunkKey& key, uint64_t bytes, Load load) {
   if (threads_ == 0 || !started_ || cache_->Contains(key)) return;
+  // Only into room that holds nothing still to be read (free, or spent
+  // chunks): a chunk decoded ahead that evicts one a reader left half read
+  // makes that one decode twice (torch.load's jumps leave many).
+  const uint64_t unspent = cache_->UnspentBytes();
+  const uint64_t room = cache_->capacity() - std::min(cache_->capacity(), unspent);
   {
     std::lock_guard lk(mu_);
     if (stop_ || pending_.contains(key)) return;
     // Over budget the reader decodes on its own thread, as without decode-ahead.
-    if (pending_bytes_ + bytes > BudgetBytes()) return;
+    if (pending_bytes_ + bytes > std::min(BudgetBytes(), room)) return;
     pending_.insert(key);
     pending_bytes_ += bytes;
     queue_.push_back(Job{key, bytes, std::move(load)});
@@ -83,6 +88,17 @@ DecodeAhead::Stream::~Stream() {
   --pool_->streams_;
 }
 
+bool DecodeAhead::Stream::InRun() {
+  std::lock_guard lk(mu_);
+  return run_start_ == 0 || next_ - run_start_ >= 3;
+}
+
+uint64_t DecodeAhead::Lookahead(uint64_t start, uint64_t run, uint64_t window) {
+  if (start == 0) return window;
+  if (run < 3) return 0;
+  return run - 2 >= 63 ? window : std::min<uint64_t>(window, uint64_t{1} << (run - 2));
+}
+
 std::vector<uint64_t> DecodeAhead::Stream::Advance(uint64_t pack, uint64_t first, uint64_t last, uint64_t chunk_count,
                                                    uint64_t chunk_bytes, int depth) {
   std::lock_guard lk(mu_);
@@ -94,18 +110,21 @@ std::vector<uint64_t> DecodeAhead::Stream::Advance(uint64_t pack, uint64_t first
     pack_ = pack;
     next_ = 0;
     queued_to_ = 0;
+    run_start_ = 0;
   }
   // The kernel's readahead sends a file's reads from several threads, a
   // little out of order: a read of the chunk before counts as in sequence.
-  const bool sequential = first == next_ || first + 1 == next_;
-  next_ = sequential ? std::max(next_, last + 1) : last + 1;
+  const bool sequential = first + 1 >= next_ && first <= std::max(queued_to_, next_ + 1);
   if (!sequential) {
+    run_start_ = first;
+    next_ = last + 1;
     queued_to_ = last + 1;
     return {};
   }
-  const uint64_t window = pool_->WindowChunks(chunk_bytes, depth);
+  next_ = std::max(next_, last + 1);
+  const uint64_t ahead = Lookahead(run_start_, next_ - run_start_, pool_->WindowChunks(chunk_bytes, depth));
   const uint64_t from = std::max(queued_to_, last + 1);
-  const uint64_t to = std::min(chunk_count, last + 1 + window);
+  const uint64_t to = std::min(chunk_count, last + 1 + ahead);
   std::vector<uint64_t> out;
   for (uint64_t i = from; i < to; ++i) out.push_back(i);
   queued_to_ = std::max(queued_to_, to);

@@ -45,20 +45,38 @@ class DecodeAhead {
     // to decode ahead now (none unless the reads are sequential).
     // chunk_bytes: their decoded size; depth: the longest delta chain a
     // chunk reads through (each base chunk also takes cache space).
+    // A read that skips forward by a chunk, or into what was already
+    // queued, is still sequential: torch.load reads a zip's records in the
+    // numeric order of their names, which skips the records whose names
+    // sort between ("11" lies between "109" and "110"). After any other
+    // jump the lookahead starts at nothing and doubles with each chunk the
+    // reader goes on through: a reader that jumps from record to record
+    // gets no chunk decoded that it skips over.
     std::vector<uint64_t> Advance(uint64_t pack, uint64_t first, uint64_t last, uint64_t chunk_count,
                                   uint64_t chunk_bytes, int depth);
 
+    // Whether the reader goes on through the file (from its start, or for
+    // three chunks since its last jump) rather than jumping around.
+    bool InRun();
+
    private:
     DecodeAhead* const pool_;
-    std::mutex mu_;  // a handle's reads arrive on several FUSE threads
+    std::mutex mu_;         // a handle's reads arrive on several FUSE threads
     bool counted_ = false;  // among the pool's streams since its first read
     uint64_t pack_ = 0;
     uint64_t next_ = 0;       // the chunk a sequential read would reach next
     uint64_t queued_to_ = 0;  // chunks below this were already queued
+    uint64_t run_start_ = 0;  // the chunk this sequential run began at
   };
+  // Chunks to decode ahead of a sequential run of `run` chunks that began
+  // at chunk `start`, with `window` the most allowed: the whole window for
+  // a reader that started at the file's beginning, else 2, 4, 8...
+  // from the run's third chunk on.
+  static uint64_t Lookahead(uint64_t start, uint64_t run, uint64_t window);
 
   // Decodes `key` with `load` on a pool thread unless the cache has it, is
-  // loading it or it is queued already. Drops it when the queue is full.
+  // loading it or it is queued already. Drops it when the queue is full,
+  // or when decoding it would evict a chunk that still has bytes to give.
   // bytes: its decoded size, counted against the budget until decoded.
   void Queue(const ChunkKey& key, uint64_t bytes, Load load);
   // Chunks one stream may have decoded ahead of its reads.

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "base/log.h"
+#include "fuse/torch_read_order.h"
 
 namespace ckptfs {
 
@@ -92,20 +93,60 @@ void AppendZeros(uint64_t n, ReadPieces* out) {
 
 }  // namespace
 
-void FileContent::DecodeAheadOf(const SealedRange& file, uint64_t first, uint64_t last, DecodeAhead::Stream* stream) {
+namespace {
+
+// The file's bytes through the cache, for parsing what the file is.
+class SealedSource : public ByteSource {
+ public:
+  SealedSource(Store* store, ChunkCache* cache, std::shared_ptr<PackReader> pack, ObjectId id, uint64_t size)
+      : store_(store), cache_(cache), pack_(std::move(pack)), id_(id), size_(size) {}
+  uint64_t size() const override { return size_; }
+  Status ReadAt(uint64_t off, std::span<uint8_t> out) const override {
+    if (off > size_ || out.size() > size_ - off) return Status::Error(EINVAL, "read past the end of the file");
+    const uint64_t cs = pack_->header().chunk_size;
+    for (uint64_t pos = off; pos < off + out.size();) {
+      const uint64_t index = pos / cs, within = pos - index * cs;
+      ASSIGN_OR_RETURN(ChunkBytes chunk, store_->LoadChunk(*pack_, id_, index, cache_));
+      const uint64_t n = std::min<uint64_t>(off + out.size() - pos, chunk->size() - within);
+      if (n == 0) return Status::Corruption("chunk shorter than the chunk size");
+      std::memcpy(out.data() + (pos - off), chunk->data() + within, n);
+      pos += n;
+    }
+    return Status::Ok();
+  }
+
+ private:
+  Store* const store_;
+  ChunkCache* const cache_;
+  const std::shared_ptr<PackReader> pack_;
+  const ObjectId id_;
+  const uint64_t size_;
+};
+
+}  // namespace
+
+void FileContent::DecodeAheadOf(const SealedRange& file, uint64_t off, uint64_t first, uint64_t last,
+                                DecodeAhead::Stream* stream) {
   if (ahead_ == nullptr || stream == nullptr) return;
   const PackReader& pack = *file.pack;
   const uint64_t cs = pack.header().chunk_size;
-  const std::vector<uint64_t> next =
-      stream->Advance(file.id, first, last, pack.chunks().size(), cs, pack.meta().max_depth());
+  const int depth = pack.meta().max_depth();
+  std::vector<uint64_t> next = stream->Advance(file.id, first, last, pack.chunks().size(), cs, depth);
+  // A reader going through the file in its order (cat, or torch.load's
+  // last sweep) is served by the stream's window; one that jumps is
+  // expected to go where torch.load goes next.
+  if (file.order && !stream->InRun()) {
+    // Queue skips what is cached or queued, so chunks listed twice cost nothing.
+    const uint64_t window = ahead_->WindowChunks(cs, depth);
+    for (uint64_t c : file.order->ChunksAfter(off, cs, pack.chunks().size(), window)) next.push_back(c);
+  }
   for (uint64_t index : next) {
     const ChunkEntry& e = pack.chunks()[index];
     if (e.codec == ChunkCodec::kZero) continue;
     // The pool's load goes around the cache: it runs inside the cache's own
     // load of this key, which waits for nothing but the decode.
-    ahead_->Queue(ChunkKey{file.id, index}, e.raw_len, [store = store_, file, index] {
-      return store->LoadChunk(*file.pack, file.id, index, nullptr);
-    });
+    ahead_->Queue(ChunkKey{file.id, index}, e.raw_len,
+                  [store = store_, file, index] { return store->LoadChunk(*file.pack, file.id, index, nullptr); });
   }
 }
 
@@ -114,7 +155,7 @@ Status FileContent::ReadSealed(const SealedRange& file, uint64_t off, size_t len
   if (off >= file.size || len == 0) return Status::Ok();
   const uint64_t end = std::min<uint64_t>(file.size, off + len);
   const uint64_t cs = file.pack->header().chunk_size;
-  DecodeAheadOf(file, off / cs, (end - 1) / cs, stream);
+  DecodeAheadOf(file, off, off / cs, (end - 1) / cs, stream);
   for (uint64_t pos = off; pos < end;) {
     const uint64_t index = pos / cs;
     const uint64_t within = pos - index * cs;
@@ -125,6 +166,7 @@ Status FileContent::ReadSealed(const SealedRange& file, uint64_t off, size_t len
     } else {
       auto chunk = store_->LoadChunk(*file.pack, file.id, index, cache_);
       if (!chunk.ok()) return Fail(chunk.status(), "read", index * cs);
+      cache_->NoteRead(ChunkKey{file.id, index}, within, within + n);
       out->iov.push_back(iovec{const_cast<uint8_t*>(chunk.value()->data() + within), n});
       out->held.push_back(std::move(chunk).value());
     }
@@ -149,10 +191,29 @@ Result<ReadPieces> FileContent::ReadForReply(uint64_t off, size_t size, DecodeAh
   if (rec_.object == 0 || off >= rec_.size) return out;
   auto pack = PackLocked();
   if (!pack.ok()) return Fail(pack.status(), "open pack of", off);
-  const SealedRange file{.pack = pack.value(), .id = rec_.object, .size = rec_.size};
+  // The read order is looked for on the first read at offset 0 of a new
+  // pack, where torch.load starts and the chunk is needed anyway.
+  const bool find_order = ahead_ != nullptr && stream != nullptr && off == 0 && order_for_ != rec_.object;
+  if (find_order) {
+    order_for_ = rec_.object;
+    order_.reset();
+  }
+  const SealedRange file{.pack = pack.value(),
+                         .id = rec_.object,
+                         .size = rec_.size,
+                         .order = order_for_ == rec_.object ? order_ : nullptr};
   lk.unlock();
   RETURN_IF_ERROR(ReadSealed(file, off, size, stream, &out));
+  if (find_order) FindReadOrder(file);
   return out;
+}
+
+void FileContent::FindReadOrder(const SealedRange& file) {
+  std::shared_ptr<const ReadOrder> order = TorchReadOrder(SealedSource(store_, cache_, file.pack, file.id, file.size));
+  if (!order) return;
+  spdlog::debug("{}: decode-ahead follows torch.load's order of {} records", label_, order->size());
+  std::lock_guard lk(mu_);
+  if (order_for_ == file.id) order_ = std::move(order);
 }
 
 Result<size_t> FileContent::Read(uint64_t off, std::span<uint8_t> out) {

@@ -24,6 +24,7 @@
 #include "base/unique_fd.h"
 #include "cache/chunk_cache.h"
 #include "cache/decode_ahead.h"
+#include "cache/read_order.h"
 #include "store/pack.h"
 #include "store/store.h"
 #include "store/stub.h"
@@ -138,9 +139,13 @@ class FileContent {
     std::shared_ptr<PackReader> pack;
     ObjectId id = 0;
     uint64_t size = 0;  // of the file
+    std::shared_ptr<const ReadOrder> order;  // how readers visit it, if not in file order
   };
   Status ReadSealed(const SealedRange& file, uint64_t off, size_t len, DecodeAhead::Stream* stream, ReadPieces* out);
-  void DecodeAheadOf(const SealedRange& file, uint64_t first, uint64_t last, DecodeAhead::Stream* stream);
+  void DecodeAheadOf(const SealedRange& file, uint64_t off, uint64_t first, uint64_t last,
+                     DecodeAhead::Stream* stream);
+  // Looks, once per pack, for the order torch.load reads the file in.
+  void FindReadOrder(const SealedRange& file);
   void MaybeReleaseObjectsLocked();
   bool NeedsSealLocked() const { return open_writers_ == 0 && staging_ && !unlinked_; }
   bool RemoteStagedLocked() const { return rec_.state == StubState::kStaged && rec_.node != store_->node_id(); }
@@ -166,6 +171,10 @@ class FileContent {
   StubRecord rec_;
   std::shared_ptr<Staging> staging_;  // set iff rec_.state == kStaged
   std::shared_ptr<PackReader> pack_;  // opened lazily when sealed
+  // The read order of pack order_for_ (0: not looked for yet), null if the
+  // file is read in file order (FindReadOrder).
+  std::shared_ptr<const ReadOrder> order_;
+  ObjectId order_for_ = 0;
   uint64_t pack_stored_ = 0;          // stored bytes of the pack, 0 if unknown
   uint64_t change_gen_ = 0;           // bumped by every write/truncate
   int writes_in_flight_ = 0;

@@ -413,6 +413,7 @@ void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* 
   uint64_t bytes = 0;
   for (const iovec& v : pieces->iov) bytes += v.iov_len;
   GlobalMetrics().read_bytes.Add(bytes);
+  GlobalMetrics().read_requests.Add();
   fuse_reply_iov(req, pieces->iov.data(), static_cast<int>(pieces->iov.size()));
 }
 

@@ -681,6 +681,8 @@ Result<ChunkBytes> Store::LoadChunk(const PackReader& pack, ObjectId id, uint64_
     if (index >= pack.chunks().size()) return pack.ReadChunkInto(index, {}, this);  // its out-of-range error
     auto bytes = std::make_shared<ChunkBuffer>(pack.chunks()[index].raw_len);
     RETURN_IF_ERROR(pack.ReadChunkInto(index, *bytes, this));
+    GlobalMetrics().chunk_decodes.Add();
+    GlobalMetrics().chunk_decoded_bytes.Add(bytes->size());
     return ChunkBytes(std::move(bytes));
   };
   return cache != nullptr ? cache->GetOrLoad(ChunkKey{id, index}, load) : load();
@@ -730,6 +732,7 @@ Status Store::UsePackRange(ObjectId pack, uint64_t offset, uint64_t len,
   const uint64_t index = offset / cs, within = offset - index * cs;
   if (len == 0 || within + len > reader->chunks()[index].raw_len) return BaseSource::UsePackRange(pack, offset, len, use);
   ASSIGN_OR_RETURN(ChunkBytes chunk, LoadChunk(*reader, pack, index, base_cache_));
+  if (base_cache_ != nullptr) base_cache_->NoteRead(ChunkKey{pack, index}, within, within + len);
   return use(std::span<const uint8_t>(chunk->data() + within, len));
 }
 
@@ -745,6 +748,7 @@ Status Store::ReadPackRange(ObjectId pack, uint64_t offset, std::span<uint8_t> o
     const uint64_t n = std::min<uint64_t>(offset + out.size() - pos, r.chunks()[index].raw_len - within);
     ASSIGN_OR_RETURN(ChunkBytes chunk, LoadChunk(r, pack, index, base_cache_));
     std::memcpy(out.data() + (pos - offset), chunk->data() + within, n);
+    if (base_cache_ != nullptr) base_cache_->NoteRead(ChunkKey{pack, index}, within, within + n);
     pos += n;
   }
   return Status::Ok();
@@ -761,7 +765,10 @@ Status Store::ReadPackRangeOnce(ObjectId pack, uint64_t offset, std::span<uint8_
   RETURN_IF_ERROR(BaseNesting::Check(pack));
   BaseNesting nested;
   reader->Prefetch(index + 1);
-  return reader->ReadChunkInto(index, out, this);
+  RETURN_IF_ERROR(reader->ReadChunkInto(index, out, this));
+  GlobalMetrics().chunk_decodes.Add();
+  GlobalMetrics().chunk_decoded_bytes.Add(out.size());
+  return Status::Ok();
 }
 
 Result<std::shared_ptr<PackReader>> Store::OpenPack(ObjectId id) {

@@ -132,8 +132,10 @@ std::optional<uint64_t> DescriptorCrcOffset(const ByteSource& src, uint64_t data
   return std::nullopt;
 }
 
+// locals: read each entry's local header for its exact data offset (else
+// data_offset is the local header's offset, and no descriptor is looked for).
 Result<ZipEntry> ParseCentral(const ByteSource& src, std::span<const uint8_t> cd, size_t* pos, uint64_t base,
-                              uint64_t cd_abs) {
+                              uint64_t cd_abs, bool locals) {
   size_t p = *pos;
   if (cd.size() - p < kCentralSize || le::Get32(cd, p) != kCentralSig) return Malformed("zip: bad central entry");
   ZipEntry e;
@@ -151,10 +153,14 @@ Result<ZipEntry> ParseCentral(const ByteSource& src, std::span<const uint8_t> cd
   auto local_abs = CheckedAdd(base, local);
   if (!local_abs) return Malformed("zip: local offset overflows");
   e.local_header_offset = *local_abs;
-  ASSIGN_OR_RETURN(e.data_offset, LocalDataOffset(src, *local_abs, cd_abs));
+  e.data_offset = *local_abs;
+  if (locals) {
+    ASSIGN_OR_RETURN(e.data_offset, LocalDataOffset(src, *local_abs, cd_abs));
+  }
   // Entry data must end before the central directory starts.
   if (!InRange(e.data_offset, e.comp_size, cd_abs)) return Malformed("zip: entry data outside archive: " + e.name);
-  if (e.flags & 8) e.descriptor_crc_offset = DescriptorCrcOffset(src, e.data_offset + e.comp_size, cd_abs, e.crc32);
+  if (locals && (e.flags & 8))
+    e.descriptor_crc_offset = DescriptorCrcOffset(src, e.data_offset + e.comp_size, cd_abs, e.crc32);
   *pos = p + kCentralSize + n + x + c;
   return e;
 }
@@ -167,7 +173,9 @@ bool HasEocdEndingAt(const ByteSource& src, uint64_t end) {
   return src.ReadAt(end - kEocdSize, b).ok() && le::Get32(b, 0) == kEocdSig;
 }
 
-Result<ZipArchive> ReadZip(const ByteSource& src, uint64_t end, bool allow_comment) {
+namespace {
+
+Result<ZipArchive> ReadZipImpl(const ByteSource& src, uint64_t end, bool allow_comment, bool locals) {
   if (end > src.size()) return Malformed("zip: end past file");
   ASSIGN_OR_RETURN(uint64_t eocd_pos, FindEocd(src, end, allow_comment));
   ASSIGN_OR_RETURN(Eocd e, ReadEocdAt(src, eocd_pos));
@@ -187,10 +195,20 @@ Result<ZipArchive> ReadZip(const ByteSource& src, uint64_t end, bool allow_comme
   z.entries.reserve(e.entries);
   size_t pos = 0;
   for (uint64_t i = 0; i < e.entries; ++i) {
-    ASSIGN_OR_RETURN(ZipEntry entry, ParseCentral(src, cd, &pos, z.base, cd_abs));
+    ASSIGN_OR_RETURN(ZipEntry entry, ParseCentral(src, cd, &pos, z.base, cd_abs, locals));
     z.entries.push_back(std::move(entry));
   }
   return z;
+}
+
+}  // namespace
+
+Result<ZipArchive> ReadZip(const ByteSource& src, uint64_t end, bool allow_comment) {
+  return ReadZipImpl(src, end, allow_comment, /*locals=*/true);
+}
+
+Result<ZipArchive> ReadZipDirectory(const ByteSource& src, uint64_t end) {
+  return ReadZipImpl(src, end, /*allow_comment=*/false, /*locals=*/false);
 }
 
 void AppendZipCrcFields(const ZipArchive& z, std::span<const TensorRegion> tensors, std::vector<ZipCrcField>* out) {

@@ -47,6 +47,12 @@ bool HasEocdEndingAt(const ByteSource& src, uint64_t end);
 // 64 KiB as general zip writers may append a comment.
 Result<ZipArchive> ReadZip(const ByteSource& src, uint64_t end, bool allow_comment);
 
+// The central directory alone (no comment allowed): reads only the end of
+// the archive, not each entry's local header, so each entry's data_offset
+// is its local header's offset and descriptor_crc_offset stays empty. For
+// telling where the members lie without reading the whole file.
+Result<ZipArchive> ReadZipDirectory(const ByteSource& src, uint64_t end);
+
 // Adds the CRC fields of each stored member of `z` whose data holds the
 // start of one of `tensors`, so lossy rewrites can keep the CRCs valid.
 void AppendZipCrcFields(const ZipArchive& z, std::span<const TensorRegion> tensors, std::vector<ZipCrcField>* out);

@@ -45,6 +45,34 @@ TEST(ChunkCacheTest, EvictsLeastRecentlyUsedByBytes) {
   EXPECT_NE(c.Get({2, 0}), nullptr);
 }
 
+// A chunk whose bytes were all handed on goes before any chunk that still
+// has bytes to give, however recently it was used.
+TEST(ChunkCacheTest, SpentChunksAreEvictedFirst) {
+  ChunkCache c(300);
+  c.Put({1, 0}, Bytes(100));
+  c.Put({1, 1}, Bytes(100));
+  c.Put({1, 2}, Bytes(100));
+  c.NoteRead({1, 2}, 0, 60);
+  c.NoteRead({1, 2}, 60, 100);  // spent
+  c.NoteRead({1, 1}, 0, 99);    // one byte left to give
+  ASSERT_NE(c.Get({1, 2}), nullptr);
+  c.Put({1, 3}, Bytes(100));
+  EXPECT_EQ(c.Get({1, 2}), nullptr);
+  EXPECT_NE(c.Get({1, 0}), nullptr);
+  EXPECT_NE(c.Get({1, 1}), nullptr);
+  // Among chunks with bytes to give, plain LRU: 3 was used least recently.
+  c.Put({1, 4}, Bytes(100));
+  EXPECT_EQ(c.Get({1, 3}), nullptr);
+  EXPECT_EQ(c.bytes(), 300u);
+  // Spent chunks are still served, and ErasePack drops them as well.
+  c.NoteRead({1, 4}, 0, 100);
+  EXPECT_NE(c.Get({1, 4}), nullptr);
+  c.ErasePack(1);
+  EXPECT_EQ(c.bytes(), 0u);
+  EXPECT_EQ(c.Get({1, 4}), nullptr);
+  c.NoteRead({1, 9}, 0, 100);  // not cached: nothing to do
+}
+
 TEST(ChunkCacheTest, ReplaceAdjustsBytes) {
   ChunkCache c(10000);
   c.Put({1, 0}, Bytes(3000));

@@ -11,6 +11,8 @@
 #include <thread>
 #include <vector>
 
+#include "cache/read_order.h"
+
 namespace ckptfs {
 namespace {
 
@@ -43,9 +45,40 @@ TEST(DecodeAheadTest, RandomReadsQueueNothingUntilTheyTurnSequential) {
   DecodeAhead::Stream s(&pool);
   EXPECT_TRUE(s.Advance(7, 50, 50, 100, kChunk, 0).empty());
   EXPECT_TRUE(s.Advance(7, 10, 10, 100, kChunk, 0).empty());
-  EXPECT_EQ(s.Advance(7, 11, 11, 100, kChunk, 0).front(), 12u);
+  EXPECT_TRUE(s.Advance(7, 11, 11, 100, kChunk, 0).empty());  // two chunks in: a record, maybe
+  EXPECT_EQ(s.Advance(7, 12, 12, 100, kChunk, 0), (std::vector<uint64_t>{13, 14}));
   // Another pack (the file was rewritten) starts over.
   EXPECT_TRUE(s.Advance(8, 40, 40, 100, kChunk, 0).empty());
+}
+
+// torch.load's order: records of about a chunk each, read one at a time
+// from far-apart places (nothing decoded ahead that the reader skips), then
+// runs that skip one record now and then (still one sequential run).
+TEST(DecodeAheadTest, JumpsGetNoLookaheadAndItDoublesAlongARun) {
+  ChunkCache cache(64 * kChunk);  // budget: 32 chunks, window 16
+  DecodeAhead pool(&cache, 2);
+  pool.Start();
+  DecodeAhead::Stream s(&pool);
+  for (uint64_t record : {40u, 10u, 70u, 25u}) {
+    EXPECT_TRUE(s.Advance(7, record, record, 100, kChunk, 0).empty()) << record;
+    EXPECT_TRUE(s.Advance(7, record, record + 1, 100, kChunk, 0).empty()) << record;
+  }
+  // A run from chunk 50, reading a record of two chunks at a time and
+  // skipping one chunk after every second record.
+  EXPECT_TRUE(s.Advance(7, 50, 51, 100, kChunk, 0).empty());
+  EXPECT_EQ(s.Advance(7, 52, 53, 100, kChunk, 0), (std::vector<uint64_t>{54, 55, 56, 57}));  // run of 4: 4 ahead
+  // Skipped 54: a run of 7 chunks, the whole window ahead.
+  const std::vector<uint64_t> more = s.Advance(7, 55, 56, 100, kChunk, 0);
+  ASSERT_FALSE(more.empty());
+  EXPECT_EQ(more.front(), 58u);
+  EXPECT_EQ(more.back(), 56u + DecodeAhead::kMaxWindow);
+  // Skipped 57, which was queued: still the same run.
+  EXPECT_EQ(s.Advance(7, 58, 59, 100, kChunk, 0), (std::vector<uint64_t>{73, 74, 75}));
+  // A skip past everything queued is a jump again.
+  EXPECT_TRUE(s.InRun());
+  EXPECT_TRUE(s.Advance(7, 90, 90, 100, kChunk, 0).empty());
+  EXPECT_TRUE(s.Advance(7, 91, 91, 100, kChunk, 0).empty());
+  EXPECT_FALSE(s.InRun());
 }
 
 TEST(DecodeAheadTest, WindowShrinksWithReadersAndDeltaDepth) {
@@ -82,6 +115,42 @@ TEST(DecodeAheadTest, QueuedChunksLandInTheCacheOnce) {
     EXPECT_EQ(b->size(), kChunk);
     EXPECT_EQ((*b)[kChunk - 1], static_cast<uint8_t>(i));
   }
+}
+
+// Decode-ahead takes free room and spent chunks' room only: chunks a reader
+// left half read stay until it comes back for them.
+TEST(DecodeAheadTest, NeverEvictsChunksWithBytesStillToGive) {
+  ChunkCache cache(8 * kChunk);  // budget: 4 chunks
+  DecodeAhead pool(&cache, 2);
+  pool.Start();
+  for (uint64_t i = 0; i < 8; ++i) cache.Put({1, i}, *Filled(i)());
+  std::atomic<int> loads{0};
+  pool.Queue({2, 0}, kChunk, Filled(0, &loads));
+  pool.WaitIdle();
+  EXPECT_EQ(loads.load(), 0);
+  cache.NoteRead({1, 3}, 0, kChunk);
+  cache.NoteRead({1, 5}, 0, kChunk);
+  for (uint64_t i = 0; i < 4; ++i) {
+    pool.Queue({2, i}, kChunk, Filled(i, &loads));
+    pool.WaitIdle();  // each decode lands before the next is asked for
+  }
+  EXPECT_EQ(loads.load(), 2);  // the room of the two spent chunks
+  for (uint64_t i : {0u, 1u, 2u, 4u, 6u, 7u}) EXPECT_NE(cache.Get({1, i}), nullptr) << i;
+  EXPECT_EQ(cache.UnspentBytes(), 8 * kChunk);
+}
+
+// torch.load's order: the records after the one being read, in that order,
+// each chunk once, never the current record's own chunks.
+TEST(ReadOrderTest, ChunksOfTheNextRecordsInReadOrder) {
+  // Records of 1.5 chunks at 0, 1500, 3000, 4500, 6000, read as 0, 3, 1, 4, 2.
+  ReadOrder order({{0, 1500}, {4500, 6000}, {1500, 3000}, {6000, 7500}, {3000, 4500}});
+  EXPECT_EQ(order.ChunksAfter(10, kChunk, 8, 16), (std::vector<uint64_t>{4, 5, 2, 6, 7, 3}));
+  EXPECT_EQ(order.ChunksAfter(10, kChunk, 8, 3), (std::vector<uint64_t>{4, 5, 2}));
+  // From record 3 (chunks 6-7), then 2 (chunks 3-4), in that order.
+  EXPECT_EQ(order.ChunksAfter(6500, kChunk, 8, 16), (std::vector<uint64_t>{3, 4}));
+  EXPECT_TRUE(order.ChunksAfter(4000, kChunk, 8, 16).empty());   // the last one read
+  EXPECT_TRUE(order.ChunksAfter(9000, kChunk, 10, 16).empty());  // in no record
+  EXPECT_TRUE(ReadOrder({{100, 200}}).ChunksAfter(50, kChunk, 1, 16).empty());
 }
 
 TEST(DecodeAheadTest, NoThreadsMeansNoDecodeAhead) {

@@ -17,6 +17,8 @@
 
 #include "codec/formats/layout.h"
 #include "codec/formats/pickle_scan.h"
+#include "codec/formats/zip.h"
+#include "fuse/torch_read_order.h"
 #include "store/store.h"
 #include "tests/unit/test_util.h"
 
@@ -299,6 +301,47 @@ void ExpectSampleRegions(const FileLayout& l, const Bytes& file, uint64_t base =
     size_t k = std::stoul(r.name.substr(r.name.rfind('/') + 1));
     EXPECT_EQ(RegionBytes(file, r), storages[k].data) << r.name;
   }
+}
+
+// torch.save stores data/<n> sorted as strings; torch.load reads them by n.
+// The order comes from the central directory alone.
+TEST(FormatsTest, TorchReadOrderFollowsTheStorageNumbers) {
+  std::vector<std::string> keys;
+  for (int k = 0; k < 12; ++k) keys.push_back(std::to_string(k));
+  std::sort(keys.begin(), keys.end());  // 0, 1, 10, 11, 2, ...
+  std::vector<ZipMember> members = {{"archive/data.pkl", Pattern(100, 1)}};
+  for (const std::string& k : keys) members.push_back({"archive/data/" + k, Pattern(1000, uint8_t(k.size()))});
+  members.push_back({"archive/version", Pattern(2, 2)});
+  const Bytes f = BuildZip(members, {});
+  SpanSource src(f);
+  auto dir = formats::ReadZipDirectory(src, f.size());
+  ASSERT_TRUE(dir.ok()) << dir.status().message();
+  auto full = formats::ReadZip(src, f.size(), false);
+  ASSERT_TRUE(full.ok());
+  ASSERT_EQ(dir->entries.size(), members.size());
+  std::map<std::string, uint64_t> begin;
+  for (size_t i = 0; i < dir->entries.size(); ++i) {
+    const formats::ZipEntry& e = dir->entries[i];
+    EXPECT_EQ(e.data_offset, e.local_header_offset) << e.name;  // no local header was read
+    EXPECT_LT(e.local_header_offset, full->entries[i].data_offset);
+    begin[e.name] = e.local_header_offset;
+  }
+  std::shared_ptr<const ReadOrder> order = TorchReadOrder(src);
+  ASSERT_NE(order, nullptr);
+  EXPECT_EQ(order->size(), 12u);
+  // With one-byte chunks, the first chunk after record n is record n+1's first byte.
+  for (int k = 0; k + 1 < 12; ++k) {
+    const uint64_t here = begin["archive/data/" + std::to_string(k)] + 50;
+    const std::vector<uint64_t> next = order->ChunksAfter(here, 1, f.size(), 1);
+    ASSERT_EQ(next.size(), 1u) << k;
+    EXPECT_EQ(next[0], begin["archive/data/" + std::to_string(k + 1)]) << k;
+  }
+  EXPECT_TRUE(order->ChunksAfter(begin["archive/data/11"] + 50, 1, f.size(), 1).empty());
+  // Not a zip, or a zip without storages: no order.
+  const Bytes plain = Pattern(4096, 3);
+  EXPECT_EQ(TorchReadOrder(SpanSource(plain)), nullptr);
+  const Bytes npz = BuildZip({{"a.npy", Pattern(500, 1)}, {"b.npy", Pattern(500, 2)}}, {});
+  EXPECT_EQ(TorchReadOrder(SpanSource(npz)), nullptr);
 }
 
 TEST(FormatsTest, TorchZipWithDataDescriptors) {
