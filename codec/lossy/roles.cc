@@ -179,6 +179,16 @@ bool AssignOptaxMoments(const FileLayout& layout, std::vector<RoleAssignment>* r
     (*roles)[v->second] = {TensorRole::kAdamV, -1};
     any = true;
   }
+  // A "nu" whose "mu" twin is not in this file may still be Adam's v: Orbax
+  // puts the two in different data files when TensorStore splits a save.
+  // Coded as a weight, a v could turn negative (NaN in Adam's sqrt), and
+  // coded as a v, a layer merely named nu would lose bits it needs: it
+  // stays exact.
+  for (const auto& [label, i] : by_label) {
+    if ((*roles)[i].role == TensorRole::kWeight && MomentComponent(label, "nu") != std::string_view::npos) {
+      (*roles)[i] = {TensorRole::kOther, -1};
+    }
+  }
   if (!any) return false;
   for (const auto& [label, m] : by_label) {
     if ((*roles)[m].role != TensorRole::kAdamM) continue;

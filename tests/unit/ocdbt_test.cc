@@ -169,5 +169,30 @@ TEST(OcdbtTest, TheNodesAfterACommitsValuesGiveTheLayoutWithoutTheManifest) {
   EXPECT_FALSE(formats::OcdbtTailNode(SpanSource(flipped), self).ok());
 }
 
+TEST(OcdbtTest, ATailNodeIsFoundBeforeTheZerosThatPadTheFile) {
+  // TensorStore rounds large data files up to 4 KiB with zeros after the
+  // last node (a 14 MB file of a 10-step series: 3511 zeros).
+  Db db("raw");
+  const std::string self = db.Largest();
+  const Bytes file = *db.files.at(self);
+  Bytes padded = file;
+  padded.resize((file.size() / 4096 + 1) * 4096, 0);
+  Result<formats::OcdbtRoot> root = formats::OcdbtTailNode(SpanSource(padded), self);
+  ASSERT_TRUE(root.ok()) << root.status().message();
+  EXPECT_EQ(root->node.offset + root->node.length, file.size());
+  db.files[self] = std::make_shared<Bytes>(padded);
+  Result<std::vector<formats::OcdbtEntry>> keys = formats::ListOcdbt(*root, db.Opener());
+  ASSERT_TRUE(keys.ok()) << keys.status().message();
+  Result<FileLayout> l = formats::OcdbtDataLayout(*keys, self, padded.size(), db.Opener());
+  ASSERT_TRUE(l.ok()) << l.status().message();
+  EXPECT_EQ(l->tensors.size(), 3u);
+  // A whole page of zeros or more is not padding, nor is a nonzero byte after the node.
+  Bytes long_tail = file;
+  long_tail.resize(file.size() + formats::kMaxOcdbtPadding, 0);
+  EXPECT_FALSE(formats::OcdbtTailNode(SpanSource(long_tail), self).ok());
+  padded.back() = 1;
+  EXPECT_FALSE(formats::OcdbtTailNode(SpanSource(padded), self).ok());
+}
+
 }  // namespace
 }  // namespace ckptfs
