@@ -30,7 +30,7 @@ std::map<SigKey, std::vector<size_t>> BySignature(std::span<const TensorRange> r
 // new ranges of that signature.
 BaseChoice MatchTensors(ObjectId id, uint64_t logical_size, const std::vector<TensorRange>& candidate,
                         const std::map<SigKey, std::vector<size_t>>& wanted, bool named, size_t n_ranges) {
-  BaseChoice choice{id, logical_size, 0, std::vector<std::optional<uint64_t>>(n_ranges)};
+  BaseChoice choice{id, logical_size, 0, std::vector<std::optional<uint64_t>>(n_ranges), {}};
   std::map<SigKey, size_t> seen;
   for (const TensorRange& t : candidate) {
     auto w = wanted.find(Signature(t, named));

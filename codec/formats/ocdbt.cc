@@ -606,6 +606,7 @@ Result<FileLayout> OcdbtDataLayout(const std::vector<OcdbtEntry>& keys, const st
     RETURN_IF_ERROR(b.Chunk(e, array, it->second));
   }
   if (!referenced) return Malformed("ocdbt: no key of the latest version lies in " + self);
+  for (const auto& [array, meta] : arrays) l.save_arrays.push_back(array);
   for (const auto& [why, n] : b.compressed) {
     if (!l.note.empty()) l.note += "; ";
     l.note += std::to_string(n) + " chunks " + why + " (left as bytes)";
