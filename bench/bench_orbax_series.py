@@ -3,6 +3,7 @@ with orbax-checkpoint's CheckpointManager through a ckptfs mount, stored at
 >= 20x in total under lossy=0.05.
 
   .venv-pypi/bin/python bench/bench_orbax_series.py [--steps 10] [--width 1024] [--opts lossy=0.05] [--compress]
+      [--keep DIR]
 
 Runs tests/integration/clients/orbax_series.py (a Flax MLP 128 -> W -> W ->
 10 trained with optax Adam, 3 updates between saves; arrays saved
@@ -46,9 +47,12 @@ def main():
     ap.add_argument("--width", type=int, default=1024)
     ap.add_argument("--opts", default="lossy=0.05")
     ap.add_argument("--compress", action="store_true", help="Orbax's default zstd chunks instead of raw ones")
+    ap.add_argument("--keep", metavar="DIR", help="work in DIR (must not exist) and keep the store and its log there")
     a = ap.parse_args()
     C.check_binary()
-    work = tempfile.mkdtemp(prefix="orbax-series-")
+    work = a.keep or tempfile.mkdtemp(prefix="orbax-series-")
+    if a.keep:
+        os.makedirs(work)
     backing, mnt, ref = (os.path.join(work, d) for d in ("backing", "mnt", "ref"))
     os.makedirs(ref)
     opts = [o for o in a.opts.split(",") if o]
@@ -59,7 +63,7 @@ def main():
         files = [f for f in st["files"] if f.get("logical")]
         logical = sum(f["logical"] for f in files)
         stored = sum(f["stored"] for f in files)
-        data = {"/" + r for r in saved["data_files"]}
+        data = set(saved["data_files"])  # stats paths are relative to the mount
         dl = sum(f["logical"] for f in files if f["path"] in data)
         ds = sum(f["stored"] for f in files if f["path"] in data)
         per_step = {}
@@ -77,9 +81,13 @@ def main():
         print(f"all files:  {C.human(logical)} -> {C.human(stored)} ({logical / max(stored, 1):.1f}x)")
         C.umount(mnt, backing)
         C.mount(backing, mnt, opts)
-        tol = next((o.split("=")[1] for o in opts if o.startswith("lossy=")), None)
+        level = next((o.split("=", 1)[1] for o in opts if o.startswith("lossy=")), None)
+        fidelity = float(level) if level and level.replace(".", "", 1).isdigit() else (0.05 if level else None)
+        # The policy bounds the v-weighted error of the weights by F; their
+        # plain relative L2 error may be larger (as test_orbax_lossy_mount_restores_and_trains_on).
+        tol = None if fidelity is None else 5 * fidelity
         r = subprocess.run([PY, CLIENT, "restore", mnt, ref, "--width", str(a.width)] +
-                           (["--lossy", tol] if tol else []), capture_output=True, text=True)
+                           (["--lossy", str(tol)] if tol else []), capture_output=True, text=True)
         if r.returncode != 0:
             sys.exit(f"restore failed:\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}")
         print("restore:", r.stdout.strip().splitlines()[-1])
@@ -90,7 +98,8 @@ def main():
         print(f"{'PASS' if ok else 'FAIL'}  total stored ratio >= 20x: {logical / max(stored, 1):.1f}x")
     finally:
         C.umount(mnt, backing)
-        shutil.rmtree(work, ignore_errors=True)
+        if not a.keep:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
@@ -40,7 +41,15 @@ struct TensorRange {
   // dimension but the first), which lets the plane codec predict fp32
   // magnitudes by row and column; 0 when it is not one or the shape is unknown.
   uint64_t row_length = 0;
+  // A hash of what the file calls the tensor (TensorRegion::label), 0 when
+  // unnamed: lineage pairs a tensor with its predecessor of the same name
+  // when files split or order their tensors differently from save to save
+  // (Orbax). Kept in memory only: a pack's meta block does not record it.
+  uint64_t name = 0;
 };
+
+// The TensorRange::name of a label (never 0; 0 for an empty label).
+uint64_t TensorNameHash(std::string_view label);
 
 // The ranges of `layout` worth coding as tensors, sorted by offset.
 std::vector<TensorRange> TensorRangesOf(const FileLayout& layout);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "base/hash.h"
 #include "codec/lossless/byte_io.h"
 #include "codec/zstd_contexts.h"
 
@@ -17,6 +18,8 @@ using lossless::PutVarint;
 // Below this a tensor piece is cheaper to leave with the metadata: a plane
 // blob has a header per plane and the entropy coders need a sample.
 constexpr uint64_t kMinTensorPiece = 4096;
+
+constexpr uint64_t kSeedName = 0x4E414D45ull;  // "NAME"
 
 }  // namespace
 
@@ -145,11 +148,18 @@ uint64_t RowLengthOf(const TensorRegion& t) {
 
 }  // namespace
 
+uint64_t TensorNameHash(std::string_view label) {
+  if (label.empty()) return 0;
+  const uint64_t h =
+      Checksum64(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(label.data()), label.size()), kSeedName);
+  return h == 0 ? 1 : h;
+}
+
 std::vector<TensorRange> TensorRangesOf(const FileLayout& layout) {
   std::vector<TensorRange> out;
   for (const TensorRegion& t : layout.tensors) {
     if (t.dtype == DType::kUnknown || t.length < kMinTensorPiece) continue;
-    out.push_back({t.offset, t.length, t.dtype, RowLengthOf(t)});
+    out.push_back({t.offset, t.length, t.dtype, RowLengthOf(t), TensorNameHash(t.label)});
   }
   std::sort(out.begin(), out.end(), [](const TensorRange& a, const TensorRange& b) { return a.offset < b.offset; });
   return out;

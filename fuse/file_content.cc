@@ -10,6 +10,8 @@
 
 #include "base/log.h"
 #include "fuse/torch_read_order.h"
+#include "store/env_source.h"
+#include "store/ocdbt_data.h"
 
 namespace ckptfs {
 
@@ -357,6 +359,31 @@ Status FileContent::SealForLossyRead() {
   Status s = SealIfIdle(/*reader_waits=*/true);
   // EAGAIN: a writer came back meanwhile; the reader sees the file as written.
   return s.code() == EAGAIN ? Status::Ok() : s;
+}
+
+bool FileContent::ReadableBeforeLossySeal(uint64_t off) {
+  std::shared_ptr<Staging> sp;
+  uint64_t gen = 0;
+  {
+    // As in SealForLossyRead: the writer's RELEASE may trail its close().
+    std::unique_lock lk(mu_);
+    released_cv_.wait_for(lk, kReleaseGrace, [&] { return open_writers_ == 0 || !staging_ || unlinked_; });
+    if (!staging_ || unlinked_ || open_writers_ > 0 || writes_in_flight_ > 0) return false;
+    if (tail_gen_ == change_gen_) return off >= tail_start_;
+    sp = staging_;
+    gen = change_gen_;
+  }
+  Env* env = store_->env();
+  Result<struct stat> st = env->Fstat(sp->fd.get());
+  if (!st.ok()) return false;
+  const EnvSource staged(env, sp->fd.get(), static_cast<uint64_t>(st->st_size));
+  const uint64_t start = OcdbtTailNodeStart(staged).value_or(UINT64_MAX);
+  std::lock_guard lk(mu_);
+  // A write since the look may have changed the tail: the next read looks again.
+  if (change_gen_ != gen || staging_ != sp || open_writers_ > 0 || writes_in_flight_ > 0) return false;
+  tail_gen_ = gen;
+  tail_start_ = start;
+  return off >= start;
 }
 
 bool FileContent::TakeCacheDrop() {

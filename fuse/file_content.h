@@ -88,6 +88,12 @@ class FileContent {
   // reconstruction. The open itself does not wait: an open to fsync, or to
   // read nothing, never waits for a lossy seal.
   Status SealForLossyRead();
+  // Whether a read from `off` on may be served before that seal: the file
+  // is closed and `off` lies within a B+tree node ending it (an Orbax data
+  // file, store/ocdbt_data.h) or the zeros after it, bytes its seal leaves
+  // as they are. TensorStore reads that node back before it writes the
+  // nodes that describe the file's values, which the seal waits for.
+  bool ReadableBeforeLossySeal(uint64_t off);
   // A seal may have changed the bytes (lossy mode) behind pages the kernel
   // cached while the file was written: true once after each seal, telling
   // the next open to drop them.
@@ -186,6 +192,10 @@ class FileContent {
   int inodes_ = 1;  // Inodes holding this content that the kernel has not forgotten
   bool released_ = false;
   bool drop_cache_ = false;  // sealed since the kernel last cached pages
+  // ReadableBeforeLossySeal's look at the staged bytes as of change_gen_
+  // tail_gen_: where a B+tree node ending them starts (UINT64_MAX: none).
+  uint64_t tail_gen_ = UINT64_MAX;
+  uint64_t tail_start_ = UINT64_MAX;
   ObjectId retired_ = 0;     // the previous version while this one is rewritten (Store::RetirePack)
 };
 

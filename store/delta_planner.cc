@@ -34,7 +34,17 @@ void DeltaPlanner::FindPredecessor() {
   if (!index_->PinCandidate(candidates[pick].pack)) return;
   base_ = std::move(candidates[pick]);
   pins_.push_back(base_->pack);
-  if (!Admitted(base_->pack)) base_.reset();
+  if (!Admitted(base_->pack)) {
+    base_.reset();
+    return;
+  }
+  for (ObjectId other : index_->FillByName(&*base_, tensors_)) {
+    pins_.push_back(other);
+    if (Admitted(other)) continue;
+    for (size_t i = 0; i < base_->other.size(); ++i) {
+      if (base_->other[i].pack == other) base_->other[i] = {}, base_->base_offset[i].reset();
+    }
+  }
 }
 
 void DeltaPlanner::SetLossy(LossyCoder* coder, uint32_t keyframe_every) {
@@ -98,7 +108,7 @@ Result<std::optional<ChunkPlan>> DeltaPlanner::TransformLossy(uint64_t offset, s
   uint8_t depth = 0;
   ASSIGN_OR_RETURN(std::optional<LossyChunk> chunk, lossy_->Encode(offset, raw, LossyBase(offset, raw, ranges, &depth), &lossy_scratch_));
   if (!chunk) return std::optional<ChunkPlan>{};
-  ChunkPlan p = chunk->used_base ? RefPlan(ChunkCodec::kLossy, base_->pack, *base_off_, depth)
+  ChunkPlan p = chunk->used_base ? RefPlan(ChunkCodec::kLossy, base_pack_, *base_off_, depth)
                                  : RefPlan(ChunkCodec::kLossy, 0, 0, 0);
   p.payload.insert(p.payload.end(), chunk->payload.begin(), chunk->payload.end());
   return std::optional<ChunkPlan>(std::move(p));
@@ -135,7 +145,7 @@ std::optional<ChunkPlan> DeltaPlanner::PlanRef(uint64_t offset, std::span<const 
   if (std::optional<ChunkPlan> ref = PlanDedup(raw, content_hash)) return ref;
   // Unchanged since the predecessor, at the matching tensor position.
   if (LoadBaseBytes(offset, raw, ranges) && std::memcmp(base_bytes_.data(), raw.data(), raw.size()) == 0) {
-    return RefPlan(ChunkCodec::kRef, base_->pack, *base_off_, base_depth_);
+    return RefPlan(ChunkCodec::kRef, base_pack_, *base_off_, base_depth_);
   }
   return std::nullopt;
 }
@@ -158,17 +168,18 @@ bool DeltaPlanner::LoadBaseBytes(uint64_t offset, std::span<const uint8_t> raw, 
   base_for_offset_ = offset;
   base_off_.reset();
   if (!base_ || ranges.empty()) return false;
-  std::optional<uint64_t> off = BaseOffset(offset, raw.size(), ranges);
-  if (!off) return false;
+  std::optional<std::pair<ObjectId, uint64_t>> at = BaseOffset(offset, raw.size(), ranges);
+  if (!at) return false;
   base_bytes_.resize(raw.size());
-  if (!bases_->ReadPackRangeOnce(base_->pack, *off, base_bytes_).ok()) return false;
-  base_off_ = off;
-  base_depth_ = index_->RangeDepth(base_->pack, *off, raw.size());
+  if (!bases_->ReadPackRangeOnce(at->first, at->second, base_bytes_).ok()) return false;
+  base_pack_ = at->first;
+  base_off_ = at->second;
+  base_depth_ = index_->RangeDepth(at->first, at->second, raw.size());
   return true;
 }
 
-std::optional<uint64_t> DeltaPlanner::BaseOffset(uint64_t offset, size_t len,
-                                                 std::span<const TensorRange> ranges) const {
+std::optional<std::pair<ObjectId, uint64_t>> DeltaPlanner::BaseOffset(uint64_t offset, size_t len,
+                                                                      std::span<const TensorRange> ranges) const {
   const TensorRange* best = nullptr;
   uint64_t best_overlap = 0;
   for (const TensorRange& r : ranges) {
@@ -179,11 +190,14 @@ std::optional<uint64_t> DeltaPlanner::BaseOffset(uint64_t offset, size_t len,
   const size_t idx = static_cast<size_t>(best - tensors_.data());
   if (idx >= base_->base_offset.size() || !base_->base_offset[idx]) return std::nullopt;
   const uint64_t tensor_base = *base_->base_offset[idx];
+  const bool other = idx < base_->other.size() && base_->other[idx].pack != 0;
+  const ObjectId pack = other ? base_->other[idx].pack : base_->pack;
+  const uint64_t pack_size = other ? base_->other[idx].logical_size : base_->logical_size;
   // The chunk keeps its position relative to that tensor.
   if (offset < best->offset && best->offset - offset > tensor_base) return std::nullopt;
   const uint64_t base_off = tensor_base + offset - best->offset;  // wraps back for chunks starting before it
-  if (base_off > base_->logical_size || base_->logical_size - base_off < len) return std::nullopt;
-  return base_off;
+  if (base_off > pack_size || pack_size - base_off < len) return std::nullopt;
+  return std::make_pair(pack, base_off);
 }
 
 std::optional<ChunkPlan> DeltaPlanner::PlanDelta(uint64_t offset, std::span<const uint8_t> raw,
@@ -192,7 +206,7 @@ std::optional<ChunkPlan> DeltaPlanner::PlanDelta(uint64_t offset, std::span<cons
   std::optional<ChunkPlan> plan;
   if (base_depth_ + 1u <= keyframe_every_) {  // otherwise a keyframe: the chain stops here
     const uint8_t depth = static_cast<uint8_t>(base_depth_ + 1);
-    plan = DeltaAgainst(base_->pack, *base_off_, depth, offset, raw, base_bytes_, ranges,
+    plan = DeltaAgainst(base_pack_, *base_off_, depth, offset, raw, base_bytes_, ranges,
                         DeltaSizeLimit(standalone_size, depth));
   }
   if (base_depth_ == 0) return plan;
@@ -215,7 +229,7 @@ std::optional<ChunkPlan> DeltaPlanner::DeltaAgainst(ObjectId pack, uint64_t pack
 
 std::optional<ChunkPlan> DeltaPlanner::PlanAgainstKeyframe(uint64_t offset, std::span<const uint8_t> raw,
                                                            std::span<const TensorRange> ranges, size_t limit) {
-  ObjectId pack = base_->pack;
+  ObjectId pack = base_pack_;
   uint64_t pack_offset = *base_off_;
   // Follow whole-chunk references down to a chunk that decodes on its own.
   for (uint32_t hops = 0; hops <= keyframe_every_; ++hops) {
@@ -223,7 +237,7 @@ std::optional<ChunkPlan> DeltaPlanner::PlanAgainstKeyframe(uint64_t offset, std:
     if (!next) break;
     std::tie(pack, pack_offset) = *next;
   }
-  if (pack == base_->pack || !index_->Contains(pack) || index_->RangeDepth(pack, pack_offset, raw.size()) != 0 ||
+  if (pack == base_pack_ || !index_->Contains(pack) || index_->RangeDepth(pack, pack_offset, raw.size()) != 0 ||
       !Admitted(pack)) {
     return std::nullopt;
   }

@@ -74,9 +74,10 @@ class DeltaPlanner : public ChunkPlanner {
   std::optional<ChunkPlan> DeltaAgainst(ObjectId pack, uint64_t pack_offset, uint8_t depth, uint64_t offset,
                                         std::span<const uint8_t> raw, std::span<const uint8_t> base,
                                         std::span<const TensorRange> ranges, size_t limit);
-  // Where the predecessor holds the bytes of this chunk, judged by the tensor
-  // that covers most of it.
-  std::optional<uint64_t> BaseOffset(uint64_t offset, size_t len, std::span<const TensorRange> ranges) const;
+  // Which pack holds the predecessor's bytes of this chunk and where,
+  // judged by the tensor that covers most of it.
+  std::optional<std::pair<ObjectId, uint64_t>> BaseOffset(uint64_t offset, size_t len,
+                                                          std::span<const TensorRange> ranges) const;
   bool Admitted(ObjectId pack) { return admission_ == nullptr || admission_->Admit(pack); }
   static ChunkPlan RefPlan(ChunkCodec codec, ObjectId base, uint64_t base_offset, uint8_t depth);
   // Picks the predecessor (lineage) and pins it.
@@ -97,6 +98,7 @@ class DeltaPlanner : public ChunkPlanner {
   std::vector<ObjectId> pins_;
   // LoadBaseBytes' result for the chunk being planned.
   uint64_t base_for_offset_ = UINT64_MAX;
+  ObjectId base_pack_ = 0;  // base_->pack, or a pack BaseChoice::other names
   std::optional<uint64_t> base_off_;
   uint8_t base_depth_ = 0;
   std::vector<uint8_t> base_bytes_;

@@ -15,6 +15,10 @@ namespace {
 // Manifests larger than this are not OCDBT's (a few hundred bytes).
 constexpr uint64_t kMaxManifestBytes = 16u << 20;
 
+// A tree whose keys point to all but this many of the bytes before the
+// file's own node describes it completely (the rest are inner nodes).
+constexpr uint64_t kOcdbtUndescribedSlack = 64u << 10;
+
 // A source the caller owns, handed out as a shared_ptr that does not own it.
 std::shared_ptr<const ByteSource> Borrowed(const ByteSource& src) {
   return std::shared_ptr<const ByteSource>(&src, [](const ByteSource*) {});
@@ -40,32 +44,54 @@ class Lookup {
     };
   }
 
-  // The file's layout from the tree under `root`.
-  Result<FileLayout> From(const formats::OcdbtRoot& root) {
+  // The file's layout from the tree under `root`, and how many of its
+  // bytes that tree's keys point to (values, compressed or not).
+  struct Found {
+    FileLayout layout;
+    uint64_t described = 0;
+  };
+  Result<Found> From(const formats::OcdbtRoot& root) {
     ASSIGN_OR_RETURN(std::vector<formats::OcdbtEntry> keys, formats::ListOcdbt(root, open_));
-    return formats::OcdbtDataLayout(keys, self_, file_.size(), open_);
+    ASSIGN_OR_RETURN(FileLayout layout, formats::OcdbtDataLayout(keys, self_, file_.size(), open_));
+    uint64_t described = 0;
+    for (const formats::OcdbtEntry& e : keys) {
+      if (e.ref && e.ref->path == self_) described += e.ref->length;
+    }
+    return Found{std::move(layout), described};
   }
 
   // A commit writes its values, then the new tree nodes after them, in this
-  // file or a sibling; the manifest comes last.
-  Result<FileLayout> Once() {
-    if (Result<formats::OcdbtRoot> r = formats::OcdbtTailNode(file_, self_); r.ok()) {
-      if (Result<FileLayout> l = From(*r); l.ok()) return l;
-    }
+  // file or a sibling; the manifest comes last. A node ending this file may
+  // belong to an older version than its values (TensorStore's next commit
+  // appends its values to the file first), so every tree is asked and the
+  // one describing most of the file wins.
+  Result<Found> Once() {
+    std::optional<Found> best;
+    Status last = Status::Error(ENOENT, "no B+tree beside the data file");
+    auto consider = [&](Result<Found> f) {
+      if (!f.ok()) return void(last = f.status());
+      if (!best || f->described > best->described) best = std::move(f).value();
+    };
+    if (Result<formats::OcdbtRoot> r = formats::OcdbtTailNode(file_, self_); r.ok()) consider(From(*r));
     for (const auto& [name, candidate] : by_name_) {
       Result<std::shared_ptr<const ByteSource>> src = siblings_.Open(candidate);
       if (!src.ok()) continue;
       Result<formats::OcdbtRoot> r = formats::OcdbtTailNode(**src, "d/" + name);
-      if (!r.ok()) continue;
-      if (Result<FileLayout> l = From(*r); l.ok()) return l;
+      if (r.ok()) consider(From(*r));
     }
+    consider(FromManifest());
+    if (best) return std::move(*best);
+    return last;
+  }
+
+ private:
+  Result<Found> FromManifest() {
     ASSIGN_OR_RETURN(std::shared_ptr<const ByteSource> manifest, siblings_.OpenInParent("manifest.ocdbt"));
     if (manifest->size() > kMaxManifestBytes) return Status::Error(EFBIG, "manifest.ocdbt too large");
     ASSIGN_OR_RETURN(formats::OcdbtRoot root, formats::ReadOcdbtManifest(*manifest));
     return From(root);
   }
 
- private:
   const ByteSource& file_;
   const std::string self_;
   SiblingSource& siblings_;
@@ -79,15 +105,33 @@ std::optional<FileLayout> OcdbtDataLayoutFromSiblings(const ByteSource& file, Si
                                                       std::chrono::milliseconds wait) {
   const std::string own = Basename(siblings.OwnName());
   if (!formats::LooksLikeOcdbtDataName(own) || formats::StartsWithOcdbtNode(file)) return std::nullopt;
+  // Values end where the file's own node begins (or its padding).
+  const uint64_t values_end = OcdbtTailNodeStart(file).value_or(file.size());
   const auto deadline = std::chrono::steady_clock::now() + wait;
+  std::optional<FileLayout> partial;
   while (true) {
-    Result<FileLayout> l = Lookup(file, own, siblings).Once();
-    if (l.ok()) return std::move(l).value();
+    Result<Lookup::Found> f = Lookup(file, own, siblings).Once();
+    if (f.ok() && f->described + kOcdbtUndescribedSlack >= values_end) return std::move(f->layout);
+    if (f.ok()) partial = std::move(f->layout);
     if (std::chrono::steady_clock::now() >= deadline || !siblings.WaitForMore()) {
-      spdlog::debug("{}: not read as an OCDBT data file: {}", own, l.status().message());
-      return std::nullopt;
+      if (!partial) spdlog::debug("{}: not read as an OCDBT data file: {}", own, f.status().message());
+      return partial;
     }
   }
+}
+
+std::optional<uint64_t> OcdbtTailNodeStart(const ByteSource& file) {
+  Result<formats::OcdbtRoot> node = formats::OcdbtTailNode(file, "");
+  if (!node.ok()) return std::nullopt;
+  return node->node.offset;
+}
+
+size_t KeepOcdbtTailExact(const ByteSource& file, FileLayout* layout) {
+  const std::optional<uint64_t> start = OcdbtTailNodeStart(file);
+  if (!start) return 0;
+  const size_t before = layout->tensors.size();
+  std::erase_if(layout->tensors, [&](const TensorRegion& t) { return t.offset + t.length > *start; });
+  return before - layout->tensors.size();
 }
 
 }  // namespace ckptfs

@@ -27,4 +27,19 @@ inline constexpr std::chrono::milliseconds kOcdbtNodeWait{3000};
 std::optional<FileLayout> OcdbtDataLayoutFromSiblings(const ByteSource& file, SiblingSource& siblings,
                                                       std::chrono::milliseconds wait = kOcdbtNodeWait);
 
+// Where the bytes of `file` begin that a lossy seal leaves as written,
+// when it ends with a B+tree node (and the zeros padding it): the node,
+// and nothing before it. A commit of TensorStore's writer may put the next
+// commit's values before its own node, and the next commit reads that node
+// back before it writes the nodes describing those values; reads inside
+// [start, size) of a closed file therefore need not wait for its lossy
+// seal (docs/SEMANTICS.md), and the seal keeps every tensor overlapping
+// them exact (KeepOcdbtTailExact). Nothing when the file ends otherwise.
+std::optional<uint64_t> OcdbtTailNodeStart(const ByteSource& file);
+
+// Drops from `layout` the tensors overlapping [OcdbtTailNodeStart, size)
+// of `file`, so that no lossy seal changes a byte a reader may have been
+// served before it. Returns how many were dropped.
+size_t KeepOcdbtTailExact(const ByteSource& file, FileLayout* layout);
+
 }  // namespace ckptfs

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <tuple>
 
 namespace ckptfs {
 namespace {
@@ -10,16 +11,29 @@ namespace {
 // so choosing one stays cheap in a store with many files.
 constexpr size_t kMaxBaseCandidates = 64;
 
-using SigKey = std::pair<uint8_t, uint64_t>;  // element type, byte length
+using SigKey = std::tuple<uint64_t, uint8_t, uint64_t>;  // name (or 0), element type, byte length
+
+SigKey Signature(const TensorRange& t, bool named) { return {named ? t.name : 0, static_cast<uint8_t>(t.dtype), t.length}; }
+
+bool AnyNamed(std::span<const TensorRange> ranges) {
+  return std::any_of(ranges.begin(), ranges.end(), [](const TensorRange& t) { return t.name != 0; });
+}
+
+// The new ranges of each signature, in file order.
+std::map<SigKey, std::vector<size_t>> BySignature(std::span<const TensorRange> ranges, bool named) {
+  std::map<SigKey, std::vector<size_t>> out;
+  for (size_t i = 0; i < ranges.size(); ++i) out[Signature(ranges[i], named)].push_back(i);
+  return out;
+}
 
 // Where `candidate`'s tensors of each signature fall, k-th to k-th, for the
 // new ranges of that signature.
 BaseChoice MatchTensors(ObjectId id, uint64_t logical_size, const std::vector<TensorRange>& candidate,
-                        const std::map<SigKey, std::vector<size_t>>& wanted, size_t n_ranges) {
-  BaseChoice choice{id, logical_size, 0, std::vector<std::optional<uint64_t>>(n_ranges)};
+                        const std::map<SigKey, std::vector<size_t>>& wanted, bool named, size_t n_ranges) {
+  BaseChoice choice{id, logical_size, 0, std::vector<std::optional<uint64_t>>(n_ranges), {}};
   std::map<SigKey, size_t> seen;
   for (const TensorRange& t : candidate) {
-    auto w = wanted.find({static_cast<uint8_t>(t.dtype), t.length});
+    auto w = wanted.find(Signature(t, named));
     if (w == wanted.end()) continue;
     size_t& k = seen[w->first];
     if (k < w->second.size()) {
@@ -151,10 +165,11 @@ void PackIndex::UnindexChunksLocked(ObjectId id, const Entry& e) {
 std::vector<BaseChoice> PackIndex::FindBaseCandidates(std::span<const TensorRange> ranges, double share, size_t max) {
   std::vector<BaseChoice> out;
   if (ranges.empty() || max == 0) return out;
-  std::map<SigKey, std::vector<size_t>> wanted;  // new ranges of each signature, in file order
-  for (size_t i = 0; i < ranges.size(); ++i) {
-    wanted[{static_cast<uint8_t>(ranges[i].dtype), ranges[i].length}].push_back(i);
-  }
+  // Packs sealed before the mount have no names (their meta block keeps
+  // none): their tensors match by element type and length alone.
+  const bool new_named = AnyNamed(ranges);
+  const std::map<SigKey, std::vector<size_t>> wanted = BySignature(ranges, false);
+  const std::map<SigKey, std::vector<size_t>> wanted_named = BySignature(ranges, true);
   std::lock_guard lk(mu_);
   std::vector<std::pair<uint64_t, ObjectId>> recent;
   for (const auto& [id, e] : packs_) {
@@ -164,7 +179,9 @@ std::vector<BaseChoice> PackIndex::FindBaseCandidates(std::span<const TensorRang
   std::partial_sort(recent.begin(), recent.begin() + n, recent.end(), std::greater<>());
   for (size_t c = 0; c < n; ++c) {
     const Entry& e = packs_.at(recent[c].second);
-    BaseChoice choice = MatchTensors(recent[c].second, e.logical_size, e.meta.tensors, wanted, ranges.size());
+    const bool named = new_named && AnyNamed(e.meta.tensors);
+    BaseChoice choice = MatchTensors(recent[c].second, e.logical_size, e.meta.tensors, named ? wanted_named : wanted,
+                                     named, ranges.size());
     if (choice.matched_bytes > 0) out.push_back(std::move(choice));
   }
   // Most matched first; among equals, the most recent (stable: `recent` order).
@@ -178,6 +195,55 @@ std::vector<BaseChoice> PackIndex::FindBaseCandidates(std::span<const TensorRang
   }
   if (out.size() > max) out.resize(max);
   return out;
+}
+
+std::vector<ObjectId> PackIndex::FillByName(BaseChoice* choice, std::span<const TensorRange> ranges) {
+  std::map<uint64_t, size_t> missing;  // name -> new range, for names the new file holds once
+  std::map<uint64_t, size_t> count;
+  for (const TensorRange& t : ranges) ++count[t.name];
+  for (size_t i = 0; i < ranges.size() && i < choice->base_offset.size(); ++i) {
+    if (ranges[i].name != 0 && count[ranges[i].name] == 1 && !choice->base_offset[i]) missing[ranges[i].name] = i;
+  }
+  std::vector<ObjectId> pinned;
+  if (missing.empty()) return pinned;
+  std::lock_guard lk(mu_);
+  std::vector<std::pair<uint64_t, ObjectId>> recent;
+  for (const auto& [id, e] : packs_) {
+    if (id != choice->pack && e.candidate() && AnyNamed(e.meta.tensors)) recent.emplace_back(e.meta.sealed_ns, id);
+  }
+  std::sort(recent.begin(), recent.end(), std::greater<>());
+  if (recent.size() > kMaxBaseCandidates) recent.resize(kMaxBaseCandidates);
+  for (const auto& [sealed, id] : recent) {
+    Entry& e = packs_.at(id);
+    std::map<uint64_t, const TensorRange*> mine;  // names it holds once
+    for (const TensorRange& t : e.meta.tensors) {
+      if (t.name == 0) continue;
+      auto [it, fresh] = mine.emplace(t.name, &t);
+      if (!fresh) it->second = nullptr;
+    }
+    bool used = false;
+    for (auto m = missing.begin(); m != missing.end();) {
+      auto it = mine.find(m->first);
+      const TensorRange& want = ranges[m->second];
+      if (it == mine.end() || it->second == nullptr || it->second->dtype != want.dtype ||
+          it->second->length != want.length) {
+        ++m;
+        continue;
+      }
+      if (choice->other.empty()) choice->other.resize(choice->base_offset.size());
+      choice->base_offset[m->second] = it->second->offset;
+      choice->other[m->second] = {id, e.logical_size};
+      choice->matched_bytes += want.length;
+      used = true;
+      m = missing.erase(m);
+    }
+    if (used) {
+      ++e.pins;
+      pinned.push_back(id);
+    }
+    if (missing.empty()) break;
+  }
+  return pinned;
 }
 
 bool PackIndex::PinCandidate(ObjectId pack) {

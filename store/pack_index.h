@@ -25,6 +25,13 @@ struct BaseChoice {
   uint64_t logical_size = 0;
   uint64_t matched_bytes = 0;
   std::vector<std::optional<uint64_t>> base_offset;  // per new tensor range
+  // Per new tensor range (empty: none), another pack holding its
+  // same-named predecessor, when `pack` does not (FillByName); pack 0: none.
+  struct Other {
+    ObjectId pack = 0;
+    uint64_t logical_size = 0;
+  };
+  std::vector<Other> other;
 };
 
 class PackIndex {
@@ -53,7 +60,16 @@ class PackIndex {
   // order) cover at least `share` of the best one's matched bytes, at most `max`, most matched first and then most recent;
   // none pinned. Several shards of one save (DCP ranks) match a successor
   // equally well by layout alone: the caller tells them apart by content.
+  // Tensors that both files name (TensorRange::name, packs sealed since the
+  // mount) match by name, element type and length instead.
   std::vector<BaseChoice> FindBaseCandidates(std::span<const TensorRange> ranges, double share, size_t max);
+  // The named ranges `choice` left unmatched take the most recent live pack
+  // holding a tensor of the same name, element type and length (one such
+  // name in each file), as BaseChoice::other. TensorStore splits one
+  // Orbax save into data files differently each time, so one step's file
+  // may have its predecessors in several files. Returns those packs, each
+  // pinned once for the caller (Unpin them).
+  std::vector<ObjectId> FillByName(BaseChoice* choice, std::span<const TensorRange> ranges);
   // Pins `pack` for the caller if it is still a live file's pack.
   bool PinCandidate(ObjectId pack);
   // A live pack's chunk with this content hash and length, as (pack, logical

@@ -409,16 +409,16 @@ void CountSeal(uint64_t logical, uint64_t stored, std::chrono::steady_clock::dur
 // pre-extend or write their index last. A file that says nothing of itself
 // (TF data shard, ONNX external data, Orbax data file) takes its layout from
 // the files around it. Unknown formats get no ranges (generic path).
-FileLayout LayoutForSeal(const ByteSource& file, SiblingSource* siblings, const LossyPolicy& policy) {
+FileLayout LayoutForSeal(const ByteSource& file, SiblingSource* siblings) {
   FileLayout layout = DetectLayout(file);
   if (layout.format != "unknown" || !siblings) return layout;
   if (std::optional<FileLayout> tf = TfDataLayoutFromSiblings(file, *siblings)) return std::move(*tf);
   if (std::optional<FileLayout> onnx = OnnxExternalLayoutFromSiblings(file, *siblings)) return std::move(*onnx);
-  // Under a lossy policy reads wait for seals, and Orbax reads a data file's
-  // tail back before it writes the nodes that describe the file: waiting here
-  // would stall the save, so look once.
-  const auto wait = policy.lossy() ? std::chrono::milliseconds(0) : kOcdbtNodeWait;
-  std::optional<FileLayout> o = OcdbtDataLayoutFromSiblings(file, *siblings, wait);
+  // Orbax reads back the node ending a data file before it writes the nodes
+  // that may describe the file's values; under a lossy policy such reads
+  // do not wait for this seal (FileContent::ReadableBeforeLossySeal), so it
+  // may wait for those nodes as a lossless seal does.
+  std::optional<FileLayout> o = OcdbtDataLayoutFromSiblings(file, *siblings, kOcdbtNodeWait);
   return o ? std::move(*o) : layout;
 }
 
@@ -451,7 +451,14 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
   const EnvSource file(env_, src_fd, size);  // outlives `lossy`, which reads second moments from it
   std::optional<LossyCoder> lossy;
   if (opts_.encoder.tensor_codec) {
-    FileLayout layout = LayoutForSeal(file, siblings, policy);
+    FileLayout layout = LayoutForSeal(file, siblings);
+    // Reads of a node ending the file did not wait for this seal: what they
+    // were served stays as it is.
+    if (policy.lossy()) {
+      if (const size_t n = KeepOcdbtTailExact(file, &layout); n > 0) {
+        spdlog::info("{}: {} tensor(s) overlapping the B+tree node that ends the file stay exact", ctx, n);
+      }
+    }
     tensors = TensorRangesOf(layout);
     spdlog::debug("{}: format {}, {} tensor ranges{}{}", ctx, layout.format, tensors.size(),
                   layout.note.empty() ? "" : ": ", layout.note);

@@ -106,6 +106,10 @@ struct FileLayout {
   // torch: the optimizer's param_groups learning rates and epsilons
   // (PickleScan::group_lrs, group_eps); empty when none were plain numbers.
   std::vector<double> group_lrs, group_eps;
+  // Orbax: the tree path of every array of the save, whichever data file
+  // holds it, so that lossy roles know an optax nu's mu twin exists when
+  // TensorStore put the two in different files (codec/lossy/roles.cc).
+  std::vector<std::string> save_arrays;
   std::string note;                   // why "unknown", or what was skipped; for logs
   // Stored (uncompressed) zip members holding tensors: torch-zip, npz, DCP.
   std::vector<ZipCrcField> zip_crcs;

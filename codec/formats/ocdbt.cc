@@ -363,13 +363,21 @@ Result<OcdbtRoot> OcdbtTailNode(const ByteSource& src, const std::string& path) 
   const uint64_t span = std::min<uint64_t>(size, kMaxTailNodeSearch);
   std::vector<uint8_t> tail(span);
   RETURN_IF_ERROR(src.ReadAt(size - span, tail));
+  // TensorStore pads a data file with zeros to a multiple of 4 KiB after
+  // the last node: the node ends at or after the last nonzero byte, and at
+  // most kMaxOcdbtPadding before the end.
+  size_t nonzero_end = span;
+  while (nonzero_end > 0 && tail[nonzero_end - 1] == 0) --nonzero_end;
   // From the end: the last node starts at the magic whose length field
-  // reaches exactly to the end of the file.
+  // reaches to the end of the file, or into its padding.
   for (size_t i = span >= kOuterHeader + 2 + kCrcBytes ? span - (kOuterHeader + 2 + kCrcBytes) + 1 : 0; i-- > 0;) {
     if (tail[i] != 0x0c || tail[i + 1] != 0xdb || tail[i + 2] != 0x20 || tail[i + 3] != 0xde) continue;
     uint64_t len = 0;
     for (unsigned b = 0; b < 8; ++b) len |= static_cast<uint64_t>(tail[i + 4 + b]) << (8 * b);
-    if (len != span - i) continue;
+    if (len < kOuterHeader + kCrcBytes || len > span - i || i + len < nonzero_end ||
+        span - (i + len) >= kMaxOcdbtPadding) {
+      continue;
+    }
     std::span<const uint8_t> node(tail.data() + i, len);
     uint32_t crc = 0;
     for (unsigned b = 0; b < 4; ++b) crc |= static_cast<uint32_t>(node[len - 4 + b]) << (8 * b);
@@ -598,6 +606,7 @@ Result<FileLayout> OcdbtDataLayout(const std::vector<OcdbtEntry>& keys, const st
     RETURN_IF_ERROR(b.Chunk(e, array, it->second));
   }
   if (!referenced) return Malformed("ocdbt: no key of the latest version lies in " + self);
+  for (const auto& [array, meta] : arrays) l.save_arrays.push_back(array);
   for (const auto& [why, n] : b.compressed) {
     if (!l.note.empty()) l.note += "; ";
     l.note += std::to_string(n) + " chunks " + why + " (left as bytes)";

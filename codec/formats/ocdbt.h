@@ -85,12 +85,17 @@ Result<std::vector<OcdbtEntry>> ListOcdbt(const OcdbtRoot& root, const OcdbtOpen
 Result<FileLayout> OcdbtDataLayout(const std::vector<OcdbtEntry>& keys, const std::string& self, uint64_t self_size,
                                    const OcdbtOpener& open);
 
-// A B+tree node that ends where `src` ends (a commit's data file often
-// holds its values, then the tree's new nodes), found from the end within
-// kMaxTailNodeSearch bytes and checked by its CRC32C; `path` names `src`
-// in the database. The manifest is written only after the data, so this
-// root is what a data file's seal can read at once.
+// A B+tree node that ends where `src` ends, or where the zeros padding it
+// begin (a commit's data file often holds its values, then the tree's new
+// nodes), found from the end within kMaxTailNodeSearch bytes and checked by
+// its CRC32C; `path` names `src` in the database. The manifest is written
+// only after the data, so this root is what a data file's seal can read at
+// once.
 inline constexpr uint64_t kMaxTailNodeSearch = 4u << 20;
+// TensorStore may pad a data file with zeros after its last node (seen with
+// orbax-checkpoint 0.12.8: large files rounded up to a multiple of 4 KiB);
+// fewer than this many.
+inline constexpr uint64_t kMaxOcdbtPadding = 4096;
 Result<OcdbtRoot> OcdbtTailNode(const ByteSource& src, const std::string& path);
 
 // A data file's name as OCDBT writes them: 32 lowercase hex digits.

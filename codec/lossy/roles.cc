@@ -179,6 +179,21 @@ bool AssignOptaxMoments(const FileLayout& layout, std::vector<RoleAssignment>* r
     (*roles)[v->second] = {TensorRole::kAdamV, -1};
     any = true;
   }
+  // A "nu" whose "mu" twin is not in this file: Orbax puts the two in
+  // different data files when TensorStore splits a save, and the save's
+  // tree says whether the twin array exists (FileLayout::save_arrays). If
+  // it does, this is Adam's v; if not, it stays exact: coded as a weight a
+  // v could turn negative (NaN in Adam's sqrt), and coded as a v a layer
+  // merely named nu would lose bits it needs.
+  const std::set<std::string_view> save(layout.save_arrays.begin(), layout.save_arrays.end());
+  for (const auto& [label, i] : by_label) {
+    const size_t at = MomentComponent(label, "nu");
+    if ((*roles)[i].role != TensorRole::kWeight || at == std::string_view::npos) continue;
+    std::string twin(label.substr(0, label.find('/')));
+    twin[at] = 'm';
+    (*roles)[i] = save.count(twin) ? RoleAssignment{TensorRole::kAdamV, -1} : RoleAssignment{TensorRole::kOther, -1};
+    any = any || (*roles)[i].role == TensorRole::kAdamV;
+  }
   if (!any) return false;
   for (const auto& [label, m] : by_label) {
     if ((*roles)[m].role != TensorRole::kAdamM) continue;

@@ -11,6 +11,7 @@
 #include <map>
 #include <random>
 
+#include "store/ocdbt_data.h"
 #include "tests/unit/test_util.h"
 
 namespace ckptfs {
@@ -167,6 +168,60 @@ TEST(OcdbtTest, TheNodesAfterACommitsValuesGiveTheLayoutWithoutTheManifest) {
   Bytes flipped = *db.files.at(self);
   flipped[flipped.size() - 10] ^= 1;
   EXPECT_FALSE(formats::OcdbtTailNode(SpanSource(flipped), self).ok());
+}
+
+TEST(OcdbtTest, ATailNodeIsFoundBeforeTheZerosThatPadTheFile) {
+  // TensorStore rounds large data files up to 4 KiB with zeros after the
+  // last node (a 14 MB file of a 10-step series: 3511 zeros).
+  Db db("raw");
+  const std::string self = db.Largest();
+  const Bytes file = *db.files.at(self);
+  Bytes padded = file;
+  padded.resize((file.size() / 4096 + 1) * 4096, 0);
+  Result<formats::OcdbtRoot> root = formats::OcdbtTailNode(SpanSource(padded), self);
+  ASSERT_TRUE(root.ok()) << root.status().message();
+  EXPECT_EQ(root->node.offset + root->node.length, file.size());
+  db.files[self] = std::make_shared<Bytes>(padded);
+  Result<std::vector<formats::OcdbtEntry>> keys = formats::ListOcdbt(*root, db.Opener());
+  ASSERT_TRUE(keys.ok()) << keys.status().message();
+  Result<FileLayout> l = formats::OcdbtDataLayout(*keys, self, padded.size(), db.Opener());
+  ASSERT_TRUE(l.ok()) << l.status().message();
+  EXPECT_EQ(l->tensors.size(), 3u);
+  // A whole page of zeros or more is not padding, nor is a nonzero byte after the node.
+  Bytes long_tail = file;
+  long_tail.resize(file.size() + formats::kMaxOcdbtPadding, 0);
+  EXPECT_FALSE(formats::OcdbtTailNode(SpanSource(long_tail), self).ok());
+  padded.back() = 1;
+  EXPECT_FALSE(formats::OcdbtTailNode(SpanSource(padded), self).ok());
+}
+
+// Under a lossy policy a read from the node ending a closed data file on is
+// served before the seal (docs/SEMANTICS.md): the seal keeps whatever
+// overlaps that node exact.
+TEST(OcdbtTest, TensorsOverlappingTheTailNodeStayExact) {
+  Db db("raw");
+  const std::string self = db.Largest();
+  Bytes padded = *db.files.at(self);
+  const uint64_t unpadded = padded.size();
+  padded.resize((unpadded / 4096 + 1) * 4096, 0);
+  const SpanSource src(padded);
+  Result<formats::OcdbtRoot> root = formats::OcdbtTailNode(src, self);
+  ASSERT_TRUE(root.ok()) << root.status().message();
+  ASSERT_EQ(OcdbtTailNodeStart(src), std::optional<uint64_t>(root->node.offset));
+  Result<FileLayout> l = db.Layout(self);
+  ASSERT_TRUE(l.ok()) << l.status().message();
+  const size_t n = l->tensors.size();
+  ASSERT_GT(n, 0u);
+  for (const TensorRegion& t : l->tensors) EXPECT_LE(t.offset + t.length, root->node.offset);
+  EXPECT_EQ(KeepOcdbtTailExact(src, &*l), 0u);  // an intact file: values end where the node begins
+  TensorRegion over = l->tensors.back();
+  over.offset = root->node.offset - 8;
+  over.length = 16;
+  l->tensors.push_back(over);
+  EXPECT_EQ(KeepOcdbtTailExact(src, &*l), 1u);
+  EXPECT_EQ(l->tensors.size(), n);
+  Bytes no_node(4096, 7);
+  EXPECT_FALSE(OcdbtTailNodeStart(SpanSource(no_node)).has_value());
 }
 
 }  // namespace

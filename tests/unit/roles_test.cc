@@ -603,5 +603,33 @@ TEST(RolesTest, OptaxMuAndNuTreesAreAdamMomentsOfTheirParameters) {
   EXPECT_EQ(r[lone].partner_v, -1);
 }
 
+// TensorStore may put mu and nu of one save in different Orbax data files:
+// a nu whose mu the save's tree holds is Adam's v; one without a mu
+// anywhere stays exact (as a weight it could turn negative, and Adam's
+// sqrt(v) NaN); a mu without its nu is coded as a weight.
+TEST(RolesTest, ANuWithoutItsMuTwinStaysExact) {
+  FileLayout l;
+  l.format = "orbax-ocdbt";
+  for (const char* label : {"opt_state.0.mu.params.a.kernel/0.0", "opt_state.0.nu.params.b.kernel/0.0",
+                            "params.params.b.kernel/0.0"}) {
+    TensorRegion r;
+    r.name = r.label = label;
+    r.dtype = DType::kF32;
+    r.length = 256;
+    r.offset = 256 * l.tensors.size();
+    l.tensors.push_back(r);
+  }
+  std::vector<RoleAssignment> r = AssignRoles(l);
+  EXPECT_EQ(r[0].role, TensorRole::kWeight);
+  EXPECT_EQ(r[1].role, TensorRole::kOther);
+  EXPECT_EQ(r[2].role, TensorRole::kWeight);
+  l.save_arrays = {"opt_state.0.mu.params.a.kernel", "opt_state.0.mu.params.b.kernel",
+                   "opt_state.0.nu.params.a.kernel", "opt_state.0.nu.params.b.kernel", "params.params.b.kernel"};
+  r = AssignRoles(l);
+  EXPECT_EQ(r[0].role, TensorRole::kWeight);
+  EXPECT_EQ(r[1].role, TensorRole::kAdamV);
+  EXPECT_EQ(r[2].role, TensorRole::kWeight);
+}
+
 }  // namespace
 }  // namespace ckptfs::lossy
