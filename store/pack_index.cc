@@ -171,17 +171,11 @@ std::vector<BaseChoice> PackIndex::FindBaseCandidates(std::span<const TensorRang
   const std::map<SigKey, std::vector<size_t>> wanted = BySignature(ranges, false);
   const std::map<SigKey, std::vector<size_t>> wanted_named = BySignature(ranges, true);
   std::lock_guard lk(mu_);
-  std::vector<std::pair<uint64_t, ObjectId>> recent;
-  for (const auto& [id, e] : packs_) {
-    if (e.candidate() && !e.meta.tensors.empty()) recent.emplace_back(e.meta.sealed_ns, id);
-  }
-  const size_t n = std::min(recent.size(), kMaxBaseCandidates);
-  std::partial_sort(recent.begin(), recent.begin() + n, recent.end(), std::greater<>());
-  for (size_t c = 0; c < n; ++c) {
-    const Entry& e = packs_.at(recent[c].second);
+  for (ObjectId id : RecentCandidatesLocked([](ObjectId, const Entry& e) { return !e.meta.tensors.empty(); })) {
+    const Entry& e = packs_.at(id);
     const bool named = new_named && AnyNamed(e.meta.tensors);
-    BaseChoice choice = MatchTensors(recent[c].second, e.logical_size, e.meta.tensors, named ? wanted_named : wanted,
-                                     named, ranges.size());
+    BaseChoice choice =
+        MatchTensors(id, e.logical_size, e.meta.tensors, named ? wanted_named : wanted, named, ranges.size());
     if (choice.matched_bytes > 0) out.push_back(std::move(choice));
   }
   // Most matched first; among equals, the most recent (stable: `recent` order).
@@ -207,13 +201,9 @@ std::vector<ObjectId> PackIndex::FillByName(BaseChoice* choice, std::span<const 
   std::vector<ObjectId> pinned;
   if (missing.empty()) return pinned;
   std::lock_guard lk(mu_);
-  std::vector<std::pair<uint64_t, ObjectId>> recent;
-  for (const auto& [id, e] : packs_) {
-    if (id != choice->pack && e.candidate() && AnyNamed(e.meta.tensors)) recent.emplace_back(e.meta.sealed_ns, id);
-  }
-  std::sort(recent.begin(), recent.end(), std::greater<>());
-  if (recent.size() > kMaxBaseCandidates) recent.resize(kMaxBaseCandidates);
-  for (const auto& [sealed, id] : recent) {
+  const ObjectId chosen = choice->pack;
+  auto named_elsewhere = [chosen](ObjectId id, const Entry& e) { return id != chosen && AnyNamed(e.meta.tensors); };
+  for (ObjectId id : RecentCandidatesLocked(named_elsewhere)) {
     Entry& e = packs_.at(id);
     std::map<uint64_t, const TensorRange*> mine;  // names it holds once
     for (const TensorRange& t : e.meta.tensors) {
@@ -244,6 +234,19 @@ std::vector<ObjectId> PackIndex::FillByName(BaseChoice* choice, std::span<const 
     if (missing.empty()) break;
   }
   return pinned;
+}
+
+std::vector<ObjectId> PackIndex::RecentCandidatesLocked(const std::function<bool(ObjectId, const Entry&)>& keep) const {
+  std::vector<std::pair<uint64_t, ObjectId>> recent;
+  for (const auto& [id, e] : packs_) {
+    if (e.candidate() && keep(id, e)) recent.emplace_back(e.meta.sealed_ns, id);
+  }
+  const size_t n = std::min(recent.size(), kMaxBaseCandidates);
+  std::partial_sort(recent.begin(), recent.begin() + n, recent.end(), std::greater<>());
+  std::vector<ObjectId> out;
+  out.reserve(n);
+  for (size_t i = 0; i < n; ++i) out.push_back(recent[i].second);
+  return out;
 }
 
 bool PackIndex::PinCandidate(ObjectId pack) {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <span>
@@ -103,6 +104,9 @@ class PackIndex {
   std::vector<ObjectId> EndHold(ObjectId id, uint32_t Entry::*hold);
   void IndexChunksLocked(ObjectId id, const Entry& e);
   void UnindexChunksLocked(ObjectId id, const Entry& e);
+  // The most recently sealed live packs that `keep`, newest first, at most
+  // kMaxBaseCandidates of them (choosing a base stays cheap in a big store).
+  std::vector<ObjectId> RecentCandidatesLocked(const std::function<bool(ObjectId, const Entry&)>& keep) const;
 
   mutable std::mutex mu_;
   std::unordered_map<ObjectId, Entry> packs_;
