@@ -139,3 +139,13 @@ def assert_trees_equal(a: dict, b: dict, what: str = "trees differ"):
 
 def errno_name(e: int | None) -> str:
     return errno.errorcode.get(e, str(e)) if e is not None else "OK"
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """Prometheus text exposition as {series: value}, comments skipped."""
+    series = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            series[name] = float(value)
+    return series

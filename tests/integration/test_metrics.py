@@ -19,6 +19,7 @@ import urllib.request
 import pytest
 
 from conftest import CKPTFS, describe, is_mounted, run_ckptfs
+from helpers import parse_metrics
 
 torch = pytest.importorskip("torch")
 
@@ -33,13 +34,7 @@ def scrape(port: int, path: str = "/metrics") -> dict[str, float]:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
         assert r.status == 200
         assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
-        text = r.read().decode()
-    series = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            name, value = line.rsplit(" ", 1)
-            series[name] = float(value)
-    return series
+        return parse_metrics(r.read().decode())
 
 
 def checkpoint_bytes() -> bytes:

@@ -9,6 +9,8 @@ import threading
 import numpy as np
 import pytest
 
+from helpers import parse_metrics
+
 
 def chain(n: int, seed: int = 3) -> list[bytes]:
     """.npy versions of one drifting weight matrix (4 MiB each), so each
@@ -88,13 +90,7 @@ def test_random_and_backward_reads_after_decode_ahead(mount_factory):
 
 
 def decode_counters(mnt) -> dict[str, float]:
-    text = os.getxattr(mnt, "user.ckptfs.metrics").decode()
-    series = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            name, value = line.rsplit(" ", 1)
-            series[name] = float(value)
-    return series
+    return parse_metrics(os.getxattr(mnt, "user.ckptfs.metrics").decode())
 
 
 def test_torch_load_out_of_order_decodes_each_chunk_about_once(mount_factory):
