@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <optional>
 #include <string_view>
 #include <vector>
@@ -18,10 +19,8 @@ std::optional<uint64_t> StorageKey(std::string_view name) {
   const std::string_view digits = name.substr(slash + 6);
   if (digits.empty() || digits.size() > 18) return std::nullopt;
   uint64_t key = 0;
-  for (char c : digits) {
-    if (c < '0' || c > '9') return std::nullopt;
-    key = key * 10 + static_cast<uint64_t>(c - '0');
-  }
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), key);
+  if (ec != std::errc() || end != digits.data() + digits.size()) return std::nullopt;
   return key;
 }
 
