@@ -590,11 +590,12 @@ std::vector<uint8_t> NoMoments() { return SafetensorsOf({{"x.weight", lossy::Flo
 
 struct CoderOf {
   explicit CoderOf(const std::vector<uint8_t>& bytes, SiblingSource* siblings, double fidelity = 0.01)
+      : CoderOf(bytes, LossyPolicy{fidelity, lossy::LossyScope::kModels}, siblings) {}
+  CoderOf(const std::vector<uint8_t>& bytes, const LossyPolicy& policy, SiblingSource* siblings = nullptr)
       : file(bytes),
         layout(DetectLayout(file)),
         ranges(TensorRangesOf(layout)),
-        coder(file, layout, ranges, LossyPolicy{fidelity, lossy::LossyScope::kModels}, TensorChunkOptions{}, siblings) {
-  }
+        coder(file, layout, ranges, policy, TensorChunkOptions{}, siblings) {}
   SpanSource file;
   FileLayout layout;
   std::vector<TensorRange> ranges;
@@ -723,10 +724,9 @@ TEST(OneStepMeasure, FirstMomentCodedInUpdateUnits) {
   EXPECT_DOUBLE_EQ(StepTargetsFor(0.5).first_moment, 0.15);
   EXPECT_DOUBLE_EQ(StepTargetsFor(10).first_moment, 0.9);  // the cap
   const std::vector<uint8_t> bytes = test::ReadFileBytes(std::string(CKPTFS_SOURCE_DIR) + "/tests/data/golden/inputs/lossy/ckpt1.pt");
-  SpanSource file(bytes);
-  const FileLayout layout = DetectLayout(file);
-  const std::vector<TensorRange> ranges = TensorRangesOf(layout);
-  LossyCoder coder(file, layout, ranges, *ParseLossyPolicy("lossy"), TensorChunkOptions{});
+  CoderOf c(bytes, *ParseLossyPolicy("lossy"));
+  LossyCoder& coder = c.coder;
+  const FileLayout& layout = c.layout;
   ASSERT_TRUE(coder.active());
   ASSERT_EQ(coder.info().measure, BudgetMeasure::kOneStep);
   EXPECT_EQ(coder.info().roles[1].target, 0.3f);
@@ -778,10 +778,8 @@ TEST(OneStepMeasure, FirstMomentCodedInUpdateUnits) {
 // record says so.
 TEST(OneStepMeasure, NoOptimizerStateFallsBackAndSaysSo) {
   const auto bytes = OneLayer();  // outlives the SpanSource over it
-  SpanSource file(bytes);
-  const FileLayout layout = DetectLayout(file);
-  const std::vector<TensorRange> ranges = TensorRangesOf(layout);
-  LossyCoder coder(file, layout, ranges, *ParseLossyPolicy("lossy"), TensorChunkOptions{});
+  CoderOf c(bytes, *ParseLossyPolicy("lossy"));
+  const LossyCoder& coder = c.coder;
   ASSERT_TRUE(coder.active());
   EXPECT_EQ(coder.info().measure, BudgetMeasure::kRelative);
   EXPECT_EQ(coder.info().sensitivity, SensitivityRule::kMagnitude);
@@ -792,12 +790,9 @@ TEST(OneStepMeasure, NoOptimizerStateFallsBackAndSaysSo) {
             attrs.end());
   // A numeric fidelity is the relative rule even with Adam's state.
   const std::vector<uint8_t> ckpt = test::ReadFileBytes(std::string(CKPTFS_SOURCE_DIR) + "/tests/data/golden/inputs/lossy/ckpt1.pt");
-  SpanSource ckpt_file(ckpt);
-  const FileLayout ckpt_layout = DetectLayout(ckpt_file);
-  const std::vector<TensorRange> ckpt_ranges = TensorRangesOf(ckpt_layout);
-  LossyCoder numeric(ckpt_file, ckpt_layout, ckpt_ranges, *ParseLossyPolicy("lossy=0.05"), TensorChunkOptions{});
-  EXPECT_EQ(numeric.info().measure, BudgetMeasure::kRelative);
-  EXPECT_EQ(numeric.info().roles[0].target, 0.05f);
+  const CoderOf numeric(ckpt, *ParseLossyPolicy("lossy=0.05"));
+  EXPECT_EQ(numeric.coder.info().measure, BudgetMeasure::kRelative);
+  EXPECT_EQ(numeric.coder.info().roles[0].target, 0.05f);
 }
 
 // What one lossy seal of a zip file gives, chunk by chunk: the payloads,
