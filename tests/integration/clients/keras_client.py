@@ -68,10 +68,23 @@ def write_plain(root):
         f.create_dataset("gzip", data=rng.standard_normal((256, 256)).astype(np.float32), compression="gzip")
         f["group/half"] = rng.standard_normal((128, 64)).astype(np.float16)
         f["group/ids"] = np.arange(1000, dtype=np.int64)
-    with h5py.File(root / "keras" / "latest.h5", "w", libver="latest") as f:
-        f.create_dataset("fixed", data=rng.standard_normal((200, 100)).astype(np.float32), chunks=(50, 40))
-        f.create_dataset("single", data=rng.standard_normal(4096).astype(np.float32), chunks=(4096,))
-        f["contiguous"] = np.arange(2048, dtype=np.int32)
+    # The newest format's object headers carry timestamps (root group too):
+    # the mount's and the plain directory's copies, written a second apart,
+    # would differ, so this file is written without them.
+    with h5py.File(latest_format_without_times(root / "keras" / "latest.h5")) as f:
+        f.create_dataset("fixed", data=rng.standard_normal((200, 100)).astype(np.float32), chunks=(50, 40),
+                         track_times=False)
+        f.create_dataset("single", data=rng.standard_normal(4096).astype(np.float32), chunks=(4096,),
+                         track_times=False)
+        f.create_dataset("contiguous", data=np.arange(2048, dtype=np.int32), track_times=False)
+
+
+def latest_format_without_times(path):
+    fcpl = h5py.h5p.create(h5py.h5p.FILE_CREATE)
+    fcpl.set_obj_track_times(False)
+    fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
+    fapl.set_libver_bounds(h5py.h5f.LIBVER_LATEST, h5py.h5f.LIBVER_LATEST)
+    return h5py.h5f.create(str(path).encode(), h5py.h5f.ACC_TRUNC, fapl=fapl, fcpl=fcpl)
 
 
 def main():
