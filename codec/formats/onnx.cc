@@ -1,6 +1,7 @@
 #include "codec/formats/onnx.h"
 
 #include <algorithm>
+#include <charconv>
 #include <optional>
 #include <string>
 #include <vector>
@@ -80,13 +81,14 @@ struct Initializer {
   bool ext_ok = true;  // every key we know parsed
 };
 
+// onnx writes these as plain decimal strings; anything else (sign, spaces,
+// trailing bytes, more than 19 digits) marks the entry as unparsed.
 std::optional<uint64_t> DecimalValue(const std::string& s) {
   if (s.empty() || s.size() > 19) return std::nullopt;
   uint64_t v = 0;
-  for (char c : s) {
-    if (c < '0' || c > '9') return std::nullopt;
-    v = v * 10 + static_cast<uint64_t>(c - '0');
-  }
+  const char* end = s.data() + s.size();
+  const auto [ptr, ec] = std::from_chars(s.data(), end, v);
+  if (ec != std::errc() || ptr != end) return std::nullopt;
   return v;
 }
 

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <map>
@@ -69,6 +70,27 @@ TEST(OnnxExternalTest, OtherNameOrShorterFileIsNotTheModels) {
   auto inline_refs = formats::ReadOnnxExternalTensors(SpanSource(test::ReadFileBytes(DataDir() + "/model.onnx")));
   ASSERT_TRUE(inline_refs.ok());
   EXPECT_TRUE(inline_refs->empty());
+}
+
+// The offset and length values are decimal strings; one that is not (a sign,
+// a letter) leaves that tensor unparsed instead of guessing a range.
+TEST(OnnxExternalTest, NonDecimalLengthMarksTheTensorInvalid) {
+  const Bytes model = test::ReadFileBytes(DataDir() + "/ext.onnx");
+  for (const char bad : {'x', '-', ' '}) {
+    Bytes edited = model;
+    const std::string key = "length";
+    auto at = std::search(edited.begin(), edited.end(), key.begin(), key.end());
+    ASSERT_NE(at, edited.end());
+    // key, then the value field's tag (0x12) and length byte, then its digits.
+    const auto digit = at + static_cast<std::ptrdiff_t>(key.size()) + 2;
+    ASSERT_TRUE(*digit >= '0' && *digit <= '9');
+    *digit = static_cast<uint8_t>(bad);
+    auto refs = formats::ReadOnnxExternalTensors(SpanSource(edited));
+    ASSERT_TRUE(refs.ok()) << refs.status().message();
+    ASSERT_FALSE(refs->empty());
+    EXPECT_FALSE((*refs)[0].valid) << bad;
+    EXPECT_TRUE(refs->back().valid);
+  }
 }
 
 TEST(OnnxExternalTest, SiblingModelGivesTheLayout) {
