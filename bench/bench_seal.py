@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Sealing speed, per core, lossless and lossy: writes a checkpoint and its
 successor into a fresh mount per (binary, worker count, mode), waits for
-each seal, and reports MB/s per core two ways:
+each seal, and reports MB/s per core two ways (and the daemon's peak RSS):
 
   - per CPU second: file bytes / the daemon's CPU time (user + system, from
     /proc/PID/stat) spent while the file sealed. What a core sustains; it
@@ -99,8 +99,18 @@ def lossy_errors(path: str) -> dict:
     return out
 
 
+def peak_rss_mib(pid: int) -> float:
+    """The daemon's peak resident set so far (VmHWM), MiB."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
 def seal_run(binary, files, work, tag, workers, opts):
-    """Seals `files` in order in a fresh mount; returns one dict per file."""
+    """Seals `files` in order in a fresh mount; returns one dict per file
+    (each with the daemon's peak RSS once that file is sealed)."""
     C.CKPTFS = binary
     backing, mnt = os.path.join(work, f"b-{tag}"), os.path.join(work, f"m-{tag}")
     C.mount(backing, mnt, [f"seal_workers={workers}", "device=cpu", "log_level=debug", *opts])
@@ -114,7 +124,7 @@ def seal_run(binary, files, work, tag, workers, opts):
             C.wait_sealed(mnt, poll=0.05)  # the successor is a delta against it
             u1, s1 = cpu_times(pid)
             out.append({"cpu": u1 - u0 + s1 - s0, "user": u1 - u0, "errors": lossy_errors(dst),
-                        "sha": C.sha256_file(dst)})
+                        "rss": peak_rss_mib(pid), "sha": C.sha256_file(dst)})
     finally:
         C.umount(mnt, backing)
     seals = SEAL_LINE.findall(open(os.path.join(backing, "ckptfs.log")).read())
@@ -127,7 +137,7 @@ def seal_run(binary, files, work, tag, workers, opts):
 def cell(r: dict, workers: int) -> str:
     mb = r["size"] / 1e6
     text = (f"{mb / r['cpu']:.0f} (user {mb / max(r['user'], 1e-3):.0f}) / {mb / (r['wall'] * workers):.0f} MB/s, "
-            f"{r['stored'] / 1e6:.2f} MB")
+            f"{r['stored'] / 1e6:.2f} MB, peak RSS {r['rss']:.0f} MiB")
     if r["errors"]:
         text += " (" + " ".join(f"{r['errors'][k]:.4f}" for k in ROLES if k in r["errors"]) + ")"
     return text
@@ -170,7 +180,8 @@ def main():
     sizes_mib = os.path.getsize(files[0]) / (1 << 20)
     print(f"bench_seal: {args.workload} checkpoint of {sizes_mib:.0f} MiB and its successor, {os.cpu_count()} cores, "
           f"options: {args.mount_options or 'default'}\n")
-    print("Each cell: MB/s per CPU second (per user CPU second) / MB/s per worker (wall), stored MB"
+    print("Each cell: MB/s per CPU second (per user CPU second) / MB/s per worker (wall), stored MB,"
+          " the daemon's peak RSS (VmHWM) once the file is sealed"
           " (lossy: largest error measured for weights, first and second moments).\n")
     rows = []
     for (mode, n, name), got in best.items():

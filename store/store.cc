@@ -497,15 +497,14 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
   const PlannerPins pins(planners, [this](const std::vector<ObjectId>& dead) { (void)DeleteDeadPacks(dead); });
   std::vector<ChunkPlanner*> planner_ptrs;
   for (auto& p : planners) planner_ptrs.push_back(p.get());
-  if (lossy && planner) {
-    std::vector<DeltaPlanner*> deltas;
-    for (auto& p : planners) {
-      p->SetLossy(&*lossy, opts_.delta ? opts_.lossy_keyframe_every : 0);
-      deltas.push_back(p.get());
-    }
-    // The zip CRC pass, on every worker; the pack's pass then decodes the
-    // pieces' blobs it kept, or codes the rest again with its choices.
-    if (Status s = DeltaPlanner::PrepareLossy(deltas, env_, src_fd, size, opts_.chunk_size); !s.ok()) return fail(s);
+  // The zip CRC pass runs on every worker, a member ahead of the pack's
+  // pass, which then decodes the pieces' blobs it kept (or codes the rest
+  // again with its choices).
+  LeadingPass crc_pass(size, opts_.chunk_size);
+  BaseHandoff crc_bases;  // the predecessor's bytes the CRC pass read, for the pack's pass
+  const DeltaPlanner::CrcPass crc{&crc_pass, &crc_bases, env_, src_fd};
+  for (auto& p : planners) {
+    if (lossy) p->SetLossy(&*lossy, opts_.delta ? opts_.lossy_keyframe_every : 0, &crc);
   }
   Result<PackStats> stats = WritePack(env_, src_fd, size, tmp->get(), opts_.chunk_size, opts_.encoder, cancel, tensors,
                                       PackWorkers{workers, planner_ptrs});
