@@ -96,8 +96,7 @@ std::string FormatPrometheusText(const MetricsSample& s) {
   w.One("ckptfs_chunk_decodes_ahead_total", "counter", "Of those chunks, the ones decode-ahead decoded.",
         s.chunk_decodes_ahead);
   w.One("ckptfs_read_seconds_total", "counter",
-        "Seconds FUSE read requests took from arrival to reply (over the requests: the mean latency).",
-        s.read_seconds);
+        "Seconds FUSE read requests took from arrival to reply (over the requests: the mean latency).", s.read_seconds);
   w.One("ckptfs_chunk_cache_hits_total", "counter", "Reads of a decoded chunk found in the cache.", s.cache_hits);
   w.One("ckptfs_chunk_cache_misses_total", "counter", "Reads of a decoded chunk that decoded it.", s.cache_misses);
   w.One("ckptfs_chunk_cache_bytes", "gauge", "Bytes of decoded chunks in the cache.", s.cache_bytes);

@@ -23,7 +23,8 @@ std::shared_ptr<ChunkBuffer> ChunkBuffers::Acquire(size_t size) {
     // should not take a full-size buffer another chunk could use.
     auto best = shelf_->free.end();
     for (auto it = shelf_->free.begin(); it != shelf_->free.end(); ++it) {
-      if ((*it)->capacity() >= size && (best == shelf_->free.end() || (*it)->capacity() < (*best)->capacity())) best = it;
+      if ((*it)->capacity() >= size && (best == shelf_->free.end() || (*it)->capacity() < (*best)->capacity()))
+        best = it;
     }
     if (best != shelf_->free.end()) {
       b = std::move(*best);

@@ -140,20 +140,22 @@ void FileContent::DecodeAheadOf(const SealedRange& file, uint64_t off, uint64_t 
     uint64_t distance = 0;
     for (uint64_t c : file.order->ChunksAfter(off, cs, count, window)) next.emplace_back(c, distance++);
   } else if (stream->InRun()) {
-    for (uint64_t c = last + 1; c < std::min(count, last + 1 + ahead_->threads()); ++c) next.emplace_back(c, c - last - 1);
+    for (uint64_t c = last + 1; c < std::min(count, last + 1 + ahead_->threads()); ++c)
+      next.emplace_back(c, c - last - 1);
   }
   for (const auto& [index, distance] : next) {
     const ChunkEntry& e = pack.chunks()[index];
     if (e.codec == ChunkCodec::kZero) continue;
     // The pool's load goes around the cache: it runs inside the cache's own
     // load of this key, which waits for nothing but the decode.
-    ahead_->Queue(ChunkKey{file.id, index}, e.raw_len,
-                  [store = store_, file, index] {
-                    Result<ChunkBytes> chunk = store->LoadChunk(*file.pack, file.id, index, nullptr);
-                    if (chunk.ok()) GlobalMetrics().chunk_decodes_ahead.Add();
-                    return chunk;
-                  },
-                  distance);
+    ahead_->Queue(
+        ChunkKey{file.id, index}, e.raw_len,
+        [store = store_, file, index] {
+          Result<ChunkBytes> chunk = store->LoadChunk(*file.pack, file.id, index, nullptr);
+          if (chunk.ok()) GlobalMetrics().chunk_decodes_ahead.Add();
+          return chunk;
+        },
+        distance);
   }
 }
 

@@ -21,12 +21,12 @@
 #include "store/env_source.h"
 #include "store/lossy_xattrs.h"
 #include "store/membership.h"
+#include "store/ocdbt_data.h"
+#include "store/onnx_external.h"
 #include "store/private_store.h"
 #include "store/rados_pack_objects.h"
 #include "store/seal_pin.h"
 #include "store/store_internal.h"
-#include "store/ocdbt_data.h"
-#include "store/onnx_external.h"
 #include "store/tf_shards.h"
 
 namespace ckptfs {
@@ -762,8 +762,9 @@ Status Store::CopyPackBytes(const PackReader& pack, ObjectId id, uint64_t offset
     const uint64_t index = pos / cs, within = pos - index * cs;
     ASSIGN_OR_RETURN(ChunkBytes chunk, LoadChunk(pack, id, index, cache));
     const uint64_t n = std::min<uint64_t>(offset + out.size() - pos, chunk->size() - std::min(chunk->size(), within));
-    if (n == 0) return Status::Corruption("pack " + ObjectIdHex(id) + ": chunk " + std::to_string(index) +
-                                          " is shorter than the chunk size");
+    if (n == 0)
+      return Status::Corruption("pack " + ObjectIdHex(id) + ": chunk " + std::to_string(index) +
+                                " is shorter than the chunk size");
     std::memcpy(out.data() + (pos - offset), chunk->data() + within, n);
     if (cache != nullptr && note_read) cache->NoteRead(ChunkKey{id, index}, within, within + n);
     pos += n;

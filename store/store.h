@@ -259,8 +259,8 @@ class Store : public BaseSource {
   // through `cache` (may be null). note_read: tell the cache the bytes were
   // handed on (ChunkCache::NoteRead), as for a delta's base; not for a look
   // at bytes a reader still comes for (a file parsed for its layout).
-  Status CopyPackBytes(const PackReader& pack, ObjectId id, uint64_t offset, std::span<uint8_t> out,
-                       ChunkCache* cache, bool note_read);
+  Status CopyPackBytes(const PackReader& pack, ObjectId id, uint64_t offset, std::span<uint8_t> out, ChunkCache* cache,
+                       bool note_read);
   const PackIndex& index() const { return index_; }
   // Set by a recovery that found objects it could not read: any pack might
   // then be needed by one of them, so until a later recovery (the next mount

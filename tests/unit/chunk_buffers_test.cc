@@ -25,9 +25,7 @@ TEST(ChunkBuffersTest, ReusesAFreedBufferAndItsMemory) {
 
 TEST(ChunkBuffersTest, KeepsNoMoreThanItsBound) {
   ChunkBuffers pool(2 * kChunk);
-  {
-    auto a = pool.Acquire(kChunk), b = pool.Acquire(kChunk), c = pool.Acquire(kChunk);
-  }
+  { auto a = pool.Acquire(kChunk), b = pool.Acquire(kChunk), c = pool.Acquire(kChunk); }
   EXPECT_EQ(pool.free_bytes(), 2 * kChunk);
 }
 
