@@ -11,6 +11,7 @@
 
 #include "base/log.h"
 #include "base/metrics.h"
+#include "cache/chunk_buffers.h"
 #include "cache/chunk_cache.h"
 #include "codec/formats/layout.h"
 #include "codec/lossy/file_coder.h"
@@ -20,12 +21,12 @@
 #include "store/env_source.h"
 #include "store/lossy_xattrs.h"
 #include "store/membership.h"
+#include "store/ocdbt_data.h"
+#include "store/onnx_external.h"
 #include "store/private_store.h"
 #include "store/rados_pack_objects.h"
 #include "store/seal_pin.h"
 #include "store/store_internal.h"
-#include "store/ocdbt_data.h"
-#include "store/onnx_external.h"
 #include "store/tf_shards.h"
 
 namespace ckptfs {
@@ -685,7 +686,7 @@ Result<ChunkBytes> Store::LoadChunk(const PackReader& pack, ObjectId id, uint64_
   auto load = [&]() -> Result<ChunkBytes> {
     pack.Prefetch(index + 1);
     if (index >= pack.chunks().size()) return pack.ReadChunkInto(index, {}, this);  // its out-of-range error
-    auto bytes = std::make_shared<ChunkBuffer>(pack.chunks()[index].raw_len);
+    std::shared_ptr<ChunkBuffer> bytes = ChunkBuffers::Default().Acquire(pack.chunks()[index].raw_len);
     RETURN_IF_ERROR(pack.ReadChunkInto(index, *bytes, this));
     GlobalMetrics().chunk_decodes.Add();
     GlobalMetrics().chunk_decoded_bytes.Add(bytes->size());
@@ -746,15 +747,25 @@ Status Store::ReadPackRange(ObjectId pack, uint64_t offset, std::span<uint8_t> o
   RETURN_IF_ERROR(BaseNesting::Check(pack));
   BaseNesting nested;
   ASSIGN_OR_RETURN(std::shared_ptr<PackReader> reader, BaseRangeReader(pack, offset, out.size()));
-  const PackReader& r = *reader;
-  const uint64_t cs = r.header().chunk_size;
-  uint64_t pos = offset;
-  while (pos < offset + out.size()) {
+  return CopyPackBytes(*reader, pack, offset, out, base_cache_, /*note_read=*/true);
+}
+
+Status Store::CopyPackBytes(const PackReader& pack, ObjectId id, uint64_t offset, std::span<uint8_t> out,
+                            ChunkCache* cache, bool note_read) {
+  const uint64_t cs = pack.header().chunk_size;
+  if (offset > pack.header().logical_size || out.size() > pack.header().logical_size - offset) {
+    return Status::InvalidArgument("range " + std::to_string(offset) + "+" + std::to_string(out.size()) +
+                                   " is outside pack " + ObjectIdHex(id));
+  }
+  for (uint64_t pos = offset; pos < offset + out.size();) {
     const uint64_t index = pos / cs, within = pos - index * cs;
-    const uint64_t n = std::min<uint64_t>(offset + out.size() - pos, r.chunks()[index].raw_len - within);
-    ASSIGN_OR_RETURN(ChunkBytes chunk, LoadChunk(r, pack, index, base_cache_));
+    ASSIGN_OR_RETURN(ChunkBytes chunk, LoadChunk(pack, id, index, cache));
+    const uint64_t n = std::min<uint64_t>(offset + out.size() - pos, chunk->size() - std::min(chunk->size(), within));
+    if (n == 0)
+      return Status::Corruption("pack " + ObjectIdHex(id) + ": chunk " + std::to_string(index) +
+                                " is shorter than the chunk size");
     std::memcpy(out.data() + (pos - offset), chunk->data() + within, n);
-    if (base_cache_ != nullptr) base_cache_->NoteRead(ChunkKey{pack, index}, within, within + n);
+    if (cache != nullptr && note_read) cache->NoteRead(ChunkKey{id, index}, within, within + n);
     pos += n;
   }
   return Status::Ok();
