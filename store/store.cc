@@ -407,13 +407,15 @@ void CountSeal(uint64_t logical, uint64_t stored, std::chrono::steady_clock::dur
 
 // Parsed at seal time, not while the file streamed in: writers seek back,
 // pre-extend or write their index last. A file that says nothing of itself
-// (TF data shard, ONNX external data, Orbax data file) takes its layout from
-// the files around it. Unknown formats get no ranges (generic path).
+// (TF data shard, ONNX external data, Orbax data file or legacy zarr chunk)
+// takes its layout from the files around it. Unknown formats get no ranges
+// (generic path).
 FileLayout LayoutForSeal(const ByteSource& file, SiblingSource* siblings) {
   FileLayout layout = DetectLayout(file);
   if (layout.format != "unknown" || !siblings) return layout;
   if (std::optional<FileLayout> tf = TfDataLayoutFromSiblings(file, *siblings)) return std::move(*tf);
   if (std::optional<FileLayout> onnx = OnnxExternalLayoutFromSiblings(file, *siblings)) return std::move(*onnx);
+  if (std::optional<FileLayout> zarr = ZarrChunkLayoutFromSiblings(file, *siblings)) return std::move(*zarr);
   // Orbax reads back the node ending a data file before it writes the nodes
   // that may describe the file's values; under a lossy policy such reads
   // do not wait for this seal (FileContent::ReadableBeforeLossySeal), so it
