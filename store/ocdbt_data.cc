@@ -1,12 +1,12 @@
 #include "store/ocdbt_data.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <chrono>
 #include <map>
 #include <string>
 #include <vector>
-
-#include <spdlog/spdlog.h>
 
 #include "codec/formats/ocdbt.h"
 
@@ -119,10 +119,11 @@ std::optional<FileLayout> OcdbtDataLayoutFromSiblings(const ByteSource& file, Si
   std::optional<FileLayout> partial;
   while (true) {
     Result<Lookup::Found> f = Lookup(file, own, siblings).Once();
-    spdlog::debug("{}: values end at {}, the best tree describes {} bytes, {} ms into the wait", own, values_end,
-                  f.ok() ? f->described : 0,
-                  std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - deadline + wait)
-                      .count());
+    spdlog::debug(
+        "{}: values end at {}, the best tree describes {} bytes, {} ms into the wait", own, values_end,
+        f.ok() ? f->described : 0,
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - deadline + wait)
+            .count());
     if (f.ok() && f->described + kOcdbtUndescribedSlack >= values_end) return std::move(f->layout);
     if (f.ok()) partial = std::move(f->layout);
     if (std::chrono::steady_clock::now() >= deadline || !siblings.WaitForMore()) {

@@ -218,8 +218,8 @@ TEST(OcdbtTest, TensorsOverlappingTheTailNodeStayExact) {
   // Values end where the node begins; those ending in the node's page stay
   // exact too (ANodeStartingMidPageIsReadableFromItsPage).
   const uint64_t page = root->node.offset / kOcdbtTailPage * kOcdbtTailPage;
-  const size_t in_page = static_cast<size_t>(
-      std::count_if(l->tensors.begin(), l->tensors.end(), [&](const TensorRegion& t) { return t.offset + t.length > page; }));
+  const size_t in_page = static_cast<size_t>(std::count_if(
+      l->tensors.begin(), l->tensors.end(), [&](const TensorRegion& t) { return t.offset + t.length > page; }));
   EXPECT_EQ(KeepOcdbtTailExact(src, &*l), in_page);
   TensorRegion over = l->tensors.back();
   over.offset = root->node.offset - 8;
@@ -285,7 +285,7 @@ TEST(OcdbtTest, LegacyZarrChunkFilesAreOneTensorEach) {
   ASSERT_TRUE(z.ok());
   EXPECT_TRUE(z->tensors.empty());
   EXPECT_NE(z->note.find("compressed (zstd)"), std::string::npos) << z->note;
-  EXPECT_FALSE(formats::ZarrChunkFileLayout(zarray, "a", "0", 64 * 256 * 4).ok());      // wrong rank
+  EXPECT_FALSE(formats::ZarrChunkFileLayout(zarray, "a", "0", 64 * 256 * 4).ok());  // wrong rank
   EXPECT_FALSE(formats::ZarrChunkFileLayout(zarray, "a", ".zarray", 64 * 256 * 4).ok());
   EXPECT_FALSE(formats::ZarrChunkFileLayout("{\"zarr_format\":3}", "a", "0.0", 64 * 256 * 4).ok());
   EXPECT_FALSE(formats::ZarrChunkFileLayout("not json", "a", "0.0", 64 * 256 * 4).ok());
