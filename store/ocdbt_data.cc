@@ -153,6 +153,11 @@ size_t KeepOcdbtTailExact(const ByteSource& file, FileLayout* layout) {
   return before - layout->tensors.size();
 }
 
+uint32_t PackChunkSizeFor(const FileLayout& layout, uint32_t configured) {
+  const bool several_arrays = layout.format == "orbax-ocdbt" && layout.tensors.size() > 1;
+  return several_arrays ? std::min(configured, kOcdbtChunkSize) : configured;
+}
+
 // Array metadata is a few hundred bytes; more is not a .zarray of Orbax's.
 constexpr uint64_t kMaxZarrayBytes = 64u << 10;
 

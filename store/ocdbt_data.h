@@ -7,6 +7,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <optional>
 
 #include "codec/formats/layout.h"
@@ -50,6 +51,17 @@ inline constexpr uint64_t kOcdbtTailPage = 4096;
 // of `file`, so that no lossy seal changes a byte a reader may have been
 // served before it. Returns how many were dropped.
 size_t KeepOcdbtTailExact(const ByteSource& file, FileLayout* layout);
+
+// The chunk size a pack of a file with `layout` is cut into, given the
+// mount's: at most kOcdbtChunkSize for an OCDBT data file of several
+// arrays. TensorStore puts a save's arrays in a data file in the order its
+// writes completed, different at every save, and a chunk is stored against
+// one window of one predecessor: in a chunk that straddles two arrays,
+// the array the window is not aligned to is predicted from the wrong
+// bytes. Smaller chunks straddle less (bench/README.md, the Orbax series).
+// Every pack records its own chunk size, so no format changes.
+inline constexpr uint32_t kOcdbtChunkSize = 1u << 20;
+uint32_t PackChunkSizeFor(const FileLayout& layout, uint32_t configured);
 
 // The layout of `file` as a chunk of Orbax's legacy per-array zarr layout
 // (formats::ZarrChunkFileLayout), from the `.zarray` beside it and the name

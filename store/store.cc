@@ -452,8 +452,10 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
   std::vector<TensorRange> tensors;
   const EnvSource file(env_, src_fd, size);  // outlives `lossy`, which reads second moments from it
   std::optional<LossyCoder> lossy;
+  uint32_t chunk_size = opts_.chunk_size;
   if (opts_.encoder.tensor_codec) {
     FileLayout layout = LayoutForSeal(file, siblings);
+    chunk_size = PackChunkSizeFor(layout, chunk_size);
     // Reads of a node ending the file did not wait for this seal: what they
     // were served stays as it is.
     if (policy.lossy()) {
@@ -483,7 +485,7 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
   // in the index as their user, so they cannot be deleted meanwhile. One per
   // sealing worker, and no more workers than chunks: each planner looks up
   // the file's predecessor in the index.
-  const uint64_t chunks = size / opts_.chunk_size + (size % opts_.chunk_size != 0 ? 1 : 0);
+  const uint64_t chunks = size / chunk_size + (size % chunk_size != 0 ? 1 : 0);
   const unsigned workers = static_cast<unsigned>(std::clamp<uint64_t>(chunks, 1, std::max(1u, opts_.seal_workers)));
   std::vector<std::unique_ptr<DeltaPlanner>> planners;
   // Recovery seals staged files before the index is loaded: a lossy file
@@ -507,14 +509,14 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
     }
     // The zip CRC pass, on every worker; the pack's pass then decodes the
     // pieces' blobs it kept, or codes the rest again with its choices.
-    if (Status s = DeltaPlanner::PrepareLossy(deltas, env_, src_fd, size, opts_.chunk_size); !s.ok()) return fail(s);
+    if (Status s = DeltaPlanner::PrepareLossy(deltas, env_, src_fd, size, chunk_size); !s.ok()) return fail(s);
   }
-  Result<PackStats> stats = WritePack(env_, src_fd, size, tmp->get(), opts_.chunk_size, opts_.encoder, cancel, tensors,
+  Result<PackStats> stats = WritePack(env_, src_fd, size, tmp->get(), chunk_size, opts_.encoder, cancel, tensors,
                                       PackWorkers{workers, planner_ptrs});
   if (!stats.ok()) return fail(stats.status());
   WaitWhileExists(env_, opts_.seal_hold);
   if (Status s = pack_objects_->Publish(id, tmp_.get(), tmpname, tmp->get()); !s.ok()) return fail(s);
-  if (index_loaded_) index_.Add(id, stats->meta, size, opts_.chunk_size, stats->stored_size);
+  if (index_loaded_) index_.Add(id, stats->meta, size, chunk_size, stats->stored_size);
   if (planner && (stats->ref_chunks > 0 || stats->delta_chunks > 0)) {
     spdlog::debug("{}: {} chunks, {} shared, {} deltas against {}", ctx, stats->chunk_count, stats->ref_chunks,
                   stats->delta_chunks, ObjectIdHex(planner->base_pack()));

@@ -262,6 +262,23 @@ TEST(OcdbtTest, ANodeStartingMidPageIsReadableFromItsPage) {
   EXPECT_EQ(l.tensors[0].offset, before.offset);
 }
 
+// Arrays move within an Orbax data file from save to save: its packs take
+// chunks of at most 1 MiB, other files the mount's size.
+TEST(OcdbtTest, DataFilesOfSeveralArraysTakeSmallerChunks) {
+  Db db("raw");
+  Result<FileLayout> l = db.Layout(db.Largest());
+  ASSERT_TRUE(l.ok()) << l.status().message();
+  ASSERT_GT(l->tensors.size(), 1u);
+  EXPECT_EQ(PackChunkSizeFor(*l, 4u << 20), kOcdbtChunkSize);
+  EXPECT_EQ(PackChunkSizeFor(*l, 256u << 10), 256u << 10);  // a smaller mount size stays
+  l->tensors.resize(1);
+  EXPECT_EQ(PackChunkSizeFor(*l, 4u << 20), 4u << 20);
+  FileLayout torch;
+  torch.format = "torch-zip";
+  torch.tensors.resize(3);
+  EXPECT_EQ(PackChunkSizeFor(torch, 4u << 20), 4u << 20);
+}
+
 // Orbax's legacy layout (use_ocdbt=False): a chunk file is one raw chunk of
 // the array its .zarray describes; anything else stays bytes.
 TEST(OcdbtTest, LegacyZarrChunkFilesAreOneTensorEach) {
