@@ -384,7 +384,7 @@ bool FileContent::ReadableBeforeLossySeal(uint64_t off) {
   Result<struct stat> st = env->Fstat(sp->fd.get());
   if (!st.ok()) return false;
   const EnvSource staged(env, sp->fd.get(), static_cast<uint64_t>(st->st_size));
-  const uint64_t start = OcdbtTailNodeStart(staged).value_or(UINT64_MAX);
+  const uint64_t start = OcdbtTailReadableFrom(staged).value_or(UINT64_MAX);
   std::lock_guard lk(mu_);
   // A write since the look may have changed the tail: the next read looks again.
   if (change_gen_ != gen || staging_ != sp || open_writers_ > 0 || writes_in_flight_ > 0) return false;

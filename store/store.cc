@@ -408,13 +408,15 @@ void CountSeal(uint64_t logical, uint64_t stored, std::chrono::steady_clock::dur
 
 // Parsed at seal time, not while the file streamed in: writers seek back,
 // pre-extend or write their index last. A file that says nothing of itself
-// (TF data shard, ONNX external data, Orbax data file) takes its layout from
-// the files around it. Unknown formats get no ranges (generic path).
+// (TF data shard, ONNX external data, Orbax data file or legacy zarr chunk)
+// takes its layout from the files around it. Unknown formats get no ranges
+// (generic path).
 FileLayout LayoutForSeal(const ByteSource& file, SiblingSource* siblings) {
   FileLayout layout = DetectLayout(file);
   if (layout.format != "unknown" || !siblings) return layout;
   if (std::optional<FileLayout> tf = TfDataLayoutFromSiblings(file, *siblings)) return std::move(*tf);
   if (std::optional<FileLayout> onnx = OnnxExternalLayoutFromSiblings(file, *siblings)) return std::move(*onnx);
+  if (std::optional<FileLayout> zarr = ZarrChunkLayoutFromSiblings(file, *siblings)) return std::move(*zarr);
   // Orbax reads back the node ending a data file before it writes the nodes
   // that may describe the file's values; under a lossy policy such reads
   // do not wait for this seal (FileContent::ReadableBeforeLossySeal), so it
@@ -451,8 +453,10 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
   std::vector<TensorRange> tensors;
   const EnvSource file(env_, src_fd, size);  // outlives `lossy`, which reads second moments from it
   std::optional<LossyCoder> lossy;
+  uint32_t chunk_size = opts_.chunk_size;
   if (opts_.encoder.tensor_codec) {
     FileLayout layout = LayoutForSeal(file, siblings);
+    chunk_size = PackChunkSizeFor(layout, chunk_size);
     // Reads of a node ending the file did not wait for this seal: what they
     // were served stays as it is.
     if (policy.lossy()) {
@@ -482,7 +486,7 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
   // in the index as their user, so they cannot be deleted meanwhile. One per
   // sealing worker, and no more workers than chunks: each planner looks up
   // the file's predecessor in the index.
-  const uint64_t chunks = size / opts_.chunk_size + (size % opts_.chunk_size != 0 ? 1 : 0);
+  const uint64_t chunks = size / chunk_size + (size % chunk_size != 0 ? 1 : 0);
   const unsigned workers = static_cast<unsigned>(std::clamp<uint64_t>(chunks, 1, std::max(1u, opts_.seal_workers)));
   std::vector<std::unique_ptr<DeltaPlanner>> planners;
   // Recovery seals staged files before the index is loaded: a lossy file
@@ -501,18 +505,18 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
   // The zip CRC pass runs on every worker, a member ahead of the pack's
   // pass, which then decodes the pieces' blobs it kept (or codes the rest
   // again with its choices).
-  LeadingPass crc_pass(size, opts_.chunk_size);
+  LeadingPass crc_pass(size, chunk_size);
   BaseHandoff crc_bases;  // the predecessor's bytes the CRC pass read, for the pack's pass
   const DeltaPlanner::CrcPass crc{&crc_pass, &crc_bases, env_, src_fd};
   for (auto& p : planners) {
     if (lossy) p->SetLossy(&*lossy, opts_.delta ? opts_.lossy_keyframe_every : 0, &crc);
   }
-  Result<PackStats> stats = WritePack(env_, src_fd, size, tmp->get(), opts_.chunk_size, opts_.encoder, cancel, tensors,
+  Result<PackStats> stats = WritePack(env_, src_fd, size, tmp->get(), chunk_size, opts_.encoder, cancel, tensors,
                                       PackWorkers{workers, planner_ptrs});
   if (!stats.ok()) return fail(stats.status());
   WaitWhileExists(env_, opts_.seal_hold);
   if (Status s = pack_objects_->Publish(id, tmp_.get(), tmpname, tmp->get()); !s.ok()) return fail(s);
-  if (index_loaded_) index_.Add(id, stats->meta, size, opts_.chunk_size, stats->stored_size);
+  if (index_loaded_) index_.Add(id, stats->meta, size, chunk_size, stats->stored_size);
   if (planner && (stats->ref_chunks > 0 || stats->delta_chunks > 0)) {
     spdlog::debug("{}: {} chunks, {} shared, {} deltas against {}", ctx, stats->chunk_count, stats->ref_chunks,
                   stats->delta_chunks, ObjectIdHex(planner->base_pack()));
