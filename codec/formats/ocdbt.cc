@@ -436,12 +436,6 @@ Result<std::vector<uint64_t>> Dims(const json& v) {
   return d;
 }
 
-uint64_t Product(const std::vector<uint64_t>& d) {
-  uint64_t p = 1;
-  for (uint64_t x : d) p = (x != 0 && p > UINT64_MAX / x) ? UINT64_MAX : p * x;
-  return p;
-}
-
 // How one array's chunks are stored, when they are raw little-endian
 // elements; why not otherwise.
 struct ZarrArray {
@@ -453,6 +447,16 @@ struct ZarrArray {
   bool index_at_end = true;
   std::string why_not;  // non-empty: chunks are not raw (compressed, filtered, big-endian, order F)
 };
+
+// The bytes of one raw chunk; nothing when that is zero or overflows 64
+// bits (a wrapped product once matched small values and files, giving
+// tensors whose shape did not fit their bytes: fuzz_zarr_chunk).
+std::optional<uint64_t> RawChunkBytes(const ZarrArray& a) {
+  const std::optional<uint64_t> n = NumElements(a.chunk);
+  const std::optional<uint64_t> bytes = n ? CheckedMul(*n, DTypeSize(a.dtype)) : std::nullopt;
+  if (!bytes || *bytes == 0) return std::nullopt;
+  return bytes;
+}
 
 ZarrArray Zarr2(const json& m) {
   ZarrArray a;
@@ -504,8 +508,11 @@ ZarrArray Zarr3(const json& m) {
   a.index_at_end = cfg.value("index_location", "end") == "end";
   for (size_t i = 0; i < a.chunk.size(); ++i) {
     if ((*inner)[i] == 0) return NotRaw(std::move(a), "bad shard chunks");
-    a.inner_per_shard *= (a.chunk[i] + (*inner)[i] - 1) / (*inner)[i];
-    if (a.inner_per_shard > kMaxEntries) return NotRaw(std::move(a), "too many chunks per shard");
+    const uint64_t across = a.chunk[i] / (*inner)[i] + (a.chunk[i] % (*inner)[i] != 0);
+    if (across > kMaxEntries || a.inner_per_shard * across > kMaxEntries) {  // both <= kMaxEntries: no overflow
+      return NotRaw(std::move(a), "too many chunks per shard");
+    }
+    a.inner_per_shard *= across;
   }
   a.chunk = *inner;
   return a;
@@ -543,7 +550,12 @@ struct LayoutBuilder {
       ++compressed[a.why_not.empty() ? "unknown dtype" : a.why_not];
       return Status::Ok();
     }
-    const uint64_t chunk_bytes = Product(a.chunk) * DTypeSize(a.dtype);
+    const std::optional<uint64_t> raw_bytes = RawChunkBytes(a);
+    if (!raw_bytes) {
+      ++compressed["of no raw chunk size"];
+      return Status::Ok();
+    }
+    const uint64_t chunk_bytes = *raw_bytes;
     if (!a.sharded) {
       if (e.ref->length == chunk_bytes) Add(e.key, array, a, e.ref->offset, e.ref->length);
       return Status::Ok();
@@ -646,7 +658,7 @@ Result<FileLayout> ZarrChunkFileLayout(std::string_view zarray, const std::strin
     l.note = "chunk " + (a.why_not.empty() ? std::string("of unknown dtype") : a.why_not) + " (left as bytes)";
     return l;
   }
-  if (Product(a.chunk) * DTypeSize(a.dtype) != size) {
+  if (RawChunkBytes(a) != size) {
     l.note = "chunk of " + std::to_string(size) + " bytes is not one raw chunk";
     return l;
   }

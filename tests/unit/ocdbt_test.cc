@@ -314,6 +314,42 @@ TEST(OcdbtTest, LegacyZarrChunkFilesAreOneTensorEach) {
   }
 }
 
+// A chunk shape whose byte count wraps past 64 bits describes no file:
+// 2^62 + 1 floats once wrapped to 4 bytes and 2^62 to 0, so a 4-byte or an
+// empty chunk file got a tensor of that shape (found by fuzz_zarr_chunk).
+TEST(OcdbtTest, LegacyZarrChunkOfAnOverflowingShapeIsNoTensor) {
+  for (const auto& [dims, size] : {std::pair<const char*, uint64_t>{"[4611686018427387905]", 4},
+                                   {"[4611686018427387904]", 0},
+                                   {"[4294967296,4294967296]", 0},
+                                   {"[0,3]", 0}}) {
+    const std::string zarray = std::string(R"({"chunks":)") + dims +
+                               R"(,"compressor":null,"dtype":"<f4","filters":null,"order":"C","zarr_format":2})";
+    const std::string key = std::string(dims).find(',') == std::string::npos ? "0" : "0.0";
+    Result<FileLayout> l = formats::ZarrChunkFileLayout(zarray, "a", key, size);
+    ASSERT_TRUE(l.ok()) << dims << ": " << l.status().message();
+    EXPECT_TRUE(l->tensors.empty()) << dims;
+  }
+}
+
+// The same shapes inside an OCDBT database: a 4-byte value is no chunk of
+// 2^62 + 1 floats, and the note says why it was left as bytes.
+TEST(OcdbtTest, AnOverflowingChunkShapeInTheDatabaseIsNoTensor) {
+  const std::string self = "d/00000000000000000000000000000000";
+  std::vector<formats::OcdbtEntry> keys;
+  keys.push_back({"a/.zarray", std::nullopt,
+                  R"({"chunks":[4611686018427387905],"compressor":null,"dtype":"<f4","filters":null,)"
+                  R"("order":"C","shape":[4611686018427387905],"zarr_format":2})"});
+  keys.push_back({"a/0", formats::OcdbtRef{self, 0, 4, ""}, ""});
+  const Bytes data(4, 0);
+  const formats::OcdbtOpener open = [&](const std::string&) -> Result<std::shared_ptr<const ByteSource>> {
+    return std::shared_ptr<const ByteSource>(std::make_shared<SpanSource>(data));
+  };
+  Result<FileLayout> l = formats::OcdbtDataLayout(keys, self, data.size(), open);
+  ASSERT_TRUE(l.ok()) << l.status().message();
+  EXPECT_TRUE(l->tensors.empty());
+  EXPECT_NE(l->note.find("no raw chunk size"), std::string::npos) << l->note;
+}
+
 // The store finds a chunk's .zarray among its siblings.
 TEST(OcdbtTest, LegacyZarrChunkLayoutFromTheZarrayBeside) {
   const std::string zarray = R"({"chunks":[256],"compressor":null,"dtype":"<f4","filters":null,"order":"C",)"
