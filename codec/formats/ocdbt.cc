@@ -358,7 +358,12 @@ Result<std::vector<OcdbtEntry>> ListOcdbt(const OcdbtRoot& root, const OcdbtOpen
   return out;
 }
 
-Result<OcdbtRoot> OcdbtTailNode(const ByteSource& src, const std::string& path) {
+namespace {
+
+// The last B+tree node (magic, length and CRC32C agree) among the last
+// kMaxTailNodeSearch bytes of `src`; with `at_end`, only one that ends the
+// file or its zero padding.
+Result<OcdbtRoot> LastNode(const ByteSource& src, const std::string& path, bool at_end) {
   const uint64_t size = src.size();
   const uint64_t span = std::min<uint64_t>(size, kMaxTailNodeSearch);
   std::vector<uint8_t> tail(span);
@@ -374,23 +379,35 @@ Result<OcdbtRoot> OcdbtTailNode(const ByteSource& src, const std::string& path) 
     if (tail[i] != 0x0c || tail[i + 1] != 0xdb || tail[i + 2] != 0x20 || tail[i + 3] != 0xde) continue;
     uint64_t len = 0;
     for (unsigned b = 0; b < 8; ++b) len |= static_cast<uint64_t>(tail[i + 4 + b]) << (8 * b);
-    if (len < kOuterHeader + kCrcBytes || len > span - i || i + len < nonzero_end ||
-        span - (i + len) >= kMaxOcdbtPadding) {
-      continue;
-    }
+    if (len < kOuterHeader + kCrcBytes || len > span - i) continue;
+    if (at_end && (i + len < nonzero_end || span - (i + len) >= kMaxOcdbtPadding)) continue;
     std::span<const uint8_t> node(tail.data() + i, len);
     uint32_t crc = 0;
     for (unsigned b = 0; b < 4; ++b) crc |= static_cast<uint32_t>(node[len - 4 + b]) << (8 * b);
     if (Crc32c(node.first(len - kCrcBytes)) != crc) continue;
-    ASSIGN_OR_RETURN(OcdbtNode decoded, DecodeOcdbtNode(node, "", ""));
+    Result<OcdbtNode> decoded = DecodeOcdbtNode(node, "", "");
+    if (!decoded.ok()) {
+      if (at_end) return decoded.status();
+      continue;
+    }
     OcdbtRoot root;
     root.node.path = path;
     root.node.offset = size - span + i;
     root.node.length = len;
-    root.height = decoded.height;
+    root.height = decoded->height;
     return root;
   }
-  return Malformed("ocdbt: " + path + " does not end with a B+tree node");
+  return Malformed("ocdbt: " + path + (at_end ? " does not end with a B+tree node" : " holds no B+tree node"));
+}
+
+}  // namespace
+
+Result<OcdbtRoot> OcdbtTailNode(const ByteSource& src, const std::string& path) {
+  return LastNode(src, path, /*at_end=*/true);
+}
+
+Result<OcdbtRoot> OcdbtLastNode(const ByteSource& src, const std::string& path) {
+  return LastNode(src, path, /*at_end=*/false);
 }
 
 bool LooksLikeOcdbtDataName(std::string_view name) {

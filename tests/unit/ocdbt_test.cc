@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -260,6 +261,46 @@ TEST(OcdbtTest, ANodeStartingMidPageIsReadableFromItsPage) {
   EXPECT_EQ(dropped, 1u);
   ASSERT_FALSE(l.tensors.empty());
   EXPECT_EQ(l.tensors[0].offset, before.offset);
+}
+
+// TensorStore may write a commit's root node, then the next commit's values
+// after it, then zeros (orbax-checkpoint 0.12.8 in the Orbax series: a
+// 361-byte node, 40 KB of a kernel's first moment, 3735 zeros), and writes
+// the nodes describing those values only once it has read that root back.
+// The seal reads the layout from that node at once, and reads from its page
+// on do not wait for the seal (they waited 3 s for nodes that could not
+// come, and the file was sealed as unknown bytes at 1.08x).
+TEST(OcdbtTest, ANodeFollowedByTheNextCommitsValuesGivesTheLayout) {
+  Db db("raw");
+  const std::string self = db.Largest();
+  const Bytes& original = *db.files.at(self);
+  Result<formats::OcdbtRoot> tail = formats::OcdbtTailNode(SpanSource(original), self);
+  ASSERT_TRUE(tail.ok()) << tail.status().message();
+  Bytes more = original;
+  more.insert(more.end(), 40960, 0x3f);
+  more.resize((more.size() / 4096 + 1) * 4096, 0);
+  const SpanSource src(more);
+  EXPECT_FALSE(formats::OcdbtTailNode(src, self).ok());
+  EXPECT_FALSE(OcdbtTailNodeStart(src).has_value());
+  Result<formats::OcdbtRoot> last = formats::OcdbtLastNode(src, self);
+  ASSERT_TRUE(last.ok()) << last.status().message();
+  EXPECT_EQ(last->node.offset, tail->node.offset);
+  EXPECT_EQ(last->node.length, tail->node.length);
+  EXPECT_EQ(OcdbtTailReadableFrom(src), std::optional<uint64_t>(tail->node.offset / kOcdbtTailPage * kOcdbtTailPage));
+  // The data file among its siblings, without a manifest: the layout of
+  // the values before the node, found without waiting.
+  test::MemSiblings siblings(self);
+  for (const auto& [path, bytes] : db.files) {
+    if (path.starts_with("d/") && path != self) siblings.Put(path, *bytes);
+  }
+  std::optional<FileLayout> l = OcdbtDataLayoutFromSiblings(src, siblings, std::chrono::milliseconds(0));
+  ASSERT_TRUE(l.has_value());
+  EXPECT_EQ(l->format, "orbax-ocdbt");
+  EXPECT_EQ(l->tensors.size(), 3u);
+  for (const TensorRegion& t : l->tensors) EXPECT_LE(t.offset + t.length, last->node.offset);
+  // Values alone, no node anywhere: nothing.
+  Bytes values(8192, 0x3f);
+  EXPECT_FALSE(formats::OcdbtLastNode(SpanSource(values), self).ok());
 }
 
 // Arrays move within an Orbax data file from save to save: its packs take
