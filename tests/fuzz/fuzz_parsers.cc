@@ -108,6 +108,11 @@ void Run(const ByteSource& src) {
   if (mlen > size - 2) return;
   const ckptfs::SubSource manifest(src, 2, mlen), data(src, 2 + mlen, size - 2 - mlen);
   (void)f::StartsWithOcdbtNode(data);
+  // The data file's own last node (ending it, or followed by values).
+  for (bool at_end : {true, false}) {
+    auto node = at_end ? f::OcdbtTailNode(data, "d/x") : f::OcdbtLastNode(data, "d/x");
+    if (node.ok() && !f::InRange(node->node.offset, node->node.length, data.size())) std::abort();
+  }
   auto root = f::ReadOcdbtManifest(manifest);
   if (!root.ok()) return;
   f::OcdbtOpener open = [&](const std::string&) -> Result<std::shared_ptr<const ByteSource>> {
