@@ -10,7 +10,9 @@
 # onnx.save models (tests/data/onnx, also with external data), flax to_bytes
 # (tests/data/flax), h5py and Keras 3 files (tests/data/hdf5),
 # orbax-checkpoint OCDBT databases (tests/data/orbax: the manifest and the
-# data file holding the tree's root, as fuzz_ocdbt reads them),
+# data file holding the tree's root, as fuzz_ocdbt reads them), orbax's
+# legacy per-array zarr chunks (use_ocdbt=False, raw and zstd: each chunk
+# file's name and size with the .zarray beside it),
 # torch.distributed.checkpoint) plus small handmade ones, then runs every
 # target for the given time with -timeout=10 (an input taking longer is a
 # hang). `jobs` > 1 runs that many libFuzzer workers per target.
@@ -29,7 +31,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=$ROOT/build-fuzz
 SEEDS=$BUILD/seeds
 TARGETS=(fuzz_layout fuzz_pickle fuzz_torch_zip fuzz_torch_legacy fuzz_dcp fuzz_safetensors fuzz_npy fuzz_npz
-  fuzz_gguf fuzz_tf_index fuzz_onnx fuzz_onnx_external fuzz_flax_msgpack fuzz_hdf5 fuzz_ocdbt fuzz_lossless_decode fuzz_tensor_chunk fuzz_delta_chunk fuzz_delta_roundtrip fuzz_lossy_chunk
+  fuzz_gguf fuzz_tf_index fuzz_onnx fuzz_onnx_external fuzz_flax_msgpack fuzz_hdf5 fuzz_ocdbt fuzz_zarr_chunk fuzz_lossless_decode fuzz_tensor_chunk fuzz_delta_chunk fuzz_delta_roundtrip fuzz_lossy_chunk
   fuzz_lossy_roundtrip fuzz_pack)
 command -v clang++ >/dev/null || { echo "clang++ not found (apt-get install -y clang)" >&2; exit 1; }
 
@@ -58,7 +60,7 @@ skipped = []
 def w(target, name, b):
     with open(os.path.join(out, target, name), "wb") as f:
         f.write(b)
-    if target != "layout" and target != "pickle" and target != "lossless_decode":
+    if target not in ("layout", "pickle", "lossless_decode", "zarr_chunk"):  # zarr_chunk's are not files
         with open(os.path.join(out, "layout", target + "-" + name), "wb") as f:
             f.write(b)
 def attempt(what, fn):
@@ -180,6 +182,39 @@ def tf_seeds():
         os.path.join(d, "sh"), options=tf.train.CheckpointOptions(experimental_sharding_callback=pol))
     w("tf_index", "sharded.index", open(p + ".index", "rb").read())
 attempt("tensorflow", tf_seeds)
+
+# ---- orbax's legacy per-array zarr layout (use_ocdbt=False): fuzz_zarr_chunk's
+# input is a chunk file's size (8 bytes LE), a 1-byte name length, its name,
+# then the .zarray beside it.
+def zarr_chunk(size, name, zarray):
+    return struct.pack("<QB", size, len(name)) + name.encode() + zarray
+w("zarr_chunk", "hand-0.0", zarr_chunk(48, "0.0", json.dumps(
+    {"chunks": [3, 4], "compressor": None, "dimension_separator": ".", "dtype": "<f4", "fill_value": None,
+     "filters": None, "order": "C", "shape": [3, 4], "zarr_format": 2}).encode()))
+w("zarr_chunk", "hand-wrap", zarr_chunk(4, "0", json.dumps(  # 4 * (2^62 + 1) bytes wrap to 4
+    {"chunks": [2**62 + 1], "compressor": None, "dtype": "<f4", "filters": None, "order": "C",
+     "zarr_format": 2}).encode()))
+def orbax_legacy_seeds():
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    import jax
+    import numpy as np
+    import orbax.checkpoint as ocp
+    tree = {"params": {"w": np.arange(12, dtype=np.float32).reshape(3, 4), "b": np.ones(5, np.float16)},
+            "step": np.int32(3), "m": np.zeros((2, 3, 4), jax.numpy.bfloat16), "big": np.ones((300, 70), np.float32)}
+    tree = jax.tree_util.tree_map(jax.numpy.asarray, tree)
+    for comp in (False, True):
+        d = os.path.join(tmp, "legacy%d" % comp)
+        ocp.Checkpointer(ocp.PyTreeCheckpointHandler(use_ocdbt=False, use_compression=comp)).save(
+            d, args=ocp.args.PyTreeSave(tree))
+        for a in sorted(os.listdir(d)):
+            z = os.path.join(d, a, ".zarray")
+            if not os.path.isfile(z):
+                continue
+            for c in sorted(os.listdir(os.path.join(d, a))):
+                if not c.startswith("."):
+                    w("zarr_chunk", "legacy%d-%s-%s" % (comp, a, c), zarr_chunk(
+                        os.path.getsize(os.path.join(d, a, c)), c, open(z, "rb").read()))
+attempt("orbax-checkpoint (legacy zarr)", orbax_legacy_seeds)
 
 shutil.rmtree(tmp, ignore_errors=True)
 for what in skipped:

@@ -75,7 +75,12 @@ class Lookup {
       if (!f.ok()) return void(last = f.status());
       if (!best || f->described > best->described) best = std::move(f).value();
     };
-    if (Result<formats::OcdbtRoot> r = formats::OcdbtTailNode(file_, self_); r.ok()) consider("self", From(*r));
+    if (Result<formats::OcdbtRoot> r = formats::OcdbtTailNode(file_, self_); r.ok()) {
+      consider("self", From(*r));
+    } else if (Result<formats::OcdbtRoot> mid = formats::OcdbtLastNode(file_, self_); mid.ok()) {
+      // The next commit's values after this commit's node (OcdbtLastNode).
+      consider("self@" + std::to_string(mid->node.offset), From(*mid));
+    }
     for (const auto& [name, candidate] : by_name_) {
       Result<std::shared_ptr<const ByteSource>> src = siblings_.Open(candidate);
       if (!src.ok()) {
@@ -140,7 +145,11 @@ std::optional<uint64_t> OcdbtTailNodeStart(const ByteSource& file) {
 }
 
 std::optional<uint64_t> OcdbtTailReadableFrom(const ByteSource& file) {
-  const std::optional<uint64_t> start = OcdbtTailNodeStart(file);
+  std::optional<uint64_t> start = OcdbtTailNodeStart(file);
+  if (!start) {
+    Result<formats::OcdbtRoot> mid = formats::OcdbtLastNode(file, "");
+    if (mid.ok()) start = mid->node.offset;
+  }
   if (!start) return std::nullopt;
   return *start / kOcdbtTailPage * kOcdbtTailPage;
 }

@@ -33,8 +33,10 @@ std::optional<FileLayout> OcdbtDataLayoutFromSiblings(const ByteSource& file, Si
 std::optional<uint64_t> OcdbtTailNodeStart(const ByteSource& file);
 
 // Where the bytes of `file` begin that a lossy seal leaves as written, when
-// it ends with a B+tree node: the start of the page (kOcdbtTailPage) that
-// holds the node's first byte. A commit of TensorStore's writer may put the
+// it ends with a B+tree node, or holds one followed by the next commit's
+// values (formats::OcdbtLastNode: TensorStore reads that node back before
+// it writes the nodes describing those values, as with a tail node): the
+// start of the page (kOcdbtTailPage) that holds the node's first byte. A commit of TensorStore's writer may put the
 // next commit's values before its own node, and the next commit reads that
 // node back before it writes the nodes describing those values; reads from
 // there on of a closed file therefore need not wait for its lossy seal

@@ -461,7 +461,8 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
     // were served stays as it is.
     if (policy.lossy()) {
       if (const size_t n = KeepOcdbtTailExact(file, &layout); n > 0) {
-        spdlog::info("{}: {} tensor(s) overlapping the B+tree node that ends the file stay exact", ctx, n);
+        spdlog::info("{}: {} tensor(s) overlapping the page of the file's last B+tree node or after it stay exact", ctx,
+                     n);
       }
     }
     tensors = TensorRangesOf(layout);

@@ -358,7 +358,12 @@ Result<std::vector<OcdbtEntry>> ListOcdbt(const OcdbtRoot& root, const OcdbtOpen
   return out;
 }
 
-Result<OcdbtRoot> OcdbtTailNode(const ByteSource& src, const std::string& path) {
+namespace {
+
+// The last B+tree node (magic, length and CRC32C agree) among the last
+// kMaxTailNodeSearch bytes of `src`; with `at_end`, only one that ends the
+// file or its zero padding.
+Result<OcdbtRoot> LastNode(const ByteSource& src, const std::string& path, bool at_end) {
   const uint64_t size = src.size();
   const uint64_t span = std::min<uint64_t>(size, kMaxTailNodeSearch);
   std::vector<uint8_t> tail(span);
@@ -374,23 +379,35 @@ Result<OcdbtRoot> OcdbtTailNode(const ByteSource& src, const std::string& path) 
     if (tail[i] != 0x0c || tail[i + 1] != 0xdb || tail[i + 2] != 0x20 || tail[i + 3] != 0xde) continue;
     uint64_t len = 0;
     for (unsigned b = 0; b < 8; ++b) len |= static_cast<uint64_t>(tail[i + 4 + b]) << (8 * b);
-    if (len < kOuterHeader + kCrcBytes || len > span - i || i + len < nonzero_end ||
-        span - (i + len) >= kMaxOcdbtPadding) {
-      continue;
-    }
+    if (len < kOuterHeader + kCrcBytes || len > span - i) continue;
+    if (at_end && (i + len < nonzero_end || span - (i + len) >= kMaxOcdbtPadding)) continue;
     std::span<const uint8_t> node(tail.data() + i, len);
     uint32_t crc = 0;
     for (unsigned b = 0; b < 4; ++b) crc |= static_cast<uint32_t>(node[len - 4 + b]) << (8 * b);
     if (Crc32c(node.first(len - kCrcBytes)) != crc) continue;
-    ASSIGN_OR_RETURN(OcdbtNode decoded, DecodeOcdbtNode(node, "", ""));
+    Result<OcdbtNode> decoded = DecodeOcdbtNode(node, "", "");
+    if (!decoded.ok()) {
+      if (at_end) return decoded.status();
+      continue;
+    }
     OcdbtRoot root;
     root.node.path = path;
     root.node.offset = size - span + i;
     root.node.length = len;
-    root.height = decoded.height;
+    root.height = decoded->height;
     return root;
   }
-  return Malformed("ocdbt: " + path + " does not end with a B+tree node");
+  return Malformed("ocdbt: " + path + (at_end ? " does not end with a B+tree node" : " holds no B+tree node"));
+}
+
+}  // namespace
+
+Result<OcdbtRoot> OcdbtTailNode(const ByteSource& src, const std::string& path) {
+  return LastNode(src, path, /*at_end=*/true);
+}
+
+Result<OcdbtRoot> OcdbtLastNode(const ByteSource& src, const std::string& path) {
+  return LastNode(src, path, /*at_end=*/false);
 }
 
 bool LooksLikeOcdbtDataName(std::string_view name) {
@@ -436,12 +453,6 @@ Result<std::vector<uint64_t>> Dims(const json& v) {
   return d;
 }
 
-uint64_t Product(const std::vector<uint64_t>& d) {
-  uint64_t p = 1;
-  for (uint64_t x : d) p = (x != 0 && p > UINT64_MAX / x) ? UINT64_MAX : p * x;
-  return p;
-}
-
 // How one array's chunks are stored, when they are raw little-endian
 // elements; why not otherwise.
 struct ZarrArray {
@@ -453,6 +464,16 @@ struct ZarrArray {
   bool index_at_end = true;
   std::string why_not;  // non-empty: chunks are not raw (compressed, filtered, big-endian, order F)
 };
+
+// The bytes of one raw chunk; nothing when that is zero or overflows 64
+// bits (a wrapped product once matched small values and files, giving
+// tensors whose shape did not fit their bytes: fuzz_zarr_chunk).
+std::optional<uint64_t> RawChunkBytes(const ZarrArray& a) {
+  const std::optional<uint64_t> n = NumElements(a.chunk);
+  const std::optional<uint64_t> bytes = n ? CheckedMul(*n, DTypeSize(a.dtype)) : std::nullopt;
+  if (!bytes || *bytes == 0) return std::nullopt;
+  return bytes;
+}
 
 ZarrArray Zarr2(const json& m) {
   ZarrArray a;
@@ -504,8 +525,11 @@ ZarrArray Zarr3(const json& m) {
   a.index_at_end = cfg.value("index_location", "end") == "end";
   for (size_t i = 0; i < a.chunk.size(); ++i) {
     if ((*inner)[i] == 0) return NotRaw(std::move(a), "bad shard chunks");
-    a.inner_per_shard *= (a.chunk[i] + (*inner)[i] - 1) / (*inner)[i];
-    if (a.inner_per_shard > kMaxEntries) return NotRaw(std::move(a), "too many chunks per shard");
+    const uint64_t across = a.chunk[i] / (*inner)[i] + (a.chunk[i] % (*inner)[i] != 0);
+    if (across > kMaxEntries || a.inner_per_shard * across > kMaxEntries) {  // both <= kMaxEntries: no overflow
+      return NotRaw(std::move(a), "too many chunks per shard");
+    }
+    a.inner_per_shard *= across;
   }
   a.chunk = *inner;
   return a;
@@ -543,7 +567,12 @@ struct LayoutBuilder {
       ++compressed[a.why_not.empty() ? "unknown dtype" : a.why_not];
       return Status::Ok();
     }
-    const uint64_t chunk_bytes = Product(a.chunk) * DTypeSize(a.dtype);
+    const std::optional<uint64_t> raw_bytes = RawChunkBytes(a);
+    if (!raw_bytes) {
+      ++compressed["of no raw chunk size"];
+      return Status::Ok();
+    }
+    const uint64_t chunk_bytes = *raw_bytes;
     if (!a.sharded) {
       if (e.ref->length == chunk_bytes) Add(e.key, array, a, e.ref->offset, e.ref->length);
       return Status::Ok();
@@ -646,7 +675,7 @@ Result<FileLayout> ZarrChunkFileLayout(std::string_view zarray, const std::strin
     l.note = "chunk " + (a.why_not.empty() ? std::string("of unknown dtype") : a.why_not) + " (left as bytes)";
     return l;
   }
-  if (Product(a.chunk) * DTypeSize(a.dtype) != size) {
+  if (RawChunkBytes(a) != size) {
     l.note = "chunk of " + std::to_string(size) + " bytes is not one raw chunk";
     return l;
   }

@@ -98,6 +98,14 @@ inline constexpr uint64_t kMaxTailNodeSearch = 4u << 20;
 inline constexpr uint64_t kMaxOcdbtPadding = 4096;
 Result<OcdbtRoot> OcdbtTailNode(const ByteSource& src, const std::string& path);
 
+// The last B+tree node within the last kMaxTailNodeSearch bytes of `src`,
+// whatever follows it: TensorStore may write a commit's nodes, then the
+// next commit's values after them in the same file (seen with
+// orbax-checkpoint 0.12.8: a 361-byte root, then 40 KB of values, then
+// zeros), and writes the nodes describing those values only after reading
+// this node back.
+Result<OcdbtRoot> OcdbtLastNode(const ByteSource& src, const std::string& path);
+
 // A data file's name as OCDBT writes them: 32 lowercase hex digits.
 bool LooksLikeOcdbtDataName(std::string_view name);
 

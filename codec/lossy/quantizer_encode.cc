@@ -37,6 +37,23 @@ constexpr double kPruneShares[] = {0.05, 0.2, 0.4, 0.6, 0.8, 0.95};
 constexpr double kEscapeShares[] = {0.0, 0.002, 0.02};
 // Fits are estimates from a histogram; leave room for the exact check.
 constexpr double kFitSlack = 0.95;
+// A base whose element cannot predict (non-finite; in the log domain also
+// negative) where the element itself is fine makes that element an escape,
+// stored at full width. A base with more than one such element in this many
+// is not a predecessor of the piece: the predecessor's bytes at this place
+// belong to another array (a chunk straddling two arrays of an Orbax data
+// file that moved between saves: a second moment predicted from weights
+// escaped half its elements and cost twice a keyframe).
+constexpr size_t kMaxBaseEscapeShare = 64;
+
+// Whether to predict from the base, given the weighted squared errors
+// against it and against zero over the elements both can predict, and how
+// many elements only the base cannot predict.
+bool UseBase(const PieceInput& in, double e_base, double e_zero, size_t base_escapes, size_t n) {
+  if (in.base.empty()) return false;
+  if (in.choice != nullptr) return in.choice->against_base;
+  return e_base <= e_zero && base_escapes * kMaxBaseEscapeShare <= n;
+}
 
 // The residuals the search works on, with everything it needs per element.
 struct Analysis {
@@ -54,18 +71,26 @@ template <DType T>
 void AnalyseValuesOf(const PieceSpec& spec, const PieceInput& in, Analysis* a) {
   const size_t n = a->n;
   const bool has_base = !in.base.empty();
-  double e_zero = 0, e_base = 0;
+  // e_zero: over the elements the base can predict too (to compare with
+  // e_base); e_all: over all (the budget).
+  double e_zero = 0, e_base = 0, e_all = 0;
+  size_t base_escapes = 0;
   // Coded again as chosen: the budget is not needed, only the predictor.
   for (size_t i = 0; i < n && in.choice == nullptr; ++i) {
     const float x = BitsToFloat(T, LoadBits(T, in.x.data(), i));
     const float p = has_base ? BitsToFloat(T, LoadBits(T, in.base.data(), i)) : 0.0f;
     const double w = in.weight.empty() ? 1.0 : static_cast<double>(in.weight[i]);
-    if (ValueUnusable(x) || ValueUnusable(p)) continue;
+    if (ValueUnusable(x)) continue;
+    e_all += w * double(x) * double(x);
+    if (ValueUnusable(p)) {
+      ++base_escapes;
+      continue;
+    }
     e_zero += w * double(x) * double(x);
     e_base += w * (double(x) - double(p)) * (double(x) - double(p));
   }
-  a->against_base = has_base && (in.choice != nullptr ? in.choice->against_base : e_base <= e_zero);
-  a->budget = spec.target * spec.target * e_zero;
+  a->against_base = UseBase(in, e_base, e_zero, base_escapes, n);
+  a->budget = spec.target * spec.target * e_all;
   if (a->against_base && spec.residual_cap > 0) {
     a->budget = std::min(a->budget, spec.residual_cap * spec.residual_cap * e_base);
   }
@@ -85,14 +110,19 @@ void AnalyseLogBitsOf(const PieceSpec& spec, const PieceInput& in, Analysis* a) 
   const bool has_base = !in.base.empty();
   const double unit = std::ldexp(1.0, -static_cast<int>(MantissaBits(T)));
   double e_zero = 0, e_base = 0;
+  size_t base_escapes = 0;
   for (size_t i = 0; i < n && in.choice == nullptr; ++i) {
     const uint32_t x = LoadBits(T, in.x.data(), i);
     const uint32_t p = has_base ? LoadBits(T, in.base.data(), i) : 0;
-    if (BitsNegativeOrNonFinite(T, x) || BitsNegativeOrNonFinite(T, p)) continue;
+    if (BitsNegativeOrNonFinite(T, x)) continue;
+    if (BitsNegativeOrNonFinite(T, p)) {
+      ++base_escapes;
+      continue;
+    }
     e_zero += double(x) * double(x);
     e_base += (double(x) - double(p)) * (double(x) - double(p));
   }
-  a->against_base = has_base && (in.choice != nullptr ? in.choice->against_base : e_base <= e_zero);
+  a->against_base = UseBase(in, e_base, e_zero, base_escapes, n);
   a->budget = spec.target * spec.target * static_cast<double>(n);
   for (size_t i = 0; i < n; ++i) {
     const uint32_t x = LoadBits(T, in.x.data(), i);

@@ -6,14 +6,15 @@
 #include <cstdint>
 #include <cstdlib>
 #include <span>
+#include <string>
 
 #include "codec/formats/gguf.h"
 #include "codec/formats/hdf5.h"
 #include "codec/formats/layout.h"
 #include "codec/formats/limits.h"
 #include "codec/formats/msgpack.h"
-#include "codec/formats/ocdbt.h"
 #include "codec/formats/numpy.h"
+#include "codec/formats/ocdbt.h"
 #include "codec/formats/onnx.h"
 #include "codec/formats/safetensors.h"
 #include "codec/formats/tf_bundle.h"
@@ -107,6 +108,11 @@ void Run(const ByteSource& src) {
   if (mlen > size - 2) return;
   const ckptfs::SubSource manifest(src, 2, mlen), data(src, 2 + mlen, size - 2 - mlen);
   (void)f::StartsWithOcdbtNode(data);
+  // The data file's own last node (ending it, or followed by values).
+  for (bool at_end : {true, false}) {
+    auto node = at_end ? f::OcdbtTailNode(data, "d/x") : f::OcdbtLastNode(data, "d/x");
+    if (node.ok() && !f::InRange(node->node.offset, node->node.length, data.size())) std::abort();
+  }
   auto root = f::ReadOcdbtManifest(manifest);
   if (!root.ok()) return;
   f::OcdbtOpener open = [&](const std::string&) -> Result<std::shared_ptr<const ByteSource>> {
@@ -118,6 +124,27 @@ void Run(const ByteSource& src) {
     if (e.ref && e.ref->path.size() > f::kMaxNameBytes) std::abort();
   }
   Check(f::OcdbtDataLayout(*keys, root->node.path, data.size(), open), data.size());
+#elif defined(CKPTFS_FUZZ_ZARR_CHUNK)
+  // Input: the chunk file's size (8 bytes, little-endian), a 1-byte
+  // length, the chunk file's name of that length, then the `.zarray` text
+  // beside it. The chunk's bytes are never read: its layout follows from
+  // its name, its size and the metadata.
+  uint8_t head[9];
+  if (size < sizeof head || !src.ReadAt(0, head).ok()) return;
+  uint64_t chunk_size = 0;
+  for (int i = 7; i >= 0; --i) chunk_size = chunk_size << 8 | head[i];
+  if (head[8] > size - sizeof head) return;
+  auto text = [&](uint64_t off, uint64_t len) {
+    std::string t(len, '\0');
+    return src.ReadAt(off, std::span(reinterpret_cast<uint8_t*>(t.data()), t.size())).ok() ? t : std::string();
+  };
+  const std::string key = text(sizeof head, head[8]),
+                    zarray = text(sizeof head + head[8], size - sizeof head - head[8]);
+  const bool chunk_name = f::LooksLikeZarrChunkName(key);
+  auto l = f::ZarrChunkFileLayout(zarray, "params.w", key, chunk_size);
+  if (l.ok() && !chunk_name) std::abort();  // only chunk names are chunks
+  if (l.ok() && (l->lossy_allowed || l->tensors.size() > 1)) std::abort();
+  Check(l, chunk_size);
 #else
 #error "define one CKPTFS_FUZZ_<PARSER>"
 #endif

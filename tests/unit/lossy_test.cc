@@ -151,6 +151,35 @@ TEST(LossyPiece, SecondMomentsInTheLogDomainKeepZerosAndSigns) {
   }
 }
 
+// A second moment whose "base" is another array's bytes (weights, half of
+// them negative: the predecessor's bytes at this place of an Orbax data
+// file whose arrays moved) is coded without it: against it, every element
+// over a negative base was an escape at full width, twice a keyframe's size.
+// A base of a few such elements among many is still used.
+TEST(LossyPiece, ABaseThatWouldEscapeManyElementsIsNotUsed) {
+  std::mt19937 g(9);
+  std::exponential_distribution<float> d(1.0f);
+  std::vector<float> v(1 << 15), near(v.size());
+  for (size_t i = 0; i < v.size(); ++i) v[i] = 1e-8f * std::exp(4 * d(g));
+  for (size_t i = 0; i < v.size(); ++i) near[i] = v[i] * (i % 1024 == 0 ? -1.0f : 1.001f);
+  const std::vector<uint8_t> x = Floats(v), weights = Floats(Normal(v.size(), 0.02f, 10));
+  const PieceSpec spec{DType::kF32, Domain::kLogBits, 0.5};
+  Coded key = Encode(spec, x);
+  Coded wrong = Encode(spec, x, weights);
+  EXPECT_FALSE(wrong.outcome.against_base);
+  EXPECT_LE(wrong.blob.size(), key.blob.size() + 16);
+  EXPECT_LE(MeasureError(spec, x, wrong.recon), 0.5);
+  ExpectDecodesToRecon(wrong, weights);
+  Coded close = Encode(spec, x, Floats(near));
+  EXPECT_TRUE(close.outcome.against_base);
+  EXPECT_LT(close.blob.size(), key.blob.size());
+  ExpectDecodesToRecon(close, Floats(near));
+  // The same in the value domain, for a base of NaNs.
+  std::vector<float> nan(v.size(), std::numeric_limits<float>::quiet_NaN());
+  Coded value = Encode(PieceSpec{DType::kF32, Domain::kValue, 0.05}, weights, Floats(nan));
+  EXPECT_FALSE(value.outcome.against_base);
+}
+
 TEST(LossyPiece, NonFiniteValuesStayExact) {
   std::vector<float> v = Normal(8192, 1.0f, 8);
   v[10] = std::numeric_limits<float>::quiet_NaN();

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -262,6 +263,46 @@ TEST(OcdbtTest, ANodeStartingMidPageIsReadableFromItsPage) {
   EXPECT_EQ(l.tensors[0].offset, before.offset);
 }
 
+// TensorStore may write a commit's root node, then the next commit's values
+// after it, then zeros (orbax-checkpoint 0.12.8 in the Orbax series: a
+// 361-byte node, 40 KB of a kernel's first moment, 3735 zeros), and writes
+// the nodes describing those values only once it has read that root back.
+// The seal reads the layout from that node at once, and reads from its page
+// on do not wait for the seal (they waited 3 s for nodes that could not
+// come, and the file was sealed as unknown bytes at 1.08x).
+TEST(OcdbtTest, ANodeFollowedByTheNextCommitsValuesGivesTheLayout) {
+  Db db("raw");
+  const std::string self = db.Largest();
+  const Bytes& original = *db.files.at(self);
+  Result<formats::OcdbtRoot> tail = formats::OcdbtTailNode(SpanSource(original), self);
+  ASSERT_TRUE(tail.ok()) << tail.status().message();
+  Bytes more = original;
+  more.insert(more.end(), 40960, 0x3f);
+  more.resize((more.size() / 4096 + 1) * 4096, 0);
+  const SpanSource src(more);
+  EXPECT_FALSE(formats::OcdbtTailNode(src, self).ok());
+  EXPECT_FALSE(OcdbtTailNodeStart(src).has_value());
+  Result<formats::OcdbtRoot> last = formats::OcdbtLastNode(src, self);
+  ASSERT_TRUE(last.ok()) << last.status().message();
+  EXPECT_EQ(last->node.offset, tail->node.offset);
+  EXPECT_EQ(last->node.length, tail->node.length);
+  EXPECT_EQ(OcdbtTailReadableFrom(src), std::optional<uint64_t>(tail->node.offset / kOcdbtTailPage * kOcdbtTailPage));
+  // The data file among its siblings, without a manifest: the layout of
+  // the values before the node, found without waiting.
+  test::MemSiblings siblings(self);
+  for (const auto& [path, bytes] : db.files) {
+    if (path.starts_with("d/") && path != self) siblings.Put(path, *bytes);
+  }
+  std::optional<FileLayout> l = OcdbtDataLayoutFromSiblings(src, siblings, std::chrono::milliseconds(0));
+  ASSERT_TRUE(l.has_value());
+  EXPECT_EQ(l->format, "orbax-ocdbt");
+  EXPECT_EQ(l->tensors.size(), 3u);
+  for (const TensorRegion& t : l->tensors) EXPECT_LE(t.offset + t.length, last->node.offset);
+  // Values alone, no node anywhere: nothing.
+  Bytes values(8192, 0x3f);
+  EXPECT_FALSE(formats::OcdbtLastNode(SpanSource(values), self).ok());
+}
+
 // Arrays move within an Orbax data file from save to save: its packs take
 // chunks of at most 1 MiB, other files the mount's size.
 TEST(OcdbtTest, DataFilesOfSeveralArraysTakeSmallerChunks) {
@@ -312,6 +353,42 @@ TEST(OcdbtTest, LegacyZarrChunkFilesAreOneTensorEach) {
   for (const char* bad : {"", ".0", "0.", "0..1", "a.0", "0/1", ".zarray"}) {
     EXPECT_FALSE(formats::LooksLikeZarrChunkName(bad)) << bad;
   }
+}
+
+// A chunk shape whose byte count wraps past 64 bits describes no file:
+// 2^62 + 1 floats once wrapped to 4 bytes and 2^62 to 0, so a 4-byte or an
+// empty chunk file got a tensor of that shape (found by fuzz_zarr_chunk).
+TEST(OcdbtTest, LegacyZarrChunkOfAnOverflowingShapeIsNoTensor) {
+  for (const auto& [dims, size] : {std::pair<const char*, uint64_t>{"[4611686018427387905]", 4},
+                                   {"[4611686018427387904]", 0},
+                                   {"[4294967296,4294967296]", 0},
+                                   {"[0,3]", 0}}) {
+    const std::string zarray = std::string(R"({"chunks":)") + dims +
+                               R"(,"compressor":null,"dtype":"<f4","filters":null,"order":"C","zarr_format":2})";
+    const std::string key = std::string(dims).find(',') == std::string::npos ? "0" : "0.0";
+    Result<FileLayout> l = formats::ZarrChunkFileLayout(zarray, "a", key, size);
+    ASSERT_TRUE(l.ok()) << dims << ": " << l.status().message();
+    EXPECT_TRUE(l->tensors.empty()) << dims;
+  }
+}
+
+// The same shapes inside an OCDBT database: a 4-byte value is no chunk of
+// 2^62 + 1 floats, and the note says why it was left as bytes.
+TEST(OcdbtTest, AnOverflowingChunkShapeInTheDatabaseIsNoTensor) {
+  const std::string self = "d/00000000000000000000000000000000";
+  std::vector<formats::OcdbtEntry> keys;
+  keys.push_back({"a/.zarray", std::nullopt,
+                  R"({"chunks":[4611686018427387905],"compressor":null,"dtype":"<f4","filters":null,)"
+                  R"("order":"C","shape":[4611686018427387905],"zarr_format":2})"});
+  keys.push_back({"a/0", formats::OcdbtRef{self, 0, 4, ""}, ""});
+  const Bytes data(4, 0);
+  const formats::OcdbtOpener open = [&](const std::string&) -> Result<std::shared_ptr<const ByteSource>> {
+    return std::shared_ptr<const ByteSource>(std::make_shared<SpanSource>(data));
+  };
+  Result<FileLayout> l = formats::OcdbtDataLayout(keys, self, data.size(), open);
+  ASSERT_TRUE(l.ok()) << l.status().message();
+  EXPECT_TRUE(l->tensors.empty());
+  EXPECT_NE(l->note.find("no raw chunk size"), std::string::npos) << l->note;
 }
 
 // The store finds a chunk's .zarray among its siblings.

@@ -606,7 +606,8 @@ TEST(RolesTest, OptaxMuAndNuTreesAreAdamMomentsOfTheirParameters) {
 // TensorStore may put mu and nu of one save in different Orbax data files:
 // a nu whose mu the save's tree holds is Adam's v; one without a mu
 // anywhere stays exact (as a weight it could turn negative, and Adam's
-// sqrt(v) NaN); a mu without its nu is coded as a weight.
+// sqrt(v) NaN); a mu whose nu the save's tree holds is Adam's m (without
+// a v in this file), one without a nu anywhere a weight.
 TEST(RolesTest, ANuWithoutItsMuTwinStaysExact) {
   FileLayout l;
   l.format = "orbax-ocdbt";
@@ -626,9 +627,20 @@ TEST(RolesTest, ANuWithoutItsMuTwinStaysExact) {
   l.save_arrays = {"opt_state.0.mu.params.a.kernel", "opt_state.0.mu.params.b.kernel",
                    "opt_state.0.nu.params.a.kernel", "opt_state.0.nu.params.b.kernel", "params.params.b.kernel"};
   r = AssignRoles(l);
-  EXPECT_EQ(r[0].role, TensorRole::kWeight);
+  EXPECT_EQ(r[0].role, TensorRole::kAdamM);
+  EXPECT_EQ(r[0].partner_v, -1);
   EXPECT_EQ(r[1].role, TensorRole::kAdamV);
   EXPECT_EQ(r[2].role, TensorRole::kWeight);
+  // A file of mu alone (the rest of the save in another data file), as in
+  // the Orbax series: every mu is Adam's m.
+  FileLayout m;
+  m.format = "orbax-ocdbt";
+  m.tensors = {l.tensors[0]};
+  m.save_arrays = l.save_arrays;
+  r = AssignRoles(m);
+  EXPECT_EQ(r[0].role, TensorRole::kAdamM);
+  m.save_arrays = {"opt_state.0.mu.params.a.kernel", "params.params.b.kernel"};
+  EXPECT_EQ(AssignRoles(m)[0].role, TensorRole::kWeight);
 }
 
 }  // namespace
