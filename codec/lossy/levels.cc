@@ -138,6 +138,30 @@ LevelFit LevelFitter::Fit(size_t k, int iterations) const {
   return fit;
 }
 
+void LevelFitter::PreserveEnergy(LevelFit* fit) const {
+  if (fit->levels.empty()) return;
+  std::vector<double> bounds = LevelBounds(fit->levels);
+  double in = 0, out = 0;
+  for (size_t bi = 0; bi < bins_.size(); ++bi) {
+    const double c = fit->levels[NearestLevel(bounds, means_[bi])];
+    in += bins_[bi].wrr;
+    out += c * c * bins_[bi].w;
+  }
+  if (!(out > 0) || !(in > out) || !std::isfinite(in)) return;
+  const double g = std::sqrt(in / out);
+  for (double& l : fit->levels) l *= g;
+  bounds = LevelBounds(fit->levels);
+  fit->counts.assign(fit->levels.size(), 0);
+  double err = 0;
+  for (size_t bi = 0; bi < bins_.size(); ++bi) {
+    const size_t j = NearestLevel(bounds, means_[bi]);
+    const double c = fit->levels[j];
+    err += bins_[bi].wrr - 2 * c * bins_[bi].wr + c * c * bins_[bi].w;
+    fit->counts[j] += bins_[bi].count;
+  }
+  fit->error = std::max(0.0, err);
+}
+
 LevelFit FitLevels(const ResidualHistogram& h, size_t k, int iterations) { return LevelFitter(h).Fit(k, iterations); }
 
 std::vector<double> LevelBounds(std::span<const double> levels) {

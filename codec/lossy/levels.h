@@ -77,6 +77,10 @@ class LevelFitter {
   explicit LevelFitter(const ResidualHistogram& h);
   // k levels minimising the weighted squared error of the histogram's values.
   LevelFit Fit(size_t k, int iterations = 16) const;
+  // Scales fit's levels by sqrt(energy of the values / energy of their
+  // levels) (never down), then recomputes its counts and error with the
+  // values assigned to the nearest scaled level.
+  void PreserveEnergy(LevelFit* fit) const;
 
  private:
   std::vector<Bin> bins_;      // the occupied ones, in order

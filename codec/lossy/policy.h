@@ -53,7 +53,7 @@ inline constexpr double kFisherFloor = 0.01;
 // to 16%. Coded to 0.5, m cost +1.31% on the panel's workload B; to 0.3,
 // -0.8%. The old rule, C/10 (m's error persisting ~10 steps, each charged a
 // full step), spent a third of the bytes on m.
-inline constexpr double kFirstMomentUpdateErrorPerStep = 0.3;
+inline constexpr double kFirstMomentUpdateErrorPerStep = 0.2;
 
 struct LossyPolicy {
   double fidelity = 0;  // 0: lossless; else the relative measure's bound (the fallback's, with step_budget)

@@ -78,6 +78,32 @@ TEST(LossyPiece, WeightsMeetTheTargetAndCompress) {
   }
 }
 
+// Coarse levels at conditional means shrink what they code (m's momentum,
+// in the one-step measure); preserve_energy scales them back out, at a
+// small cost in error, and the target still holds.
+TEST(LossyPiece, PreserveEnergyKeepsTheCodedEnergy) {
+  const std::vector<float> v = Normal(1 << 15, 1.0f, 21);
+  const std::vector<uint8_t> x = Floats(v);
+  auto energy = [](const std::vector<uint8_t>& b) {
+    double e = 0;
+    for (size_t i = 0; i < b.size() / 4; ++i) {
+      const double f = BitsToFloat(DType::kF32, LoadBits(DType::kF32, b.data(), i));
+      e += f * f;
+    }
+    return e;
+  };
+  PieceSpec spec{DType::kF32, Domain::kValue, 0.5};
+  const Coded plain = Encode(spec, x);
+  spec.preserve_energy = true;
+  const Coded kept = Encode(spec, x);
+  ExpectDecodesToRecon(kept);
+  EXPECT_LE(MeasureError(spec, x, kept.recon), 0.5);
+  const double e = energy(x);
+  EXPECT_LT(energy(plain.recon), 0.9 * e);  // shrunk by about 1 - error^2
+  EXPECT_GT(energy(kept.recon), energy(plain.recon));
+  EXPECT_GT(energy(kept.recon), 0.9 * e);
+}
+
 TEST(LossyPiece, LooserTargetsCostLess) {
   const std::vector<uint8_t> x = Floats(Normal(1 << 15, 1.0f, 2));
   size_t prev = SIZE_MAX;
