@@ -52,6 +52,8 @@ struct Metrics {
   Counter read_requests;      // FUSE read requests answered
   Counter chunk_decodes;      // chunks decoded (a file's or a delta base's), whoever asked
   Counter chunk_decoded_bytes;  // their decoded bytes: over read_bytes, the decode work per byte read
+  Counter chunk_decodes_ahead;  // of those, decoded by decode-ahead's pool rather than for a waiting read
+  Counter read_nanoseconds;     // from a FUSE read's arrival to its reply: over read_requests, the latency
   Counter eio_errors;         // requests answered EIO: a checksum or the backing store failed
   Counter enospc_errors;      // requests answered ENOSPC or EDQUOT
   Counter seal_failures;      // seals that failed and wait for a retry

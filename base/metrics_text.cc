@@ -68,6 +68,8 @@ void ReadCounters(const Metrics& m, MetricsSample* out) {
   out->read_requests = m.read_requests.value();
   out->chunk_decodes = m.chunk_decodes.value();
   out->chunk_decoded_bytes = m.chunk_decoded_bytes.value();
+  out->chunk_decodes_ahead = m.chunk_decodes_ahead.value();
+  out->read_seconds = static_cast<double>(m.read_nanoseconds.value()) / 1e9;
   out->eio_errors = m.eio_errors.value();
   out->enospc_errors = m.enospc_errors.value();
   out->seal_failures = m.seal_failures.value();
@@ -91,6 +93,10 @@ std::string FormatPrometheusText(const MetricsSample& s) {
   w.One("ckptfs_read_requests_total", "counter", "FUSE read requests answered.", s.read_requests);
   w.One("ckptfs_chunk_decodes_total", "counter", "Chunks decoded, of files and of delta bases.", s.chunk_decodes);
   w.One("ckptfs_chunk_decoded_bytes_total", "counter", "Decoded bytes of those chunks.", s.chunk_decoded_bytes);
+  w.One("ckptfs_chunk_decodes_ahead_total", "counter", "Of those chunks, the ones decode-ahead decoded.",
+        s.chunk_decodes_ahead);
+  w.One("ckptfs_read_seconds_total", "counter",
+        "Seconds FUSE read requests took from arrival to reply (over the requests: the mean latency).", s.read_seconds);
   w.One("ckptfs_chunk_cache_hits_total", "counter", "Reads of a decoded chunk found in the cache.", s.cache_hits);
   w.One("ckptfs_chunk_cache_misses_total", "counter", "Reads of a decoded chunk that decoded it.", s.cache_misses);
   w.One("ckptfs_chunk_cache_bytes", "gauge", "Bytes of decoded chunks in the cache.", s.cache_bytes);

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Sealing speed, per core, lossless and lossy: writes a checkpoint and its
 successor into a fresh mount per (binary, worker count, mode), waits for
-each seal, and reports MB/s per core two ways:
+each seal, and reports MB/s per core two ways (and the daemon's peak RSS):
 
   - per CPU second: file bytes / the daemon's CPU time (user + system, from
     /proc/PID/stat) spent while the file sealed. What a core sustains; it
@@ -13,9 +13,9 @@ each seal, and reports MB/s per core two ways:
     seal_workers).
 
 Workloads: `torch` (default), an fp32 `torch.save` of a model (a stack of
-1024x1024 linear layers) with its AdamW state after 2 steps, and its
-successor one step later; `npy`, a `.npy` of N(0, 0.02) weights and a
-successor with a third of them moved. Modes: lossless, and each `--lossy`
+1024x1024 linear layers; `--width` sets another width) with its AdamW
+state after 2 steps, and its successor one step later; `npy`, a `.npy` of
+N(0, 0.02) weights and a successor with a third of them moved. Modes: lossless, and each `--lossy`
 fidelity. Each seal's stored size is reported; lossy files also give the
 largest error the encoder measured per role (the file's
 user.ckptfs.lossy.error.* attributes). With `--baseline BIN` an older
@@ -26,7 +26,7 @@ worker count stores the same sizes and reads back the same bytes (the file
 as written for lossless, one reconstruction for lossy). Exit status 1 when
 a check fails.
 
-  .venv-debian/bin/python bench/bench_seal.py [--mib 256] [--workers 1,2]
+  .venv-debian/bin/python bench/bench_seal.py [--mib 256] [--width 1024] [--workers 1,2]
         [--workload torch|npy] [--lossy 0.05] [--baseline /tmp/ckptfs-main]
 """
 import argparse
@@ -47,8 +47,7 @@ ROLES = ("weights", "first_moments", "second_moments")
 TORCH_SCRIPT = r'''
 import sys, torch
 torch.manual_seed(0)
-mib, out = int(sys.argv[1]), sys.argv[2]
-d = 1024
+mib, out, d = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 layers = max(1, mib * (1 << 20) // (12 * (d * d + d)))
 model = torch.nn.Sequential(*[torch.nn.Linear(d, d) for _ in range(layers)])
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -60,12 +59,12 @@ for step in range(3):
 '''
 
 
-def torch_checkpoints(mib: int, work: str) -> list[str]:
-    subprocess.run([sys.executable, "-c", TORCH_SCRIPT, str(mib), work], check=True)
+def torch_checkpoints(mib: int, work: str, width: int = 1024) -> list[str]:
+    subprocess.run([sys.executable, "-c", TORCH_SCRIPT, str(mib), work, str(width)], check=True)
     return [os.path.join(work, f"step{i}.pt") for i in range(2)]
 
 
-def npy_checkpoints(mib: int, work: str) -> list[str]:
+def npy_checkpoints(mib: int, work: str, width: int = 0) -> list[str]:
     rng = np.random.default_rng(0)
     w = (rng.standard_normal(mib * (1 << 20) // 4, dtype=np.float32) * 0.02)
     paths = []
@@ -99,8 +98,18 @@ def lossy_errors(path: str) -> dict:
     return out
 
 
+def peak_rss_mib(pid: int) -> float:
+    """The daemon's peak resident set so far (VmHWM), MiB."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
 def seal_run(binary, files, work, tag, workers, opts):
-    """Seals `files` in order in a fresh mount; returns one dict per file."""
+    """Seals `files` in order in a fresh mount; returns one dict per file
+    (each with the daemon's peak RSS once that file is sealed)."""
     C.CKPTFS = binary
     backing, mnt = os.path.join(work, f"b-{tag}"), os.path.join(work, f"m-{tag}")
     C.mount(backing, mnt, [f"seal_workers={workers}", "device=cpu", "log_level=debug", *opts])
@@ -114,7 +123,7 @@ def seal_run(binary, files, work, tag, workers, opts):
             C.wait_sealed(mnt, poll=0.05)  # the successor is a delta against it
             u1, s1 = cpu_times(pid)
             out.append({"cpu": u1 - u0 + s1 - s0, "user": u1 - u0, "errors": lossy_errors(dst),
-                        "sha": C.sha256_file(dst)})
+                        "rss": peak_rss_mib(pid), "sha": C.sha256_file(dst)})
     finally:
         C.umount(mnt, backing)
     seals = SEAL_LINE.findall(open(os.path.join(backing, "ckptfs.log")).read())
@@ -127,7 +136,7 @@ def seal_run(binary, files, work, tag, workers, opts):
 def cell(r: dict, workers: int) -> str:
     mb = r["size"] / 1e6
     text = (f"{mb / r['cpu']:.0f} (user {mb / max(r['user'], 1e-3):.0f}) / {mb / (r['wall'] * workers):.0f} MB/s, "
-            f"{r['stored'] / 1e6:.2f} MB")
+            f"{r['stored'] / 1e6:.2f} MB, peak RSS {r['rss']:.0f} MiB")
     if r["errors"]:
         text += " (" + " ".join(f"{r['errors'][k]:.4f}" for k in ROLES if k in r["errors"]) + ")"
     return text
@@ -137,6 +146,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mib", type=int, default=256, help="checkpoint size")
     ap.add_argument("--workload", choices=("torch", "npy"), default="torch")
+    ap.add_argument("--width", type=int, default=1024,
+                    help="torch: the layers' width (at 4 GB, 1024 gives 341 layers, whose optimizer state is "
+                         "mostly untouched by gradients; 4096 gives 21, as deep as 256 MiB at 1024)")
     ap.add_argument("--workers", default="1,2")
     ap.add_argument("--lossy", default="0.05", help="comma-separated fidelities ('' for lossless only)")
     ap.add_argument("--rounds", type=int, default=1, help="rounds; each cell keeps its fastest (CPU) round")
@@ -151,7 +163,7 @@ def main():
     work = os.path.abspath(args.workdir)
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
-    files = (torch_checkpoints if args.workload == "torch" else npy_checkpoints)(args.mib, work)
+    files = (torch_checkpoints if args.workload == "torch" else npy_checkpoints)(args.mib, work, args.width)
     want = tuple(C.sha256_file(f) for f in files)
     extra = [o for o in args.mount_options.split(",") if o]
     modes = {"lossless": []} | {f"lossy={f}": [f"lossy={f}"] for f in args.lossy.split(",") if f}
@@ -170,7 +182,8 @@ def main():
     sizes_mib = os.path.getsize(files[0]) / (1 << 20)
     print(f"bench_seal: {args.workload} checkpoint of {sizes_mib:.0f} MiB and its successor, {os.cpu_count()} cores, "
           f"options: {args.mount_options or 'default'}\n")
-    print("Each cell: MB/s per CPU second (per user CPU second) / MB/s per worker (wall), stored MB"
+    print("Each cell: MB/s per CPU second (per user CPU second) / MB/s per worker (wall), stored MB,"
+          " the daemon's peak RSS (VmHWM) once the file is sealed"
           " (lossy: largest error measured for weights, first and second moments).\n")
     rows = []
     for (mode, n, name), got in best.items():

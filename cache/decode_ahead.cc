@@ -20,18 +20,25 @@ DecodeAhead::~DecodeAhead() {
   for (std::thread& t : workers_) t.join();
 }
 
-void DecodeAhead::Queue(const ChunkKey& key, uint64_t bytes, Load load) {
+void DecodeAhead::Queue(const ChunkKey& key, uint64_t bytes, Load load, uint64_t distance) {
   if (threads_ == 0 || !started_ || cache_->Contains(key)) return;
-  // Only into room that holds nothing still to be read (free, or spent
-  // chunks): a chunk decoded ahead that evicts one a reader left half read
-  // makes that one decode twice (torch.load's jumps leave many).
+  // Into room that holds nothing still to be read (free, or spent chunks),
+  // up to the budget: a chunk decoded ahead that evicts one a reader left
+  // half read makes that one decode twice (torch.load's jumps leave many).
+  // When there is none, still the next chunk per thread: a decode into a
+  // full cache evicts such a chunk whoever does it, and without one running
+  // ahead, a reader that waits for each record before it asks for the next
+  // (torch.load) and the daemon take turns.
   const uint64_t unspent = cache_->UnspentBytes();
   const uint64_t room = cache_->capacity() - std::min(cache_->capacity(), unspent);
+  const uint64_t threads = static_cast<uint64_t>(threads_);
   {
     std::lock_guard lk(mu_);
     if (stop_ || pending_.contains(key)) return;
-    // Over budget the reader decodes on its own thread, as without decode-ahead.
-    if (pending_bytes_ + bytes > std::min(BudgetBytes(), room)) return;
+    // Beyond both the reader decodes on its own thread, as without decode-ahead.
+    const bool in_room = pending_bytes_ + bytes <= std::min(BudgetBytes(), room);
+    const bool next_up = distance < threads && pending_bytes_ + bytes <= std::min(BudgetBytes(), bytes * threads);
+    if (!in_room && !next_up) return;
     pending_.insert(key);
     pending_bytes_ += bytes;
     queue_.push_back(Job{key, bytes, std::move(load)});

@@ -76,9 +76,12 @@ class DecodeAhead {
 
   // Decodes `key` with `load` on a pool thread unless the cache has it, is
   // loading it or it is queued already. Drops it when the queue is full,
-  // or when decoding it would evict a chunk that still has bytes to give.
+  // or when decoding it would evict a chunk that still has bytes to give,
+  // unless it is among the next `threads` chunks the reader needs and each
+  // thread has at most one: `distance` counts the chunks the reader needs
+  // before this one (0: the next).
   // bytes: its decoded size, counted against the budget until decoded.
-  void Queue(const ChunkKey& key, uint64_t bytes, Load load);
+  void Queue(const ChunkKey& key, uint64_t bytes, Load load, uint64_t distance = UINT64_MAX);
   // Chunks one stream may have decoded ahead of its reads.
   uint64_t WindowChunks(uint64_t chunk_bytes, int depth) const;
   int threads() const { return threads_; }

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "base/log.h"
+#include "base/metrics.h"
 #include "fuse/torch_read_order.h"
 #include "store/env_source.h"
 #include "store/ocdbt_data.h"
@@ -105,16 +106,8 @@ class SealedSource : public ByteSource {
   uint64_t size() const override { return size_; }
   Status ReadAt(uint64_t off, std::span<uint8_t> out) const override {
     if (off > size_ || out.size() > size_ - off) return Status::Error(EINVAL, "read past the end of the file");
-    const uint64_t cs = pack_->header().chunk_size;
-    for (uint64_t pos = off; pos < off + out.size();) {
-      const uint64_t index = pos / cs, within = pos - index * cs;
-      ASSIGN_OR_RETURN(ChunkBytes chunk, store_->LoadChunk(*pack_, id_, index, cache_));
-      const uint64_t n = std::min<uint64_t>(off + out.size() - pos, chunk->size() - within);
-      if (n == 0) return Status::Corruption("chunk shorter than the chunk size");
-      std::memcpy(out.data() + (pos - off), chunk->data() + within, n);
-      pos += n;
-    }
-    return Status::Ok();
+    // The reader comes for these bytes too: they stay unread in the cache.
+    return store_->CopyPackBytes(*pack_, id_, off, out, cache_, /*note_read=*/false);
   }
 
  private:
@@ -133,22 +126,36 @@ void FileContent::DecodeAheadOf(const SealedRange& file, uint64_t off, uint64_t 
   const PackReader& pack = *file.pack;
   const uint64_t cs = pack.header().chunk_size;
   const int depth = pack.meta().max_depth();
-  std::vector<uint64_t> next = stream->Advance(file.id, first, last, pack.chunks().size(), cs, depth);
+  const uint64_t count = pack.chunks().size();
+  // (chunk, how many chunks the reader needs before it); Queue skips what
+  // is cached or queued, so chunks listed twice cost nothing.
+  std::vector<std::pair<uint64_t, uint64_t>> next;
+  for (uint64_t c : stream->Advance(file.id, first, last, count, cs, depth)) next.emplace_back(c, c - last - 1);
   // A reader going through the file in its order (cat, or torch.load's
-  // last sweep) is served by the stream's window; one that jumps is
-  // expected to go where torch.load goes next.
+  // last sweep) is served by the stream's window, and its next chunks are
+  // offered again each time, for when the cache has no room to spare; one
+  // that jumps is expected to go where torch.load goes next.
   if (file.order && !stream->InRun()) {
-    // Queue skips what is cached or queued, so chunks listed twice cost nothing.
     const uint64_t window = ahead_->WindowChunks(cs, depth);
-    for (uint64_t c : file.order->ChunksAfter(off, cs, pack.chunks().size(), window)) next.push_back(c);
+    uint64_t distance = 0;
+    for (uint64_t c : file.order->ChunksAfter(off, cs, count, window)) next.emplace_back(c, distance++);
+  } else if (stream->InRun()) {
+    for (uint64_t c = last + 1; c < std::min(count, last + 1 + ahead_->threads()); ++c)
+      next.emplace_back(c, c - last - 1);
   }
-  for (uint64_t index : next) {
+  for (const auto& [index, distance] : next) {
     const ChunkEntry& e = pack.chunks()[index];
     if (e.codec == ChunkCodec::kZero) continue;
     // The pool's load goes around the cache: it runs inside the cache's own
     // load of this key, which waits for nothing but the decode.
-    ahead_->Queue(ChunkKey{file.id, index}, e.raw_len,
-                  [store = store_, file, index] { return store->LoadChunk(*file.pack, file.id, index, nullptr); });
+    ahead_->Queue(
+        ChunkKey{file.id, index}, e.raw_len,
+        [store = store_, file, index] {
+          Result<ChunkBytes> chunk = store->LoadChunk(*file.pack, file.id, index, nullptr);
+          if (chunk.ok()) GlobalMetrics().chunk_decodes_ahead.Add();
+          return chunk;
+        },
+        distance);
   }
 }
 
@@ -377,7 +384,7 @@ bool FileContent::ReadableBeforeLossySeal(uint64_t off) {
   Result<struct stat> st = env->Fstat(sp->fd.get());
   if (!st.ok()) return false;
   const EnvSource staged(env, sp->fd.get(), static_cast<uint64_t>(st->st_size));
-  const uint64_t start = OcdbtTailNodeStart(staged).value_or(UINT64_MAX);
+  const uint64_t start = OcdbtTailReadableFrom(staged).value_or(UINT64_MAX);
   std::lock_guard lk(mu_);
   // A write since the look may have changed the tail: the next read looks again.
   if (change_gen_ != gen || staging_ != sp || open_writers_ > 0 || writes_in_flight_ > 0) return false;

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <string_view>
 #include <vector>
@@ -403,6 +404,7 @@ Status SealBeforeFirstRead(FileHandle& h, uint64_t off) {
 // Replies straight from the decoded chunks in the cache (fuse_reply_iov
 // gathers them in one writev to /dev/fuse); `pieces` holds them until then.
 void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi) {
+  const auto arrived = std::chrono::steady_clock::now();
   FileHandle* h = FH(fi);
   if (Status s = SealBeforeFirstRead(*h, static_cast<uint64_t>(off)); !s.ok()) return ReplyErr(req, s);
   // A staged file is read into one buffer per worker thread, reused: a fresh
@@ -419,6 +421,8 @@ void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* 
   GlobalMetrics().read_bytes.Add(bytes);
   GlobalMetrics().read_requests.Add();
   fuse_reply_iov(req, pieces->iov.data(), static_cast<int>(pieces->iov.size()));
+  GlobalMetrics().read_nanoseconds.Add(static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - arrived).count()));
 }
 
 // Moves the payload from the request buffer (a pipe, when libfuse spliced

@@ -68,6 +68,7 @@ class DirectorySiblings : public SiblingSource {
     return Open((dir.parent_path() / name).string());
   }
   std::string OwnName() override { return file_.filename(); }
+  std::string DirName() override { return std::filesystem::absolute(file_).parent_path().filename(); }
 
  private:
   std::filesystem::path file_;
@@ -80,6 +81,7 @@ FileLayout InspectLayout(const std::string& path, const ByteSource& src) {
   if (std::optional<FileLayout> tf = TfDataLayoutFromSiblings(src, siblings, std::chrono::milliseconds(0))) return *tf;
   if (std::optional<FileLayout> onnx = OnnxExternalLayoutFromSiblings(src, siblings, std::chrono::milliseconds(0)))
     return *onnx;
+  if (std::optional<FileLayout> zarr = ZarrChunkLayoutFromSiblings(src, siblings)) return *zarr;
   std::optional<FileLayout> ocdbt = OcdbtDataLayoutFromSiblings(src, siblings, std::chrono::milliseconds(0));
   return ocdbt ? std::move(*ocdbt) : layout;
 }

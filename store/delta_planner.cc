@@ -1,15 +1,12 @@
 #include "store/delta_planner.h"
 
 #include <algorithm>
-#include <atomic>
-#include <mutex>
-#include <thread>
 #include <cstring>
 #include <tuple>
 
+#include "base/le.h"
 #include "codec/delta_chunk.h"
 #include "store/base_closeness.h"
-#include "base/le.h"
 
 namespace ckptfs {
 
@@ -47,9 +44,10 @@ void DeltaPlanner::FindPredecessor() {
   }
 }
 
-void DeltaPlanner::SetLossy(LossyCoder* coder, uint32_t keyframe_every) {
+void DeltaPlanner::SetLossy(LossyCoder* coder, uint32_t keyframe_every, const CrcPass* crc) {
   lossy_ = coder;
   lossy_keyframe_every_ = keyframe_every;
+  if (crc != nullptr && coder->NeedsCrcPass()) crc_ = *crc;
   if (!base_ && keyframe_every > 0) FindPredecessor();
 }
 
@@ -64,49 +62,30 @@ std::span<const uint8_t> DeltaPlanner::LossyBase(uint64_t offset, std::span<cons
   return base_bytes_;
 }
 
-Status DeltaPlanner::PrepareLossyChunk(Env* env, int src_fd, uint64_t off, uint64_t len, std::vector<uint8_t>* buf) {
-  buf->resize(len);
-  RETURN_IF_ERROR(env->PReadExact(src_fd, *buf, off));
+Status DeltaPlanner::CrcPassChunk(uint64_t off, uint64_t len) {
+  if (!lossy_->CrcChunk(off, len)) return Status::Ok();
+  crc_buf_.resize(len);
+  RETURN_IF_ERROR(crc_->env->PReadExact(crc_->src_fd, crc_buf_, off));
   uint8_t depth = 0;
-  return lossy_->Reconstruct(off, *buf, LossyBase(off, *buf, RangesOverlapping(tensors_, off, off + len), &depth),
-                             &lossy_scratch_);
-}
-
-Status DeltaPlanner::PrepareLossy(std::span<DeltaPlanner* const> planners, Env* env, int src_fd, uint64_t size,
-                                  uint32_t chunk_size) {
-  if (planners.empty() || planners[0]->lossy_ == nullptr || !planners[0]->lossy_->NeedsCrcPass()) return Status::Ok();
-  const uint64_t chunks = (size + chunk_size - 1) / chunk_size;
-  std::atomic<uint64_t> next{0};
-  std::mutex mu;
-  uint64_t failed_at = UINT64_MAX;  // the first failure in file order is the one reported
-  Status failure;
-  // Chunks are independent: each planner takes the next one (its own
-  // predecessor bytes), and the coder joins the CRCs in file order.
-  auto work = [&](DeltaPlanner* p) {
-    std::vector<uint8_t> buf;
-    for (uint64_t c = next++; c < chunks; c = next++) {
-      const uint64_t off = c * chunk_size, len = std::min<uint64_t>(chunk_size, size - off);
-      if (!p->lossy_->CrcChunk(off, len)) continue;
-      Status st = p->PrepareLossyChunk(env, src_fd, off, len, &buf);
-      if (st.ok()) continue;
-      std::lock_guard lock(mu);
-      if (c < failed_at) failed_at = c, failure = std::move(st);
-      next = chunks;
-      return;
-    }
-  };
-  std::vector<std::thread> threads;
-  for (size_t w = 1; w < planners.size(); ++w) threads.emplace_back(work, planners[w]);
-  work(planners[0]);
-  for (std::thread& t : threads) t.join();
-  return failure;
+  RETURN_IF_ERROR(lossy_->Reconstruct(
+      off, crc_buf_, LossyBase(off, crc_buf_, RangesOverlapping(tensors_, off, off + len), &depth), &lossy_scratch_));
+  if (crc_->bases != nullptr && base_for_offset_ == off && base_off_) {
+    crc_->bases->Put(off, base_pack_, *base_off_, &base_bytes_);
+    base_for_offset_ = UINT64_MAX;  // base_bytes_ went with them
+  }
+  return Status::Ok();
 }
 
 Result<std::optional<ChunkPlan>> DeltaPlanner::TransformLossy(uint64_t offset, std::span<uint8_t> raw,
                                                               std::span<const TensorRange> ranges) {
   if (lossy_ == nullptr) return std::optional<ChunkPlan>{};
+  if (crc_) {
+    RETURN_IF_ERROR(crc_->pass->RunThrough(lossy_->CrcPassEnd(offset, raw.size()),
+                                           [this](uint64_t off, uint64_t len) { return CrcPassChunk(off, len); }));
+  }
   uint8_t depth = 0;
-  ASSIGN_OR_RETURN(std::optional<LossyChunk> chunk, lossy_->Encode(offset, raw, LossyBase(offset, raw, ranges, &depth), &lossy_scratch_));
+  ASSIGN_OR_RETURN(std::optional<LossyChunk> chunk,
+                   lossy_->Encode(offset, raw, LossyBase(offset, raw, ranges, &depth), &lossy_scratch_));
   if (!chunk) return std::optional<ChunkPlan>{};
   ChunkPlan p = chunk->used_base ? RefPlan(ChunkCodec::kLossy, base_pack_, *base_off_, depth)
                                  : RefPlan(ChunkCodec::kLossy, 0, 0, 0);
@@ -170,8 +149,14 @@ bool DeltaPlanner::LoadBaseBytes(uint64_t offset, std::span<const uint8_t> raw, 
   if (!base_ || ranges.empty()) return false;
   std::optional<std::pair<ObjectId, uint64_t>> at = BaseOffset(offset, raw.size(), ranges);
   if (!at) return false;
-  base_bytes_.resize(raw.size());
-  if (!bases_->ReadPackRangeOnce(at->first, at->second, base_bytes_).ok()) return false;
+  // The CRC pass may have read them for this chunk already.
+  const bool handed = crc_ && crc_->bases != nullptr &&
+                      crc_->bases->Take(offset, at->first, at->second, &base_bytes_) &&
+                      base_bytes_.size() == raw.size();
+  if (!handed) {
+    base_bytes_.resize(raw.size());
+    if (!bases_->ReadPackRangeOnce(at->first, at->second, base_bytes_).ok()) return false;
+  }
   base_pack_ = at->first;
   base_off_ = at->second;
   base_depth_ = index_->RangeDepth(at->first, at->second, raw.size());

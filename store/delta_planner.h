@@ -10,6 +10,8 @@
 
 #include "codec/chunk_codec.h"
 #include "codec/lossy/file_coder.h"
+#include "store/base_handoff.h"
+#include "store/leading_pass.h"
 #include "store/pack.h"
 #include "store/pack_index.h"
 
@@ -52,18 +54,23 @@ class DeltaPlanner : public ChunkPlanner {
 
   // Lossy mode for this file (`coder` outlives the planner): chunks holding
   // lossy tensors are coded against the predecessor's reconstructed bytes
-  // (closed loop), in chains of at most `keyframe_every`.
-  void SetLossy(LossyCoder* coder, uint32_t keyframe_every);
-  // The coder's CRC pass over the source, before WritePack, on one thread
-  // per planner (all share the coder SetLossy gave them).
-  static Status PrepareLossy(std::span<DeltaPlanner* const> planners, Env* env, int src_fd, uint64_t size,
-                             uint32_t chunk_size);
+  // (closed loop), in chains of at most `keyframe_every`. `crc`, for a
+  // coder that NeedsCrcPass: TransformLossy first runs the CRC pass as far
+  // as the chunk needs, on this planner's thread.
+  struct CrcPass {
+    LeadingPass* pass;   // shared by every planner of the seal
+    BaseHandoff* bases;  // ... too; may be null
+    Env* env;
+    int src_fd;  // the file being sealed
+  };
+  void SetLossy(LossyCoder* coder, uint32_t keyframe_every, const CrcPass* crc = nullptr);
   Result<std::optional<ChunkPlan>> TransformLossy(uint64_t offset, std::span<uint8_t> raw,
                                                   std::span<const TensorRange> ranges) override;
   void FinishMeta(PackMeta* meta) override;
 
  private:
-  Status PrepareLossyChunk(Env* env, int src_fd, uint64_t off, uint64_t len, std::vector<uint8_t>* buf);
+  // The CRC pass's work on one chunk (LossyCoder::Reconstruct).
+  Status CrcPassChunk(uint64_t off, uint64_t len);
   std::optional<ChunkPlan> PlanDedup(std::span<const uint8_t> raw, uint64_t content_hash);
   // The predecessor's bytes at this chunk's position (read once per chunk).
   bool LoadBaseBytes(uint64_t offset, std::span<const uint8_t> raw, std::span<const TensorRange> ranges);
@@ -84,8 +91,8 @@ class DeltaPlanner : public ChunkPlanner {
   void FindPredecessor();
   // The predecessor's bytes a lossy chunk is predicted from (empty: none,
   // a keyframe, or no lossy tensor here), and the depth the chunk gets with them.
-  std::span<const uint8_t> LossyBase(uint64_t offset, std::span<const uint8_t> raw,
-                                     std::span<const TensorRange> ranges, uint8_t* depth);
+  std::span<const uint8_t> LossyBase(uint64_t offset, std::span<const uint8_t> raw, std::span<const TensorRange> ranges,
+                                     uint8_t* depth);
 
   PackIndex* index_;
   BaseSource* bases_;
@@ -110,6 +117,8 @@ class DeltaPlanner : public ChunkPlanner {
   // they go with the planner when the seal ends.
   lossy::PieceScratch lossy_scratch_;
   uint32_t lossy_keyframe_every_ = 0;
+  std::optional<CrcPass> crc_;
+  std::vector<uint8_t> crc_buf_;  // the chunk the CRC pass reconstructs
 };
 
 }  // namespace ckptfs

@@ -1,11 +1,12 @@
 #include "store/ocdbt_data.h"
 
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <string>
 #include <vector>
-
-#include <spdlog/spdlog.h>
 
 #include "codec/formats/ocdbt.h"
 
@@ -68,18 +69,25 @@ class Lookup {
   Result<Found> Once() {
     std::optional<Found> best;
     Status last = Status::Error(ENOENT, "no B+tree beside the data file");
-    auto consider = [&](Result<Found> f) {
+    std::string seen;
+    auto consider = [&](const std::string& where, Result<Found> f) {
+      seen += " " + where + "=" + (f.ok() ? std::to_string(f->described) : f.status().message());
       if (!f.ok()) return void(last = f.status());
       if (!best || f->described > best->described) best = std::move(f).value();
     };
-    if (Result<formats::OcdbtRoot> r = formats::OcdbtTailNode(file_, self_); r.ok()) consider(From(*r));
+    if (Result<formats::OcdbtRoot> r = formats::OcdbtTailNode(file_, self_); r.ok()) consider("self", From(*r));
     for (const auto& [name, candidate] : by_name_) {
       Result<std::shared_ptr<const ByteSource>> src = siblings_.Open(candidate);
-      if (!src.ok()) continue;
+      if (!src.ok()) {
+        seen += " " + name.substr(0, 6) + ": " + src.status().message();
+        continue;
+      }
       Result<formats::OcdbtRoot> r = formats::OcdbtTailNode(**src, "d/" + name);
-      if (r.ok()) consider(From(*r));
+      if (r.ok()) consider(name.substr(0, 6) + "@" + std::to_string((*src)->size()), From(*r));
+      if (!r.ok()) seen += " " + name.substr(0, 6) + "@" + std::to_string((*src)->size()) + "=no tail node";
     }
-    consider(FromManifest());
+    consider("manifest", FromManifest());
+    spdlog::debug("{}: {} bytes, trees tried (where=bytes described):{}", self_, file_.size(), seen);
     if (best) return std::move(*best);
     return last;
   }
@@ -111,6 +119,11 @@ std::optional<FileLayout> OcdbtDataLayoutFromSiblings(const ByteSource& file, Si
   std::optional<FileLayout> partial;
   while (true) {
     Result<Lookup::Found> f = Lookup(file, own, siblings).Once();
+    spdlog::debug(
+        "{}: values end at {}, the best tree describes {} bytes, {} ms into the wait", own, values_end,
+        f.ok() ? f->described : 0,
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - deadline + wait)
+            .count());
     if (f.ok() && f->described + kOcdbtUndescribedSlack >= values_end) return std::move(f->layout);
     if (f.ok()) partial = std::move(f->layout);
     if (std::chrono::steady_clock::now() >= deadline || !siblings.WaitForMore()) {
@@ -126,12 +139,44 @@ std::optional<uint64_t> OcdbtTailNodeStart(const ByteSource& file) {
   return node->node.offset;
 }
 
-size_t KeepOcdbtTailExact(const ByteSource& file, FileLayout* layout) {
+std::optional<uint64_t> OcdbtTailReadableFrom(const ByteSource& file) {
   const std::optional<uint64_t> start = OcdbtTailNodeStart(file);
+  if (!start) return std::nullopt;
+  return *start / kOcdbtTailPage * kOcdbtTailPage;
+}
+
+size_t KeepOcdbtTailExact(const ByteSource& file, FileLayout* layout) {
+  const std::optional<uint64_t> start = OcdbtTailReadableFrom(file);
   if (!start) return 0;
   const size_t before = layout->tensors.size();
   std::erase_if(layout->tensors, [&](const TensorRegion& t) { return t.offset + t.length > *start; });
   return before - layout->tensors.size();
+}
+
+uint32_t PackChunkSizeFor(const FileLayout& layout, uint32_t configured) {
+  const bool several_arrays = layout.format == "orbax-ocdbt" && layout.tensors.size() > 1;
+  return several_arrays ? std::min(configured, kOcdbtChunkSize) : configured;
+}
+
+// Array metadata is a few hundred bytes; more is not a .zarray of Orbax's.
+constexpr uint64_t kMaxZarrayBytes = 64u << 10;
+
+std::optional<FileLayout> ZarrChunkLayoutFromSiblings(const ByteSource& file, SiblingSource& siblings) {
+  const std::string own = Basename(siblings.OwnName());
+  if (!formats::LooksLikeZarrChunkName(own)) return std::nullopt;
+  const std::vector<std::string> names = siblings.Candidates();
+  auto zarray = std::find_if(names.begin(), names.end(), [](const std::string& n) { return Basename(n) == ".zarray"; });
+  if (zarray == names.end()) return std::nullopt;
+  Result<std::shared_ptr<const ByteSource>> meta = siblings.Open(*zarray);
+  if (!meta.ok() || (*meta)->size() > kMaxZarrayBytes) return std::nullopt;
+  std::string text((*meta)->size(), '\0');
+  if (!(*meta)->ReadAt(0, std::span(reinterpret_cast<uint8_t*>(text.data()), text.size())).ok()) return std::nullopt;
+  Result<FileLayout> l = formats::ZarrChunkFileLayout(text, siblings.DirName(), own, file.size());
+  if (!l.ok()) {
+    spdlog::debug("{}: not read as a zarr chunk: {}", own, l.status().message());
+    return std::nullopt;
+  }
+  return std::move(*l);
 }
 
 }  // namespace ckptfs

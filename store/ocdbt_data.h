@@ -7,6 +7,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <optional>
 
 #include "codec/formats/layout.h"
@@ -27,19 +28,45 @@ inline constexpr std::chrono::milliseconds kOcdbtNodeWait{3000};
 std::optional<FileLayout> OcdbtDataLayoutFromSiblings(const ByteSource& file, SiblingSource& siblings,
                                                       std::chrono::milliseconds wait = kOcdbtNodeWait);
 
-// Where the bytes of `file` begin that a lossy seal leaves as written,
-// when it ends with a B+tree node (and the zeros padding it): the node,
-// and nothing before it. A commit of TensorStore's writer may put the next
-// commit's values before its own node, and the next commit reads that node
-// back before it writes the nodes describing those values; reads inside
-// [start, size) of a closed file therefore need not wait for its lossy
-// seal (docs/SEMANTICS.md), and the seal keeps every tensor overlapping
-// them exact (KeepOcdbtTailExact). Nothing when the file ends otherwise.
+// Where the B+tree node ending `file` (before the zeros padding it)
+// starts; nothing when the file ends otherwise.
 std::optional<uint64_t> OcdbtTailNodeStart(const ByteSource& file);
 
-// Drops from `layout` the tensors overlapping [OcdbtTailNodeStart, size)
+// Where the bytes of `file` begin that a lossy seal leaves as written, when
+// it ends with a B+tree node: the start of the page (kOcdbtTailPage) that
+// holds the node's first byte. A commit of TensorStore's writer may put the
+// next commit's values before its own node, and the next commit reads that
+// node back before it writes the nodes describing those values; reads from
+// there on of a closed file therefore need not wait for its lossy seal
+// (docs/SEMANTICS.md), and the seal keeps every tensor overlapping them
+// exact (KeepOcdbtTailExact). The page, not the node: the kernel asks the
+// daemon for whole pages, so a node that starts mid-page (a 40-byte bias
+// just before it) is read from the page's start; were that read to wait
+// for the seal, the seal would wait for nodes TensorStore writes only once
+// the read returns, and find none.
+std::optional<uint64_t> OcdbtTailReadableFrom(const ByteSource& file);
+inline constexpr uint64_t kOcdbtTailPage = 4096;
+
+// Drops from `layout` the tensors overlapping [OcdbtTailReadableFrom, size)
 // of `file`, so that no lossy seal changes a byte a reader may have been
 // served before it. Returns how many were dropped.
 size_t KeepOcdbtTailExact(const ByteSource& file, FileLayout* layout);
+
+// The chunk size a pack of a file with `layout` is cut into, given the
+// mount's: at most kOcdbtChunkSize for an OCDBT data file of several
+// arrays. TensorStore puts a save's arrays in a data file in the order its
+// writes completed, different at every save, and a chunk is stored against
+// one window of one predecessor: in a chunk that straddles two arrays,
+// the array the window is not aligned to is predicted from the wrong
+// bytes. Smaller chunks straddle less (bench/README.md, the Orbax series).
+// Every pack records its own chunk size, so no format changes.
+inline constexpr uint32_t kOcdbtChunkSize = 1u << 20;
+uint32_t PackChunkSizeFor(const FileLayout& layout, uint32_t configured);
+
+// The layout of `file` as a chunk of Orbax's legacy per-array zarr layout
+// (formats::ZarrChunkFileLayout), from the `.zarray` beside it and the name
+// of its directory (the array's tree path). Nothing when the file is not
+// named like a chunk or no such `.zarray` is a file of the same save.
+std::optional<FileLayout> ZarrChunkLayoutFromSiblings(const ByteSource& file, SiblingSource& siblings);
 
 }  // namespace ckptfs

@@ -104,7 +104,7 @@ Result<PackStats> WritePack(Env* env, int src_fd, uint64_t size, int dst_fd, uin
 // planner, which only that thread uses), while the pack is still written in
 // file order: the same bytes as one thread writes. Memory grows by a chunk
 // in and a chunk out per thread. Lossy planners may share one LossyCoder
-// once its CRC pass is over (DeltaPlanner::PrepareLossy).
+// (DeltaPlanner::SetLossy, which runs its CRC pass ahead of the chunks).
 struct PackWorkers {
   unsigned count = 1;
   std::span<ChunkPlanner* const> planners;  // empty, or `count` planners

@@ -13,7 +13,9 @@ constexpr size_t kMaxBaseCandidates = 64;
 
 using SigKey = std::tuple<uint64_t, uint8_t, uint64_t>;  // name (or 0), element type, byte length
 
-SigKey Signature(const TensorRange& t, bool named) { return {named ? t.name : 0, static_cast<uint8_t>(t.dtype), t.length}; }
+SigKey Signature(const TensorRange& t, bool named) {
+  return {named ? t.name : 0, static_cast<uint8_t>(t.dtype), t.length};
+}
 
 bool AnyNamed(std::span<const TensorRange> ranges) {
   return std::any_of(ranges.begin(), ranges.end(), [](const TensorRange& t) { return t.name != 0; });

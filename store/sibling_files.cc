@@ -70,6 +70,7 @@ class SameSaveFiles : public SiblingSource {
   Result<std::shared_ptr<const ByteSource>> Open(const std::string& name) override;
   Result<std::shared_ptr<const ByteSource>> OpenInParent(const std::string& name) override;
   std::string OwnName() override;
+  std::string DirName() override;
   bool WaitForMore() override;
 
  private:
@@ -185,6 +186,15 @@ std::string SameSaveFiles::OwnName() {
   if (!path.ok()) return {};
   const size_t slash = path->rfind('/');
   return slash == std::string::npos ? *path : path->substr(slash + 1);
+}
+
+std::string SameSaveFiles::DirName() {
+  Result<std::string> path = store_->NamespacePathOf(stub_fd_);
+  if (!path.ok()) return {};
+  const size_t slash = path->rfind('/');
+  if (slash == std::string::npos) return {};
+  const size_t start = path->rfind('/', slash - 1);
+  return path->substr(start == std::string::npos ? 0 : start + 1, slash - (start == std::string::npos ? 0 : start + 1));
 }
 
 // Measured from the file's last write, so a seal long after the save

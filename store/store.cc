@@ -11,6 +11,7 @@
 
 #include "base/log.h"
 #include "base/metrics.h"
+#include "cache/chunk_buffers.h"
 #include "cache/chunk_cache.h"
 #include "codec/formats/layout.h"
 #include "codec/lossy/file_coder.h"
@@ -20,12 +21,12 @@
 #include "store/env_source.h"
 #include "store/lossy_xattrs.h"
 #include "store/membership.h"
+#include "store/ocdbt_data.h"
+#include "store/onnx_external.h"
 #include "store/private_store.h"
 #include "store/rados_pack_objects.h"
 #include "store/seal_pin.h"
 #include "store/store_internal.h"
-#include "store/ocdbt_data.h"
-#include "store/onnx_external.h"
 #include "store/tf_shards.h"
 
 namespace ckptfs {
@@ -407,13 +408,15 @@ void CountSeal(uint64_t logical, uint64_t stored, std::chrono::steady_clock::dur
 
 // Parsed at seal time, not while the file streamed in: writers seek back,
 // pre-extend or write their index last. A file that says nothing of itself
-// (TF data shard, ONNX external data, Orbax data file) takes its layout from
-// the files around it. Unknown formats get no ranges (generic path).
+// (TF data shard, ONNX external data, Orbax data file or legacy zarr chunk)
+// takes its layout from the files around it. Unknown formats get no ranges
+// (generic path).
 FileLayout LayoutForSeal(const ByteSource& file, SiblingSource* siblings) {
   FileLayout layout = DetectLayout(file);
   if (layout.format != "unknown" || !siblings) return layout;
   if (std::optional<FileLayout> tf = TfDataLayoutFromSiblings(file, *siblings)) return std::move(*tf);
   if (std::optional<FileLayout> onnx = OnnxExternalLayoutFromSiblings(file, *siblings)) return std::move(*onnx);
+  if (std::optional<FileLayout> zarr = ZarrChunkLayoutFromSiblings(file, *siblings)) return std::move(*zarr);
   // Orbax reads back the node ending a data file before it writes the nodes
   // that may describe the file's values; under a lossy policy such reads
   // do not wait for this seal (FileContent::ReadableBeforeLossySeal), so it
@@ -450,8 +453,10 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
   std::vector<TensorRange> tensors;
   const EnvSource file(env_, src_fd, size);  // outlives `lossy`, which reads second moments from it
   std::optional<LossyCoder> lossy;
+  uint32_t chunk_size = opts_.chunk_size;
   if (opts_.encoder.tensor_codec) {
     FileLayout layout = LayoutForSeal(file, siblings);
+    chunk_size = PackChunkSizeFor(layout, chunk_size);
     // Reads of a node ending the file did not wait for this seal: what they
     // were served stays as it is.
     if (policy.lossy()) {
@@ -481,7 +486,7 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
   // in the index as their user, so they cannot be deleted meanwhile. One per
   // sealing worker, and no more workers than chunks: each planner looks up
   // the file's predecessor in the index.
-  const uint64_t chunks = size / opts_.chunk_size + (size % opts_.chunk_size != 0 ? 1 : 0);
+  const uint64_t chunks = size / chunk_size + (size % chunk_size != 0 ? 1 : 0);
   const unsigned workers = static_cast<unsigned>(std::clamp<uint64_t>(chunks, 1, std::max(1u, opts_.seal_workers)));
   std::vector<std::unique_ptr<DeltaPlanner>> planners;
   // Recovery seals staged files before the index is loaded: a lossy file
@@ -497,22 +502,21 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
   const PlannerPins pins(planners, [this](const std::vector<ObjectId>& dead) { (void)DeleteDeadPacks(dead); });
   std::vector<ChunkPlanner*> planner_ptrs;
   for (auto& p : planners) planner_ptrs.push_back(p.get());
-  if (lossy && planner) {
-    std::vector<DeltaPlanner*> deltas;
-    for (auto& p : planners) {
-      p->SetLossy(&*lossy, opts_.delta ? opts_.lossy_keyframe_every : 0);
-      deltas.push_back(p.get());
-    }
-    // The zip CRC pass, on every worker; the pack's pass then decodes the
-    // pieces' blobs it kept, or codes the rest again with its choices.
-    if (Status s = DeltaPlanner::PrepareLossy(deltas, env_, src_fd, size, opts_.chunk_size); !s.ok()) return fail(s);
+  // The zip CRC pass runs on every worker, a member ahead of the pack's
+  // pass, which then decodes the pieces' blobs it kept (or codes the rest
+  // again with its choices).
+  LeadingPass crc_pass(size, chunk_size);
+  BaseHandoff crc_bases;  // the predecessor's bytes the CRC pass read, for the pack's pass
+  const DeltaPlanner::CrcPass crc{&crc_pass, &crc_bases, env_, src_fd};
+  for (auto& p : planners) {
+    if (lossy) p->SetLossy(&*lossy, opts_.delta ? opts_.lossy_keyframe_every : 0, &crc);
   }
-  Result<PackStats> stats = WritePack(env_, src_fd, size, tmp->get(), opts_.chunk_size, opts_.encoder, cancel, tensors,
+  Result<PackStats> stats = WritePack(env_, src_fd, size, tmp->get(), chunk_size, opts_.encoder, cancel, tensors,
                                       PackWorkers{workers, planner_ptrs});
   if (!stats.ok()) return fail(stats.status());
   WaitWhileExists(env_, opts_.seal_hold);
   if (Status s = pack_objects_->Publish(id, tmp_.get(), tmpname, tmp->get()); !s.ok()) return fail(s);
-  if (index_loaded_) index_.Add(id, stats->meta, size, opts_.chunk_size, stats->stored_size);
+  if (index_loaded_) index_.Add(id, stats->meta, size, chunk_size, stats->stored_size);
   if (planner && (stats->ref_chunks > 0 || stats->delta_chunks > 0)) {
     spdlog::debug("{}: {} chunks, {} shared, {} deltas against {}", ctx, stats->chunk_count, stats->ref_chunks,
                   stats->delta_chunks, ObjectIdHex(planner->base_pack()));
@@ -686,7 +690,7 @@ Result<ChunkBytes> Store::LoadChunk(const PackReader& pack, ObjectId id, uint64_
   auto load = [&]() -> Result<ChunkBytes> {
     pack.Prefetch(index + 1);
     if (index >= pack.chunks().size()) return pack.ReadChunkInto(index, {}, this);  // its out-of-range error
-    auto bytes = std::make_shared<ChunkBuffer>(pack.chunks()[index].raw_len);
+    std::shared_ptr<ChunkBuffer> bytes = ChunkBuffers::Default().Acquire(pack.chunks()[index].raw_len);
     RETURN_IF_ERROR(pack.ReadChunkInto(index, *bytes, this));
     GlobalMetrics().chunk_decodes.Add();
     GlobalMetrics().chunk_decoded_bytes.Add(bytes->size());
@@ -747,15 +751,25 @@ Status Store::ReadPackRange(ObjectId pack, uint64_t offset, std::span<uint8_t> o
   RETURN_IF_ERROR(BaseNesting::Check(pack));
   BaseNesting nested;
   ASSIGN_OR_RETURN(std::shared_ptr<PackReader> reader, BaseRangeReader(pack, offset, out.size()));
-  const PackReader& r = *reader;
-  const uint64_t cs = r.header().chunk_size;
-  uint64_t pos = offset;
-  while (pos < offset + out.size()) {
+  return CopyPackBytes(*reader, pack, offset, out, base_cache_, /*note_read=*/true);
+}
+
+Status Store::CopyPackBytes(const PackReader& pack, ObjectId id, uint64_t offset, std::span<uint8_t> out,
+                            ChunkCache* cache, bool note_read) {
+  const uint64_t cs = pack.header().chunk_size;
+  if (offset > pack.header().logical_size || out.size() > pack.header().logical_size - offset) {
+    return Status::InvalidArgument("range " + std::to_string(offset) + "+" + std::to_string(out.size()) +
+                                   " is outside pack " + ObjectIdHex(id));
+  }
+  for (uint64_t pos = offset; pos < offset + out.size();) {
     const uint64_t index = pos / cs, within = pos - index * cs;
-    const uint64_t n = std::min<uint64_t>(offset + out.size() - pos, r.chunks()[index].raw_len - within);
-    ASSIGN_OR_RETURN(ChunkBytes chunk, LoadChunk(r, pack, index, base_cache_));
+    ASSIGN_OR_RETURN(ChunkBytes chunk, LoadChunk(pack, id, index, cache));
+    const uint64_t n = std::min<uint64_t>(offset + out.size() - pos, chunk->size() - std::min(chunk->size(), within));
+    if (n == 0)
+      return Status::Corruption("pack " + ObjectIdHex(id) + ": chunk " + std::to_string(index) +
+                                " is shorter than the chunk size");
     std::memcpy(out.data() + (pos - offset), chunk->data() + within, n);
-    if (base_cache_ != nullptr) base_cache_->NoteRead(ChunkKey{pack, index}, within, within + n);
+    if (cache != nullptr && note_read) cache->NoteRead(ChunkKey{id, index}, within, within + n);
     pos += n;
   }
   return Status::Ok();

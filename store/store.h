@@ -255,6 +255,12 @@ class Store : public BaseSource {
   // decode for concurrent misses). Reads are mostly sequential, so the next
   // chunk's disk read is started to overlap this decode.
   Result<ChunkBytes> LoadChunk(const PackReader& pack, ObjectId id, uint64_t index, ChunkCache* cache);
+  // Copies bytes [offset, offset+out.size()) of pack `id`'s logical content
+  // through `cache` (may be null). note_read: tell the cache the bytes were
+  // handed on (ChunkCache::NoteRead), as for a delta's base; not for a look
+  // at bytes a reader still comes for (a file parsed for its layout).
+  Status CopyPackBytes(const PackReader& pack, ObjectId id, uint64_t offset, std::span<uint8_t> out, ChunkCache* cache,
+                       bool note_read);
   const PackIndex& index() const { return index_; }
   // Set by a recovery that found objects it could not read: any pack might
   // then be needed by one of them, so until a later recovery (the next mount

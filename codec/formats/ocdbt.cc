@@ -614,4 +614,51 @@ Result<FileLayout> OcdbtDataLayout(const std::vector<OcdbtEntry>& keys, const st
   return l;
 }
 
+bool LooksLikeZarrChunkName(std::string_view name) {
+  if (name.empty() || name.size() > 256 || name.front() == '.' || name.back() == '.') return false;
+  for (size_t i = 0; i < name.size(); ++i) {
+    const char c = name[i];
+    if (c == '.' && name[i - 1] == '.') return false;
+    if (c != '.' && (c < '0' || c > '9')) return false;
+  }
+  return true;
+}
+
+Result<FileLayout> ZarrChunkFileLayout(std::string_view zarray, const std::string& array, const std::string& key,
+                                       uint64_t size) {
+  if (zarray.size() > kMaxMetadataJson) return Malformed("zarr: .zarray too large");
+  if (!LooksLikeZarrChunkName(key)) return Malformed("zarr: " + key + " is not a chunk name");
+  json m = json::parse(zarray, nullptr, /*allow_exceptions=*/false);
+  if (!m.is_object() || !m.contains("zarr_format") || m["zarr_format"] != 2) return Malformed("zarr: not a v2 .zarray");
+  ZarrArray a;
+  try {  // value() throws on a member of the wrong type
+    if (m.value("dimension_separator", ".") != ".") return Malformed("zarr: nested chunk keys");
+    a = Zarr2(m);
+  } catch (const json::exception&) {
+    return Malformed("zarr: bad .zarray");
+  }
+  const size_t dims = static_cast<size_t>(std::count(key.begin(), key.end(), '.')) + 1;
+  if (dims != std::max<size_t>(a.chunk.size(), 1)) return Malformed("zarr: " + key + " has the wrong rank");
+  FileLayout l;
+  l.format = "zarr-chunk";
+  l.lossy_allowed = false;
+  if (!a.why_not.empty() || a.dtype == DType::kUnknown) {
+    l.note = "chunk " + (a.why_not.empty() ? std::string("of unknown dtype") : a.why_not) + " (left as bytes)";
+    return l;
+  }
+  if (Product(a.chunk) * DTypeSize(a.dtype) != size) {
+    l.note = "chunk of " + std::to_string(size) + " bytes is not one raw chunk";
+    return l;
+  }
+  TensorRegion t;
+  t.name = array + "/" + key;
+  t.label = t.name;
+  t.dtype = a.dtype;
+  t.shape = a.chunk;
+  t.offset = 0;
+  t.length = size;
+  l.tensors.push_back(std::move(t));
+  return l;
+}
+
 }  // namespace ckptfs::formats

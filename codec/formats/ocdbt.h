@@ -105,4 +105,21 @@ bool LooksLikeOcdbtDataName(std::string_view name);
 // (such files hold only tree nodes: nothing to wait for).
 bool StartsWithOcdbtNode(const ByteSource& src);
 
+// Orbax's legacy per-array layout (PyTreeCheckpointHandler(use_ocdbt=False),
+// still written by orbax-checkpoint 0.12.8): each array is a zarr v2
+// directory named by its tree path, holding `.zarray` and one file per
+// chunk named by its grid position ("0.0", dimension_separator "."). The
+// layout of chunk file `key` (size `size`) of array `array`, given its
+// `.zarray` text: one tensor region labelled "<array>/<key>" when the
+// chunk is raw little-endian C-order elements of the full chunk size
+// (zarr v2 pads edge chunks); format "zarr-chunk", lossy_allowed false
+// (a lone chunk file says nothing of the optimizer state beside it). An
+// error when `key` is not a chunk name of that array; a layout without
+// tensors, with a note, when the chunk is compressed or filtered.
+Result<FileLayout> ZarrChunkFileLayout(std::string_view zarray, const std::string& array, const std::string& key,
+                                       uint64_t size);
+
+// Whether `name` reads as a zarr v2 chunk file name ("0", "3.1.0").
+bool LooksLikeZarrChunkName(std::string_view name);
+
 }  // namespace ckptfs::formats

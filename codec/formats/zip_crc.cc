@@ -84,34 +84,44 @@ void ZipCrcTracker::Feed(uint64_t abs_offset, std::span<const uint8_t> bytes) {
   const uint64_t end = abs_offset + std::min<uint64_t>(bytes.size(), std::numeric_limits<uint64_t>::max() - abs_offset);
   // Members are sorted and disjoint: the first that ends past this call's
   // bytes, then on until one starts past them.
-  auto first = std::partition_point(members_.begin(), members_.end(),
-                                    [&](const Member& m) { return m.end <= abs_offset; });
+  auto first =
+      std::partition_point(members_.begin(), members_.end(), [&](const Member& m) { return m.end <= abs_offset; });
   for (auto m = first; m != members_.end() && m->begin < end; ++m) Fold(&*m, abs_offset, bytes);
+}
+
+bool ZipCrcTracker::Covered(const Member& m) {
+  if (m.gap) return false;
+  uint64_t next = m.begin;
+  for (const auto& [begin, p] : m.pieces) {
+    if (begin != next) return false;
+    next = p.end;
+  }
+  return next == m.end;
+}
+
+uint32_t ZipCrcTracker::Combined(const Member& m) {
+  uLong crc = 0;
+  for (const auto& [begin, p] : m.pieces) crc = crc32_combine(crc, p.crc, static_cast<z_off_t>(p.end - begin));
+  return static_cast<uint32_t>(crc);
 }
 
 bool ZipCrcTracker::Complete() const {
   std::lock_guard lock(mu_);
-  return std::all_of(members_.begin(), members_.end(), [](const Member& m) {
-    if (m.gap) return false;
-    uint64_t next = m.begin;
-    for (const auto& [begin, p] : m.pieces) {
-      if (begin != next) return false;
-      next = p.end;
-    }
-    return next == m.end;
-  });
+  return std::all_of(members_.begin(), members_.end(), Covered);
 }
 
 std::vector<uint32_t> ZipCrcTracker::Crcs() const {
   std::lock_guard lock(mu_);
   std::vector<uint32_t> out;
   out.reserve(members_.size());
-  for (const Member& m : members_) {
-    uLong crc = 0;
-    for (const auto& [begin, p] : m.pieces) crc = crc32_combine(crc, p.crc, static_cast<z_off_t>(p.end - begin));
-    out.push_back(static_cast<uint32_t>(crc));
-  }
+  for (const Member& m : members_) out.push_back(Combined(m));
   return out;
+}
+
+std::optional<uint32_t> ZipCrcTracker::Crc(size_t i) const {
+  std::lock_guard lock(mu_);
+  if (i >= members_.size() || !Covered(members_[i])) return std::nullopt;
+  return Combined(members_[i]);
 }
 
 }  // namespace ckptfs::formats

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -43,6 +44,9 @@ class ZipCrcTracker {
   bool Complete() const;
   // One per field, in order; only meaningful when Complete().
   std::vector<uint32_t> Crcs() const;
+  // Member `i`'s CRC once its data was fed in full (the pack's pass patches
+  // a chunk's fields as soon as their members are done, not the file's).
+  std::optional<uint32_t> Crc(size_t i) const;
 
  private:
   struct Piece {
@@ -55,6 +59,8 @@ class ZipCrcTracker {
     std::map<uint64_t, Piece> pieces;  // by first byte; disjoint
     bool gap = false;                  // a range past 2^64: the CRC can never be right
   };
+  static bool Covered(const Member& m);
+  static uint32_t Combined(const Member& m);
   void Fold(Member* m, uint64_t abs_offset, std::span<const uint8_t> bytes);
   static void AddUncovered(Member* m, uint64_t lo, uint64_t hi, uint64_t abs_offset, std::span<const uint8_t> bytes);
 

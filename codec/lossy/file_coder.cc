@@ -170,12 +170,12 @@ void LossyCoder::Classify(const FileLayout& layout, lossy::LossyScope scope, Sib
   });
   // A file of weights alone: its optimizer state may be a sibling file.
   if (lacks_v && !has_moments && siblings != nullptr) PairWithSibling(layout, scope, *siblings);
-  const bool any_weight = std::any_of(tensors_.begin(), tensors_.end(),
-                                      [](const Tensor& t) { return t.role == TensorRole::kWeight; });
+  const bool any_weight =
+      std::any_of(tensors_.begin(), tensors_.end(), [](const Tensor& t) { return t.role == TensorRole::kWeight; });
   const bool own_v = std::any_of(tensors_.begin(), tensors_.end(), [](const Tensor& t) {
     return t.role == TensorRole::kWeight && t.v_offset && !t.v_in_sibling;
   });
-  info_.sensitivity = !any_weight         ? SensitivityRule::kNone
+  info_.sensitivity = !any_weight          ? SensitivityRule::kNone
                       : sibling_pairs_ > 0 ? SensitivityRule::kSibling
                       : own_v              ? SensitivityRule::kOwnMoments
                                            : SensitivityRule::kMagnitude;
@@ -185,7 +185,12 @@ void LossyCoder::Classify(const FileLayout& layout, lossy::LossyScope scope, Sib
     });
     if (touched) crc_fields_.push_back(f);
   }
-  if (!crc_fields_.empty()) tracker_.emplace(crc_fields_);
+  if (crc_fields_.empty()) return;
+  tracker_.emplace(crc_fields_);
+  for (size_t i = 0; i < crc_fields_.size(); ++i) {
+    for (uint64_t at : crc_fields_[i].field_offsets) field_at_.emplace_back(at, i);
+  }
+  std::sort(field_at_.begin(), field_at_.end());
 }
 
 // The first candidate whose second moments match this file's parameters
@@ -224,6 +229,37 @@ bool LossyCoder::HasWork(uint64_t offset, uint64_t len) const {
 bool LossyCoder::CrcChunk(uint64_t offset, uint64_t len) const {
   return std::any_of(crc_fields_.begin(), crc_fields_.end(),
                      [&](const ZipCrcField& f) { return Overlaps(f.data_offset, f.data_length, offset, len); });
+}
+
+std::span<const std::pair<uint64_t, size_t>> LossyCoder::FieldsIn(uint64_t offset, uint64_t len) const {
+  // A 4-byte field may start up to 3 bytes before the chunk.
+  const uint64_t lo = offset < 3 ? 0 : offset - 3, hi = offset + len;
+  auto first = std::lower_bound(field_at_.begin(), field_at_.end(), std::make_pair(lo, size_t{0}));
+  auto last = std::lower_bound(first, field_at_.end(), std::make_pair(hi, size_t{0}));
+  return {first, last};
+}
+
+uint64_t LossyCoder::CrcPassEnd(uint64_t offset, uint64_t len) const {
+  uint64_t end = offset + len;
+  for (const auto& [at, i] : FieldsIn(offset, len)) {
+    const ZipCrcField& f = crc_fields_[i];
+    end = std::max(end, f.data_offset + std::min(f.data_length, UINT64_MAX - f.data_offset));
+  }
+  return end;
+}
+
+Status LossyCoder::PatchCrcs(uint64_t offset, std::span<uint8_t> raw) const {
+  for (const auto& [at, i] : FieldsIn(offset, raw.size())) {
+    const std::optional<uint32_t> crc = tracker_->Crc(i);
+    if (!crc) {
+      return Status::Error(EIO, "lossy seal: the zip CRC of the member at " +
+                                    std::to_string(crc_fields_[i].data_offset) +
+                                    " was not computed before encoding the chunk at " + std::to_string(offset));
+    }
+    const ZipCrcField one{crc_fields_[i].data_offset, crc_fields_[i].data_length, {at}};
+    formats::PatchCrcFields(offset, raw, std::span(&one, 1), std::span(&*crc, 1));
+  }
+  return Status::Ok();
 }
 
 Result<std::vector<float>> LossyCoder::Sensitivity(const Tensor& t, uint64_t begin, uint64_t end,
@@ -418,17 +454,7 @@ void LossyCoder::Record(const ChunkSegment& s) {
 
 Result<std::optional<LossyChunk>> LossyCoder::Encode(uint64_t offset, std::span<uint8_t> raw,
                                                      std::span<const uint8_t> base, lossy::PieceScratch* scratch) {
-  if (tracker_) {
-    {
-      std::lock_guard lock(mu_);
-      if (!crcs_ready_) {
-        if (!tracker_->Complete()) return Status::Error(EIO, "lossy seal: zip CRCs were not computed before encoding");
-        crcs_ = tracker_->Crcs();
-        crcs_ready_ = true;
-      }
-    }
-    formats::PatchCrcFields(offset, raw, crc_fields_, crcs_);
-  }
+  if (tracker_) RETURN_IF_ERROR(PatchCrcs(offset, raw));
   if (!HasWork(offset, raw.size())) return std::optional<LossyChunk>{};
   const CodedPieces coded = TakeCoded(offset, raw.size());  // outlives segs' pointers into it
   LossyChunk c;

@@ -7,8 +7,9 @@
 // reconstruction replaces the chunk's bytes. For zip formats (torch.save,
 // npz) it first runs the reconstruction once over the file to learn each
 // rewritten member's CRC-32, so that the headers, which come before the
-// data, can carry the new CRCs. That pass keeps the pieces' blobs, up to a
-// budget, so that the pack's pass decodes them instead of coding again.
+// data, can carry the new CRCs. That pass runs a member ahead of the
+// pack's pass (CrcPassEnd) and keeps the pieces' blobs, up to a budget, so
+// that the pack's pass decodes them instead of coding again.
 #pragma once
 
 #include <cstdint>
@@ -39,9 +40,10 @@ inline constexpr uint64_t kMinLossyElements = 64;
 
 // Blob bytes the CRC pass keeps for the pack's pass, per file being sealed.
 // Pieces past it keep only what the search chose, and the pack's pass codes
-// them again (same bytes, more CPU). Lossy blobs are about a tenth of the
-// elements' size at lossy=0.05, so this covers files of a few hundred MB;
-// memory stays bounded for any size.
+// them again (same bytes, more CPU). Blobs live from the CRC pass to the
+// pack's pass, about a member apart; lossy blobs are about a tenth of the
+// elements' size at lossy=0.05, so this covers members of a few hundred
+// MB; memory stays bounded for any size.
 inline constexpr uint64_t kCodedPieceBudget = 48ull << 20;
 
 struct LossyChunk {
@@ -67,6 +69,12 @@ class LossyCoder {
   // CrcChunk names, in any order and on any number of threads, then Encode).
   bool NeedsCrcPass() const { return !crc_fields_.empty(); }
   bool CrcChunk(uint64_t offset, uint64_t len) const;
+  // How far into the file the CRC pass must have run before Encode of the
+  // chunk at `offset`: past the chunk itself and past the data of every
+  // member whose CRC field it holds. The pack's pass can then follow the
+  // CRC pass a member behind, not a file behind, so the blobs kept between
+  // the two stay within the budget for members of up to a few hundred MB.
+  uint64_t CrcPassEnd(uint64_t offset, uint64_t len) const;
   // CRC pass: rewrites `raw` with its reconstruction and feeds the CRCs.
   // Keeps each piece's blob while the budget lasts (Encode then decodes
   // it), else what the search chose (Encode then codes the piece again
@@ -77,7 +85,7 @@ class LossyCoder {
   // Rewrites `raw` with the reconstruction and patched CRCs; returns the
   // kLossy payload (after the base reference) when the chunk holds lossy
   // tensors, nothing otherwise. Safe to call from several threads, once the
-  // CRC pass is over.
+  // CRC pass has run through CrcPassEnd.
   Result<std::optional<LossyChunk>> Encode(uint64_t offset, std::span<uint8_t> raw, std::span<const uint8_t> base,
                                            lossy::PieceScratch* scratch = nullptr);
   const LossyInfo& info() const { return info_; }
@@ -127,6 +135,10 @@ class LossyCoder {
   // out of coded_ (each is used once).
   CodedPieces TakeCoded(uint64_t offset, uint64_t len);
   void Record(const lossy::ChunkSegment& s);
+  // Writes the CRCs of the members whose fields lie in the chunk.
+  Status PatchCrcs(uint64_t offset, std::span<uint8_t> raw) const;
+  // The CRC fields' offsets and their members (index into crc_fields_), by offset.
+  std::span<const std::pair<uint64_t, size_t>> FieldsIn(uint64_t offset, uint64_t len) const;
 
   const ByteSource& file_;
   double fidelity_;
@@ -140,19 +152,18 @@ class LossyCoder {
   std::span<const TensorRange> ranges_;  // the lossless codec's view of the file
   std::vector<Tensor> tensors_;          // lossy ones, sorted by offset
   std::vector<ZipCrcField> crc_fields_;
+  std::vector<std::pair<uint64_t, size_t>> field_at_;  // (field offset, member), sorted
   std::optional<SiblingMoments> sibling_;
   uint32_t sibling_pairs_ = 0;
   std::string sibling_note_;
   std::optional<formats::ZipCrcTracker> tracker_;  // CRC pass
-  // The CRC pass and then Encode run on several sealing workers at once:
-  // mu_ guards the CRCs' first read, choices_ and info_.
+  // The CRC pass and Encode run on several sealing workers at once: mu_
+  // guards choices_, coded_ and info_.
   std::mutex mu_;
   std::map<uint64_t, lossy::PieceChoice> choices_;  // by the piece's file offset, from the CRC pass
   CodedPieces coded_;                               // ... those within the budget, coded
   uint64_t coded_bytes_ = 0;                        // blob bytes in coded_
   uint64_t coded_budget_ = kCodedPieceBudget;
-  bool crcs_ready_ = false;
-  std::vector<uint32_t> crcs_;  // the CRC pass's result, for Encode
   LossyInfo info_;
 };
 

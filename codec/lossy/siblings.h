@@ -41,6 +41,10 @@ class SiblingSource {
   // shard files it indexes; a TF data shard's name hints at its index);
   // empty when unknown.
   virtual std::string OwnName() { return {}; }
+  // The name of the directory holding the coded file (a legacy Orbax
+  // zarr array's tree path, for its chunk files' labels); empty when
+  // unknown or at the mount's root.
+  virtual std::string DirName() { return {}; }
   // Waits a little for more of the save to appear (the .metadata a DCP
   // save writes after its shards) and says whether it is still worth
   // looking again; false once the file's save is surely over.

@@ -130,3 +130,46 @@ def test_file_a_reader_waits_for_jumps_the_seal_queue(mount_factory, tmp_path):
     log = m.log_text()
     assert log.index(sealing_line(m, paths[2])) < log.index(sealing_line(m, paths[1]))
     assert read_file(paths[2]) == got["value"]
+
+
+ORBAX_RAW = Path(__file__).resolve().parents[1] / "data" / "orbax" / "raw"
+
+
+def test_a_read_of_the_page_holding_an_orbax_tail_node_does_not_wait(mount_factory, tmp_path):
+    """TensorStore reads back the B+tree node ending a closed data file
+    before it writes the nodes describing the file's values, which that
+    file's lossy seal waits for. The kernel asks for whole pages, so a node
+    that starts mid-page (here at 6144 of 8125 bytes) is read from its
+    page's start: that read is served while the seal is held, and the seal
+    keeps the bytes from that page on exact (the tensor ending in it too)."""
+    hold = tmp_path / "hold"
+    hold.touch()
+    m = mount_factory(opts=SEAL_OPTS + [f"seal_hold={hold}"])
+    db = m.mnt / "ckpt" / "ocdbt.process_0"
+    (db / "d").mkdir(parents=True)
+    data = "d/6f0d4f352afbe02aa2c511bc5dd649f8"
+    for rel in ["manifest.ocdbt"] + [f"d/{p.name}" for p in sorted((ORBAX_RAW / "d").iterdir()) if f"d/{p.name}" != data]:
+        write_file(db / rel, read_file(ORBAX_RAW / rel))
+    raw = read_file(ORBAX_RAW / data)
+    assert len(raw) == 8125
+    write_file(db / data, raw)
+    wait_for(lambda: held_seals(m) >= 1, "a seal to reach the hold")
+
+    def read_last_byte():
+        fd = os.open(db / data, os.O_RDONLY)
+        try:
+            return os.pread(fd, 1, len(raw) - 1)
+        finally:
+            os.close(fd)
+
+    t, out = in_thread(read_last_byte)
+    t.join(60)
+    alive = t.is_alive()
+    hold.unlink()
+    t.join(120)
+    assert not alive, "a read of the page holding the tail node waited for the held lossy seal"
+    assert out.get("value") == raw[-1:], out
+    m.wait_sealed()
+    sealed = read_file(db / data)
+    assert sealed[4096:] == raw[4096:], "bytes a reader could have been served before the seal changed"
+    assert sealed[:4096] != raw[:4096], "the moments before the node's page were not coded lossily"

@@ -139,6 +139,30 @@ TEST(DecodeAheadTest, NeverEvictsChunksWithBytesStillToGive) {
   EXPECT_EQ(cache.UnspentBytes(), 8 * kChunk);
 }
 
+// A cache full of half-read chunks (torch.load's jumps) still gets the
+// reader's next chunk per thread decoded ahead, one at a time per thread,
+// and nothing further ahead.
+TEST(DecodeAheadTest, HalfReadChunksLeaveTheNextChunkPerThread) {
+  ChunkCache cache(8 * kChunk);
+  DecodeAhead pool(&cache, 2);
+  pool.Start();
+  for (uint64_t i = 0; i < 8; ++i) {
+    cache.Put({1, i}, *Filled(i)());
+    cache.NoteRead({1, i}, 0, kChunk / 2);
+  }
+  std::atomic<int> loads{0};
+  pool.Queue({2, 5}, kChunk, Filled(5, &loads), /*distance=*/2);  // beyond the threads
+  pool.Queue({2, 6}, kChunk, Filled(6, &loads));                  // no distance given
+  pool.WaitIdle();
+  EXPECT_EQ(loads.load(), 0);
+  for (uint64_t i = 0; i < 2; ++i) pool.Queue({2, i}, kChunk, Filled(i, &loads), i);
+  pool.WaitIdle();
+  EXPECT_EQ(loads.load(), 2);
+  EXPECT_NE(cache.Get({2, 0}), nullptr);
+  EXPECT_NE(cache.Get({2, 1}), nullptr);
+  EXPECT_LE(cache.bytes(), 8 * kChunk);
+}
+
 // torch.load's order: the records after the one being read, in that order,
 // each chunk once, never the current record's own chunks.
 TEST(ReadOrderTest, ChunksOfTheNextRecordsInReadOrder) {

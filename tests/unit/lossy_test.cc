@@ -7,12 +7,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/hash.h"
@@ -23,6 +25,8 @@
 #include "codec/lossy/policy.h"
 #include "codec/lossy/quantizer.h"
 #include "codec/lossy/siblings.h"
+#include "store/base_handoff.h"
+#include "store/leading_pass.h"
 #include "store/lossy_xattrs.h"
 #include "store/pack_meta.h"
 #include "tests/unit/test_util.h"
@@ -887,6 +891,146 @@ TEST(LossyCoderPasses, KeptBlobsGiveTheSameSealAsCodingAgain) {
       EXPECT_EQ(s->info.exact_elements, again.info.exact_elements);
     }
   }
+}
+
+// The store's order: `workers` threads take chunks in file order for the
+// pack's pass, each first running the CRC pass (LeadingPass) as far as its
+// chunk needs, so chunks are coded once and blobs kept for a member only.
+TwoPassSeal SealWithLeadingCrcPass(const std::vector<uint8_t>& bytes, const std::vector<uint8_t>& base, size_t chunk,
+                                   unsigned workers) {
+  SpanSource file(bytes);
+  const FileLayout layout = DetectLayout(file);
+  const std::vector<TensorRange> ranges = TensorRangesOf(layout);
+  LossyCoder coder(file, layout, ranges, *ParseLossyPolicy("lossy=0.05"), TensorChunkOptions{});
+  EXPECT_TRUE(coder.NeedsCrcPass());
+  auto base_of = [&](size_t off, size_t len) {
+    return base.empty() ? std::span<const uint8_t>{} : std::span<const uint8_t>(base).subspan(off, len);
+  };
+  LeadingPass crc_pass(bytes.size(), static_cast<uint32_t>(chunk));
+  const size_t chunks = (bytes.size() + chunk - 1) / chunk;
+  std::vector<std::vector<uint8_t>> payloads(chunks), recon(chunks);
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    lossy::PieceScratch scratch;
+    auto crc_chunk = [&](uint64_t off, uint64_t len) -> Status {
+      if (!coder.CrcChunk(off, len)) return Status::Ok();
+      std::vector<uint8_t> raw(bytes.begin() + off, bytes.begin() + off + len);
+      return coder.Reconstruct(off, raw, base_of(off, len), &scratch);
+    };
+    for (size_t c; (c = next++) < chunks;) {
+      const size_t off = c * chunk, len = std::min(chunk, bytes.size() - off);
+      EXPECT_TRUE(crc_pass.RunThrough(coder.CrcPassEnd(off, len), crc_chunk).ok());
+      recon[c].assign(bytes.begin() + off, bytes.begin() + off + len);
+      Result<std::optional<LossyChunk>> p = coder.Encode(off, recon[c], base_of(off, len), &scratch);
+      EXPECT_TRUE(p.ok()) << p.status().ToString();
+      if (p.ok() && p->has_value()) payloads[c] = (*p)->payload;
+    }
+  };
+  std::vector<std::thread> threads;
+  for (unsigned w = 1; w < workers; ++w) threads.emplace_back(work);
+  work();
+  for (std::thread& t : threads) t.join();
+  TwoPassSeal out;
+  out.payloads = std::move(payloads);
+  for (const std::vector<uint8_t>& r : recon) out.recon.insert(out.recon.end(), r.begin(), r.end());
+  out.info = coder.info();
+  return out;
+}
+
+// Running the CRC pass only a member ahead of the pack's pass, on any
+// number of threads, seals the file exactly as the two whole passes do:
+// torch.save's zips (CRCs in data descriptors, after the data) and zips
+// with the CRC in each local header, before the data (zip_local_crc/).
+TEST(LossyCoderPasses, CrcPassAMemberAheadGivesTheSameSealAsTwoPasses) {
+  for (const char* dir : {"/tests/data/golden/inputs/lossy/", "/tests/data/zip_local_crc/"}) {
+    const std::string d = std::string(CKPTFS_SOURCE_DIR) + dir;
+    const std::vector<uint8_t> first = test::ReadFileBytes(d + "ckpt1.pt"), second = test::ReadFileBytes(d + "ckpt2.pt");
+    ASSERT_EQ(first.size(), second.size());
+    for (const std::vector<uint8_t>* base : {&first, static_cast<const std::vector<uint8_t>*>(nullptr)}) {
+      const std::vector<uint8_t> no_base;
+      const std::vector<uint8_t>& b = base != nullptr ? *base : no_base;
+      const TwoPassSeal two = SealInTwoPasses(second, b, kCodedPieceBudget, 2048);
+      EXPECT_NE(two.recon, second) << dir;  // something was coded lossily
+      for (unsigned workers : {1u, 3u}) {
+        const TwoPassSeal led = SealWithLeadingCrcPass(second, b, 2048, workers);
+        EXPECT_EQ(led.payloads, two.payloads) << dir << workers;
+        EXPECT_EQ(led.recon, two.recon) << dir << workers;
+        for (size_t r = 0; r < std::size(two.info.roles); ++r) {
+          EXPECT_EQ(led.info.roles[r].max_error, two.info.roles[r].max_error);
+          EXPECT_EQ(led.info.roles[r].stored, two.info.roles[r].stored);
+        }
+      }
+    }
+  }
+}
+
+// A chunk holding a local header's CRC field is not encoded before the CRC
+// pass has run over that member's data; with descriptors (torch.save) no
+// chunk needs the pass beyond itself.
+TEST(LossyCoderPasses, CrcPassEndCoversTheMembersOfTheChunksFields) {
+  for (const char* dir : {"/tests/data/golden/inputs/lossy/", "/tests/data/zip_local_crc/"}) {
+    const std::vector<uint8_t> bytes = test::ReadFileBytes(std::string(CKPTFS_SOURCE_DIR) + dir + "ckpt2.pt");
+    SpanSource file(bytes);
+    const FileLayout layout = DetectLayout(file);
+    const std::vector<TensorRange> ranges = TensorRangesOf(layout);
+    LossyCoder coder(file, layout, ranges, *ParseLossyPolicy("lossy=0.05"), TensorChunkOptions{});
+    ASSERT_TRUE(coder.NeedsCrcPass()) << dir;
+    const bool local_headers = std::string(dir).find("local") != std::string::npos;
+    size_t ahead = 0;
+    for (size_t off = 0; off < bytes.size(); off += 2048) {
+      const size_t len = std::min<size_t>(2048, bytes.size() - off);
+      const uint64_t end = coder.CrcPassEnd(off, len);
+      EXPECT_GE(end, off + len);
+      if (end > off + len) ++ahead;
+    }
+    EXPECT_EQ(ahead > 0, local_headers) << dir;
+    if (!local_headers) continue;
+    // The first chunk holds a local header whose member runs past it:
+    // encoding it before the CRC pass fails rather than writing a stale CRC.
+    ASSERT_GT(coder.CrcPassEnd(0, 2048), 2048u);
+    std::vector<uint8_t> raw(bytes.begin(), bytes.begin() + 2048);
+    EXPECT_FALSE(coder.Encode(0, raw, {}).ok());
+  }
+}
+
+TEST(LeadingPass, RunsEachChunkOnceAndStopsAtTheFirstFailure) {
+  LeadingPass pass(10 * 100 + 7, 100);
+  std::vector<int> runs(11, 0);
+  auto run = [&](uint64_t off, uint64_t len) -> Status {
+    ++runs[off / 100];
+    EXPECT_EQ(len, off == 1000 ? 7u : 100u);
+    return Status::Ok();
+  };
+  EXPECT_TRUE(pass.RunThrough(250, run).ok());
+  EXPECT_EQ(std::count(runs.begin(), runs.end(), 1), 3);  // chunks 0, 1, 2
+  EXPECT_TRUE(pass.RunThrough(100, run).ok());
+  EXPECT_TRUE(pass.RunThrough(5000, run).ok());
+  EXPECT_EQ(runs, std::vector<int>(11, 1));
+  LeadingPass failing(1000, 100);
+  auto fail_at_3 = [](uint64_t off, uint64_t) {
+    return off == 300 ? Status::Error(EIO, "chunk 3 unreadable") : Status::Ok();
+  };
+  EXPECT_TRUE(failing.RunThrough(300, fail_at_3).ok());
+  EXPECT_EQ(failing.RunThrough(1000, fail_at_3).message(), "chunk 3 unreadable");
+  EXPECT_FALSE(failing.RunThrough(100, fail_at_3).ok());
+}
+
+TEST(BaseHandoff, HandsEachChunksBytesOverOnceWithinTheBudget) {
+  BaseHandoff h(10);
+  std::vector<uint8_t> a(6, 1), b(6, 2), out;
+  h.Put(0, 7, 100, &a);
+  EXPECT_TRUE(a.empty());
+  h.Put(4096, 7, 200, &b);  // past the budget: kept by the caller
+  EXPECT_EQ(b, std::vector<uint8_t>(6, 2));
+  EXPECT_EQ(h.held(), 6u);
+  EXPECT_FALSE(h.Take(0, 8, 100, &out));  // another base at that offset
+  EXPECT_FALSE(h.Take(0, 7, 101, &out));
+  ASSERT_TRUE(h.Take(0, 7, 100, &out));
+  EXPECT_EQ(out, std::vector<uint8_t>(6, 1));
+  EXPECT_FALSE(h.Take(0, 7, 100, &out));
+  EXPECT_EQ(h.held(), 0u);
+  h.Put(4096, 7, 200, &b);  // room again
+  EXPECT_EQ(h.held(), 6u);
 }
 
 TEST(SiblingSource, AskedOnlyForWeightsWithoutMoments) {

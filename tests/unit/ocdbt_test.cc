@@ -6,12 +6,14 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <map>
 #include <random>
 
 #include "store/ocdbt_data.h"
+#include "tests/unit/mem_siblings.h"
 #include "tests/unit/test_util.h"
 
 namespace ckptfs {
@@ -213,15 +215,120 @@ TEST(OcdbtTest, TensorsOverlappingTheTailNodeStayExact) {
   const size_t n = l->tensors.size();
   ASSERT_GT(n, 0u);
   for (const TensorRegion& t : l->tensors) EXPECT_LE(t.offset + t.length, root->node.offset);
-  EXPECT_EQ(KeepOcdbtTailExact(src, &*l), 0u);  // an intact file: values end where the node begins
+  // Values end where the node begins; those ending in the node's page stay
+  // exact too (ANodeStartingMidPageIsReadableFromItsPage).
+  const uint64_t page = root->node.offset / kOcdbtTailPage * kOcdbtTailPage;
+  const size_t in_page = static_cast<size_t>(std::count_if(
+      l->tensors.begin(), l->tensors.end(), [&](const TensorRegion& t) { return t.offset + t.length > page; }));
+  EXPECT_EQ(KeepOcdbtTailExact(src, &*l), in_page);
   TensorRegion over = l->tensors.back();
   over.offset = root->node.offset - 8;
   over.length = 16;
   l->tensors.push_back(over);
   EXPECT_EQ(KeepOcdbtTailExact(src, &*l), 1u);
-  EXPECT_EQ(l->tensors.size(), n);
+  EXPECT_EQ(l->tensors.size(), n - in_page);
   Bytes no_node(4096, 7);
   EXPECT_FALSE(OcdbtTailNodeStart(SpanSource(no_node)).has_value());
+}
+
+// The kernel reads whole pages: a node that starts mid-page is read from
+// the page's start, so that is where the bytes a lossy seal keeps begin,
+// and a tensor ending inside that page before the node stays exact too.
+TEST(OcdbtTest, ANodeStartingMidPageIsReadableFromItsPage) {
+  Db db("raw");
+  const Bytes& original = *db.files.at(db.Largest());
+  Result<formats::OcdbtRoot> root = formats::OcdbtTailNode(SpanSource(original), "");
+  ASSERT_TRUE(root.ok()) << root.status().message();
+  // 40 more bytes of values (a Dense(10) bias) before everything.
+  Bytes shifted(40, 0x3f);
+  shifted.insert(shifted.end(), original.begin(), original.end());
+  const SpanSource src(shifted);
+  const uint64_t node = root->node.offset + 40;
+  ASSERT_EQ(OcdbtTailNodeStart(src), std::optional<uint64_t>(node));
+  const uint64_t page = node / kOcdbtTailPage * kOcdbtTailPage;
+  ASSERT_GT(node, page);
+  EXPECT_EQ(OcdbtTailReadableFrom(src), std::optional<uint64_t>(page));
+  FileLayout l;
+  TensorRegion before;  // ends at the page's start: coded as usual
+  before.offset = page - 64;
+  before.length = 64;
+  TensorRegion within = before;  // ends inside the page, before the node
+  within.offset = page;
+  within.length = node - page;
+  l.tensors = {before, within};
+  const size_t dropped = KeepOcdbtTailExact(src, &l);
+  EXPECT_EQ(dropped, 1u);
+  ASSERT_FALSE(l.tensors.empty());
+  EXPECT_EQ(l.tensors[0].offset, before.offset);
+}
+
+// Arrays move within an Orbax data file from save to save: its packs take
+// chunks of at most 1 MiB, other files the mount's size.
+TEST(OcdbtTest, DataFilesOfSeveralArraysTakeSmallerChunks) {
+  Db db("raw");
+  Result<FileLayout> l = db.Layout(db.Largest());
+  ASSERT_TRUE(l.ok()) << l.status().message();
+  ASSERT_GT(l->tensors.size(), 1u);
+  EXPECT_EQ(PackChunkSizeFor(*l, 4u << 20), kOcdbtChunkSize);
+  EXPECT_EQ(PackChunkSizeFor(*l, 256u << 10), 256u << 10);  // a smaller mount size stays
+  l->tensors.resize(1);
+  EXPECT_EQ(PackChunkSizeFor(*l, 4u << 20), 4u << 20);
+  FileLayout torch;
+  torch.format = "torch-zip";
+  torch.tensors.resize(3);
+  EXPECT_EQ(PackChunkSizeFor(torch, 4u << 20), 4u << 20);
+}
+
+// Orbax's legacy layout (use_ocdbt=False): a chunk file is one raw chunk of
+// the array its .zarray describes; anything else stays bytes.
+TEST(OcdbtTest, LegacyZarrChunkFilesAreOneTensorEach) {
+  const std::string zarray =
+      R"({"chunks":[64,256],"compressor":null,"dimension_separator":".","dtype":"<f4","fill_value":null,)"
+      R"("filters":null,"order":"C","shape":[64,300],"zarr_format":2})";
+  Result<FileLayout> l = formats::ZarrChunkFileLayout(zarray, "params.Dense_0.kernel", "0.1", 64 * 256 * 4);
+  ASSERT_TRUE(l.ok()) << l.status().message();
+  EXPECT_EQ(l->format, "zarr-chunk");
+  EXPECT_FALSE(l->lossy_allowed);
+  ASSERT_EQ(l->tensors.size(), 1u);
+  EXPECT_EQ(l->tensors[0].label, "params.Dense_0.kernel/0.1");
+  EXPECT_EQ(l->tensors[0].dtype, DType::kF32);
+  EXPECT_EQ(l->tensors[0].shape, (std::vector<uint64_t>{64, 256}));
+  EXPECT_EQ(l->tensors[0].length, 64u * 256 * 4);
+  // Not a whole chunk, compressed, or not this array's chunk name.
+  EXPECT_TRUE(formats::ZarrChunkFileLayout(zarray, "a", "0.1", 1000).value().tensors.empty());
+  std::string zstd = zarray;
+  zstd.replace(zstd.find("\"compressor\":null"), 17, R"("compressor":{"id":"zstd","level":1})");
+  Result<FileLayout> z = formats::ZarrChunkFileLayout(zstd, "a", "0.0", 64 * 256 * 4);
+  ASSERT_TRUE(z.ok());
+  EXPECT_TRUE(z->tensors.empty());
+  EXPECT_NE(z->note.find("compressed (zstd)"), std::string::npos) << z->note;
+  EXPECT_FALSE(formats::ZarrChunkFileLayout(zarray, "a", "0", 64 * 256 * 4).ok());  // wrong rank
+  EXPECT_FALSE(formats::ZarrChunkFileLayout(zarray, "a", ".zarray", 64 * 256 * 4).ok());
+  EXPECT_FALSE(formats::ZarrChunkFileLayout("{\"zarr_format\":3}", "a", "0.0", 64 * 256 * 4).ok());
+  EXPECT_FALSE(formats::ZarrChunkFileLayout("not json", "a", "0.0", 64 * 256 * 4).ok());
+  EXPECT_FALSE(formats::ZarrChunkFileLayout(R"({"zarr_format":2,"chunks":"x"})", "a", "0.0", 4).ok());
+  EXPECT_TRUE(formats::LooksLikeZarrChunkName("0"));
+  EXPECT_TRUE(formats::LooksLikeZarrChunkName("3.10.0"));
+  for (const char* bad : {"", ".0", "0.", "0..1", "a.0", "0/1", ".zarray"}) {
+    EXPECT_FALSE(formats::LooksLikeZarrChunkName(bad)) << bad;
+  }
+}
+
+// The store finds a chunk's .zarray among its siblings.
+TEST(OcdbtTest, LegacyZarrChunkLayoutFromTheZarrayBeside) {
+  const std::string zarray = R"({"chunks":[256],"compressor":null,"dtype":"<f4","filters":null,"order":"C",)"
+                             R"("shape":[256],"zarr_format":2})";
+  test::MemSiblings siblings("0");
+  const Bytes chunk(1024, 1);
+  EXPECT_FALSE(ZarrChunkLayoutFromSiblings(SpanSource(chunk), siblings).has_value());  // no .zarray yet
+  siblings.Put(".zarray", Bytes(zarray.begin(), zarray.end()));
+  std::optional<FileLayout> l = ZarrChunkLayoutFromSiblings(SpanSource(chunk), siblings);
+  ASSERT_TRUE(l.has_value());
+  ASSERT_EQ(l->tensors.size(), 1u);
+  EXPECT_EQ(l->tensors[0].length, 1024u);
+  test::MemSiblings other("not_a_chunk");
+  other.Put(".zarray", Bytes(zarray.begin(), zarray.end()));
+  EXPECT_FALSE(ZarrChunkLayoutFromSiblings(SpanSource(chunk), other).has_value());
 }
 
 }  // namespace
