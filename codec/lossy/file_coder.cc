@@ -339,6 +339,10 @@ Result<std::vector<ChunkSegment>> LossyCoder::Segments(uint64_t offset, uint64_t
     s.spec.dtype = t.dtype;
     s.spec.domain = t.role == TensorRole::kAdamV ? lossy::Domain::kLogBits : lossy::Domain::kValue;
     s.spec.target = TargetFor(t.role, targets);
+    // The named levels' m keeps its energy and every element's own value
+    // (no pruning): both cost loss on the panel where noise of the same
+    // size does not (docs/LOSSY.md). A numeric fidelity keeps its old coding.
+    if (one_step_ && t.role == TensorRole::kAdamM) s.spec.preserve_energy = true, s.spec.prune = false;
     if (coded != nullptr && coded->count(begin) != 0) {
       // Decoded, not coded: neither target nor sensitivity is needed.
     } else if (t.role == TensorRole::kWeight) {

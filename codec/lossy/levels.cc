@@ -138,6 +138,42 @@ LevelFit LevelFitter::Fit(size_t k, int iterations) const {
   return fit;
 }
 
+double LevelFitter::CodedEnergy(std::span<const double> levels) const {
+  const std::vector<double> bounds = LevelBounds(levels);
+  double out = 0;
+  for (size_t bi = 0; bi < bins_.size(); ++bi) {
+    const double c = levels[NearestLevel(bounds, means_[bi])];
+    out += c * c * bins_[bi].w;
+  }
+  return out;
+}
+
+void LevelFitter::PreserveEnergy(LevelFit* fit) const {
+  if (fit->levels.empty()) return;
+  double in = 0;
+  for (const Bin& b : bins_) in += b.wrr;
+  if (!std::isfinite(in)) return;
+  // Scaling the levels scales their bounds too, so values near a bound fall
+  // to the inner level and one scaling leaves part of the shrinkage: repeat
+  // until the coded energy is within 1% of the values' (a few rounds).
+  for (int round = 0; round < kEnergyRounds; ++round) {
+    const double out = CodedEnergy(fit->levels);
+    if (!(out > 0) || !(in > out * 1.01)) break;
+    const double g = std::sqrt(in / out);
+    for (double& l : fit->levels) l *= g;
+  }
+  const std::vector<double> bounds = LevelBounds(fit->levels);
+  fit->counts.assign(fit->levels.size(), 0);
+  double err = 0;
+  for (size_t bi = 0; bi < bins_.size(); ++bi) {
+    const size_t j = NearestLevel(bounds, means_[bi]);
+    const double c = fit->levels[j];
+    err += bins_[bi].wrr - 2 * c * bins_[bi].wr + c * c * bins_[bi].w;
+    fit->counts[j] += bins_[bi].count;
+  }
+  fit->error = std::max(0.0, err);
+}
+
 LevelFit FitLevels(const ResidualHistogram& h, size_t k, int iterations) { return LevelFitter(h).Fit(k, iterations); }
 
 std::vector<double> LevelBounds(std::span<const double> levels) {

@@ -77,8 +77,16 @@ class LevelFitter {
   explicit LevelFitter(const ResidualHistogram& h);
   // k levels minimising the weighted squared error of the histogram's values.
   LevelFit Fit(size_t k, int iterations = 16) const;
+  // Scales fit's levels up (never down) until the values, each at its
+  // nearest level, keep their weighted energy (within 1%, at most
+  // kEnergyRounds scalings), then recomputes its counts and error.
+  void PreserveEnergy(LevelFit* fit) const;
 
  private:
+  static constexpr int kEnergyRounds = 8;
+  // The weighted energy of the values, each at its nearest level.
+  double CodedEnergy(std::span<const double> levels) const;
+
   std::vector<Bin> bins_;      // the occupied ones, in order
   std::vector<double> means_;  // each bin's weighted mean
   std::vector<double> mass_;   // density^(1/3) share, for the initial levels

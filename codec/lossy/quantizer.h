@@ -51,6 +51,18 @@ struct PieceSpec {
   // residual (the change since the predecessor), so a small update is not
   // dropped wholesale just because it is small next to the values (0: no cap).
   double residual_cap = 0;
+  // kValue: scale the fitted levels up so that the coded elements keep the
+  // weighted energy of the values they stand for. Levels at conditional
+  // means shrink a vector by 1 - e^2 in energy; for Adam's m that is a
+  // partial drop of momentum at every restore, which costs loss where noise
+  // of the same size does not (docs/LOSSY.md). The levels are stored, so
+  // decoding is unchanged.
+  bool preserve_energy = false;
+  // Whether the search may leave the least sensitive elements at the
+  // predictor. Off, every element snaps to its nearest level (a level may
+  // still sit near zero): for Adam's m, pruning zeroes the momentum of the
+  // smallest updates at every restore, a systematic error (docs/LOSSY.md).
+  bool prune = true;
 };
 
 // What the search chose for a piece, so that the same input can be coded

@@ -204,7 +204,7 @@ class Search {
     const uint64_t finite = t.finite;
     if (finite == 0) return;
     for (double prune_share : kPruneShares) {
-      for (double escape_share : kEscapeShares) cuts_.push_back(CutAt(prune_share, escape_share));
+      for (double escape_share : kEscapeShares) cuts_.push_back(CutAt(spec.prune ? prune_share : 0.0, escape_share));
     }
     BinByInterval(ResidualHistogram(lo, hi, 0.1 * std::sqrt(sq / static_cast<double>(finite)) + 1e-300,
                                     kResidualBins));
@@ -375,6 +375,7 @@ class Search {
     while (lo < hi) {
       const size_t mid = (lo + hi) / 2;
       LevelFit fit = fitter.Fit(kLevelCounts[mid]);
+      if (spec_.preserve_energy) fitter.PreserveEnergy(&fit);
       if (fit.error <= room) {
         found = std::move(fit);
         hi = mid;

@@ -82,6 +82,39 @@ TEST(LossyPiece, WeightsMeetTheTargetAndCompress) {
   }
 }
 
+// Coarse levels at conditional means shrink what they code by about
+// 1 - error^2 in energy (m's momentum, in the one-step measure);
+// preserve_energy scales them back out, at a small cost in error, and the
+// target still holds. Tested as the coder uses it for m, without pruning.
+// On this Gaussian at 0.5: plain keeps 0.81 of the energy; one scaling
+// kept 0.92 (the scaled bounds move out too, so elements near a bound fall
+// to the inner level), the repeated scaling 0.99.
+TEST(LossyPiece, PreserveEnergyKeepsTheCodedEnergy) {
+  const std::vector<float> v = Normal(1 << 15, 1.0f, 21);
+  const std::vector<uint8_t> x = Floats(v);
+  auto energy = [](const std::vector<uint8_t>& b) {
+    double e = 0;
+    for (size_t i = 0; i < b.size() / 4; ++i) {
+      const double f = BitsToFloat(DType::kF32, LoadBits(DType::kF32, b.data(), i));
+      e += f * f;
+    }
+    return e;
+  };
+  PieceSpec spec{DType::kF32, Domain::kValue, 0.5};
+  spec.prune = false;
+  const Coded plain = Encode(spec, x);
+  spec.preserve_energy = true;
+  const Coded kept = Encode(spec, x);
+  ExpectDecodesToRecon(kept);
+  const double plain_error = MeasureError(spec, x, plain.recon);
+  EXPECT_LE(MeasureError(spec, x, kept.recon), 0.5);
+  const double e = energy(x);
+  EXPECT_NEAR(energy(plain.recon) / e, 1 - plain_error * plain_error, 0.02);  // conditional means shrink
+  EXPECT_LT(energy(plain.recon), 0.9 * e);
+  EXPECT_GT(energy(kept.recon), energy(plain.recon));
+  EXPECT_NEAR(energy(kept.recon) / e, 1.0, 0.02);
+}
+
 TEST(LossyPiece, LooserTargetsCostLess) {
   const std::vector<uint8_t> x = Floats(Normal(1 << 15, 1.0f, 2));
   size_t prev = SIZE_MAX;
@@ -746,15 +779,17 @@ TEST(OneStepMeasure, TorchCheckpointWithAdamStateUsesIt) {
   EXPECT_GT(quantized, 0);
 }
 
-// Under the one-step measure Adam's m is coded to 0.3 of an update per step
-// of budget (kFirstMomentUpdateErrorPerStep): on the torch checkpoint with
-// AdamW's state, each m's error, recomputed from the bytes in update units
+// Under the one-step measure Adam's m is coded to 0.2 of an update per step
+// of budget (kFirstMomentUpdateErrorPerStep; 0.3 cost +2.11% on the panel's
+// B at seed 2, step schedule): on the torch checkpoint with AdamW's state,
+// each m's error, recomputed from the bytes in update units
 // (sqrt(sum (dm/(sqrt(v)+eps))^2 / sum (m/(sqrt(v)+eps))^2)), stays within
-// 0.3 at the safe level and goes beyond the old rule's C/10 = 0.1; the
+// 0.2 at the safe level and goes beyond the old rule's C/10 = 0.1; the
 // record carries the target.
 TEST(OneStepMeasure, FirstMomentCodedInUpdateUnits) {
-  EXPECT_DOUBLE_EQ(StepTargetsFor(kSafeSteps).first_moment, 0.3);
-  EXPECT_DOUBLE_EQ(StepTargetsFor(0.5).first_moment, 0.15);
+  EXPECT_DOUBLE_EQ(StepTargetsFor(kSafeSteps).first_moment, 0.2);
+  EXPECT_DOUBLE_EQ(StepTargetsFor(0.5).first_moment, 0.1);
+  EXPECT_DOUBLE_EQ(StepTargetsFor(kAggressiveSteps).first_moment, 0.6);
   EXPECT_DOUBLE_EQ(StepTargetsFor(10).first_moment, 0.9);  // the cap
   const std::vector<uint8_t> bytes = test::ReadFileBytes(std::string(CKPTFS_SOURCE_DIR) + "/tests/data/golden/inputs/lossy/ckpt1.pt");
   CoderOf c(bytes, *ParseLossyPolicy("lossy"));
@@ -762,7 +797,7 @@ TEST(OneStepMeasure, FirstMomentCodedInUpdateUnits) {
   const FileLayout& layout = c.layout;
   ASSERT_TRUE(coder.active());
   ASSERT_EQ(coder.info().measure, BudgetMeasure::kOneStep);
-  EXPECT_EQ(coder.info().roles[1].target, 0.3f);
+  EXPECT_EQ(coder.info().roles[1].target, 0.2f);
   std::vector<uint8_t> raw = bytes;
   ASSERT_TRUE(coder.Reconstruct(0, raw, {}).ok());
   raw = bytes;
@@ -770,7 +805,7 @@ TEST(OneStepMeasure, FirstMomentCodedInUpdateUnits) {
   // The rule is never silent: the file's attributes (and stats) carry m's target.
   const auto attrs = LossyXattrs(coder.info());
   EXPECT_NE(std::find(attrs.begin(), attrs.end(),
-                      std::pair<std::string, std::string>{"user.ckptfs.lossy.target.first_moments", "0.3"}),
+                      std::pair<std::string, std::string>{"user.ckptfs.lossy.target.first_moments", "0.2"}),
             attrs.end());
   auto floats = [](const std::vector<uint8_t>& b, const TensorRegion& t) {
     std::vector<double> out(t.length / 4);
@@ -798,7 +833,7 @@ TEST(OneStepMeasure, FirstMomentCodedInUpdateUnits) {
     }
     ASSERT_GT(energy, 0);
     const double rel = std::sqrt(err / energy);
-    EXPECT_LE(rel, 0.3 * 1.001) << "m " << i;
+    EXPECT_LE(rel, 0.2 * 1.001) << "m " << i;
     worst = std::max(worst, rel);
     ++checked;
   }
