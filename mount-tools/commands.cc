@@ -180,6 +180,25 @@ nlohmann::json LossyJson(const std::optional<LossyInfo>& l) {
   return j;
 }
 
+// Which file each pack holds, for naming a file's base. Stats of a subtree
+// or one file list only its files, while a base may be anywhere in the
+// store: then the whole store is listed too.
+std::unordered_map<ObjectId, std::string> FileOfPack(Store& store, const std::vector<FileUsage>& usage,
+                                                     const std::string& subpath) {
+  std::unordered_map<ObjectId, std::string> out;
+  auto add = [&out](const std::vector<FileUsage>& files) {
+    for (const auto& f : files)
+      if (f.pack != 0 && !f.staged) out.emplace(f.pack, f.path);
+  };
+  add(usage);
+  const bool missing = std::any_of(usage.begin(), usage.end(),
+                                   [&out](const FileUsage& f) { return f.base != 0 && !out.contains(f.base); });
+  if (!subpath.empty() && missing) {
+    if (Result<std::vector<FileUsage>> all = store.Usage(""); all.ok()) add(*all);
+  }
+  return out;
+}
+
 }  // namespace
 
 int RunStats(const std::string& path, bool json, const std::string& ceph_conf) {
@@ -207,9 +226,7 @@ int RunStats(const std::string& path, bool json, const std::string& ceph_conf) {
     logical += f.logical;
     stored += f.stored;
   }
-  std::unordered_map<ObjectId, std::string> file_of_pack;
-  for (const auto& f : usage.value())
-    if (f.pack != 0 && !f.staged) file_of_pack.emplace(f.pack, f.path);
+  const std::unordered_map<ObjectId, std::string> file_of_pack = FileOfPack(*store.value(), *usage, where->second);
   auto base_name = [&](const FileUsage& f) -> std::string {
     if (f.base == 0) return "";
     auto it = file_of_pack.find(f.base);

@@ -41,6 +41,9 @@ def test_successor_is_a_delta_and_copy_is_deduplicated(mount):
     assert second["base"] == "step_100/ckpt.npy" and second["depth"] == 1, second
     assert second["stored"] < 0.75 * first["stored"], (first, second)
     assert copy["stored"] < 0.01 * copy["logical"], copy
+    # Stats of one file name its base, which lies outside what they list.
+    one = mount.stats(mount.mnt / "step_200" / "ckpt.npy")["files"]
+    assert [g["base"] for g in one] == ["step_100/ckpt.npy"], one
     for name, want in (("step_100/ckpt.npy", v[0]), ("step_200/ckpt.npy", v[1]), ("last.npy", v[1])):
         assert (mount.mnt / name).read_bytes() == want
     mount.remount()
