@@ -1,5 +1,7 @@
 #include "fuse/page_push.h"
 
+#include <algorithm>
+#include <cerrno>
 #include <utility>
 
 #include "base/log.h"
