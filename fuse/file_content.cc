@@ -143,7 +143,7 @@ void FileContent::DecodeAheadOf(const SealedRange& file, uint64_t off, uint64_t 
     for (uint64_t c = last + 1; c < std::min(count, last + 1 + ahead_->threads()); ++c)
       next.emplace_back(c, c - last - 1);
   }
-  {
+  if (!next.empty()) {
     std::lock_guard lk(mu_);
     std::erase_if(next, [&](const auto& n) { return HandedLocked(file.id, n.first); });
   }
