@@ -533,7 +533,10 @@ namespace ckptfs {
 
 Status FileContent::Refresh() {
   if (!store_->cluster()) return Status::Ok();
-  std::lock_guard lk(mu_);
+  std::unique_lock lk(mu_);
+  // A push of this version's pages begun before the last release must land
+  // before a new version's open drops the kernel's pages, not after.
+  pushed_cv_.wait(lk, [&] { return page_pushes_ == 0; });
   if (staging_ || open_handles_ > 0 || writes_in_flight_ > 0 || unlinked_) return Status::Ok();
   ASSIGN_OR_RETURN(StubRecord now, ReadStub(store_->env(), stub_fd_.get()));
   if (now == rec_) return Status::Ok();
