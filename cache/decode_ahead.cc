@@ -29,7 +29,7 @@ void DecodeAhead::Queue(const ChunkKey& key, uint64_t bytes, Load load, uint64_t
   // full cache evicts such a chunk whoever does it, and without one running
   // ahead, a reader that waits for each record before it asks for the next
   // (torch.load) and the daemon take turns.
-  const uint64_t unspent = evictions_kept_ ? 0 : cache_->UnspentBytes();
+  const uint64_t unspent = cache_->UnspentBytes();
   const uint64_t room = cache_->capacity() - std::min(cache_->capacity(), unspent);
   const uint64_t threads = static_cast<uint64_t>(threads_);
   {

@@ -76,8 +76,8 @@ class DecodeAhead {
 
   // Decodes `key` with `load` on a pool thread unless the cache has it, is
   // loading it or it is queued already. Drops it when the queue is full,
-  // or when decoding it would evict a chunk that still has bytes to give
-  // (unless SetEvictionsKept), unless it is among the next `threads` chunks the reader needs and each
+  // or when decoding it would evict a chunk that still has bytes to give,
+  // unless it is among the next `threads` chunks the reader needs and each
   // thread has at most one: `distance` counts the chunks the reader needs
   // before this one (0: the next).
   // bytes: its decoded size, counted against the budget until decoded.
@@ -85,11 +85,6 @@ class DecodeAhead {
   // Chunks one stream may have decoded ahead of its reads.
   uint64_t WindowChunks(uint64_t chunk_bytes, int depth) const;
   int threads() const { return threads_; }
-  // The cache's owner keeps the unread bytes of what the cache evicts
-  // (ChunkCache::SetEvictUnread; the daemon pushes them into the page
-  // cache): decoding ahead may then take the room of chunks that still
-  // have bytes to give, as evicting them costs no second decode.
-  void SetEvictionsKept(bool kept) { evictions_kept_ = kept; }
   // Decodes finished and queued so far (tests and stats).
   uint64_t decoded() const;
   // Waits until nothing is queued or decoding (tests).
@@ -114,7 +109,6 @@ class DecodeAhead {
   ChunkCache* const cache_;
   const int threads_;
   std::atomic<bool> started_{false};
-  std::atomic<bool> evictions_kept_{false};
   mutable std::mutex mu_;
   std::condition_variable wake_;
   std::condition_variable idle_;

@@ -30,11 +30,6 @@ void PagePush::Stop() {
   open_.clear();
 }
 
-bool PagePush::running() {
-  std::lock_guard lk(mu_);
-  return running_;
-}
-
 void PagePush::Opened(Inode& inode, std::shared_ptr<FileContent> content) {
   if (!enabled_) return;
   std::lock_guard lk(open_mu_);

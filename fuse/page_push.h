@@ -48,8 +48,6 @@ class PagePush {
   // Ends the thread and forgets the queue and the open files; before the
   // session goes.
   void Stop();
-  // Started and not stopped: evicted chunks' unread pages are kept.
-  bool running();
 
   // A handle on `inode`, whose content is `content`, was opened / released.
   void Opened(Inode& inode, std::shared_ptr<FileContent> content);
@@ -60,7 +58,7 @@ class PagePush {
   // pushed: this bounds the memory outside the cache). Never blocks.
   void Offer(const ChunkKey& key, ChunkBytes bytes, std::vector<ChunkCache::Range> unread);
 
-  static constexpr uint64_t kMaxQueuedBytes = 32ull << 20;
+  static constexpr uint64_t kMaxQueuedBytes = 16ull << 20;
 
  private:
   struct Job {

@@ -163,31 +163,6 @@ TEST(DecodeAheadTest, HalfReadChunksLeaveTheNextChunkPerThread) {
   EXPECT_LE(cache.bytes(), 8 * kChunk);
 }
 
-// When the cache's owner keeps what it evicts unread (the page cache, in the
-// daemon), decode-ahead takes half-read chunks' room as well, up to its budget.
-TEST(DecodeAheadTest, KeptEvictionsLetItTakeHalfReadChunksRoom) {
-  ChunkCache cache(8 * kChunk);  // budget: 4 chunks
-  std::vector<ChunkKey> handed;
-  cache.SetEvictUnread([&](const ChunkKey& key, ChunkBytes, std::vector<ChunkCache::Range>) { handed.push_back(key); });
-  DecodeAhead pool(&cache, 2);
-  pool.SetEvictionsKept(true);
-  pool.Start();
-  for (uint64_t i = 0; i < 8; ++i) {
-    cache.Put({1, i}, *Filled(i)());
-    cache.NoteRead({1, i}, 0, kChunk / 2);
-  }
-  std::atomic<int> loads{0};
-  for (uint64_t i = 0; i < 3; ++i) {
-    pool.Queue({2, i}, kChunk, Filled(i, &loads));  // no distance: beyond the next-up rule
-    pool.WaitIdle();
-  }
-  EXPECT_EQ(loads.load(), 3);
-  for (uint64_t i = 0; i < 3; ++i) EXPECT_NE(cache.Get({2, i}), nullptr) << i;
-  ASSERT_EQ(handed.size(), 3u);  // the three least recently used, handed on
-  for (uint64_t i = 0; i < 3; ++i) EXPECT_EQ(handed[i], (ChunkKey{1, i}));
-  EXPECT_LE(cache.bytes(), 8 * kChunk);
-}
-
 // torch.load's order: the records after the one being read, in that order,
 // each chunk once, never the current record's own chunks.
 TEST(ReadOrderTest, ChunksOfTheNextRecordsInReadOrder) {
