@@ -54,6 +54,8 @@ struct Metrics {
   Counter chunk_decoded_bytes;  // their decoded bytes: over read_bytes, the decode work per byte read
   Counter chunk_decodes_ahead;  // of those, decoded by decode-ahead's pool rather than for a waiting read
   Counter read_nanoseconds;     // from a FUSE read's arrival to its reply: over read_requests, the latency
+  Counter pages_pushed_bytes;   // unread bytes of evicted chunks stored into the kernel's page cache
+  Counter pages_push_dropped;   // evicted chunks with unread bytes that could not be pushed (queue full)
   Counter eio_errors;         // requests answered EIO: a checksum or the backing store failed
   Counter enospc_errors;      // requests answered ENOSPC or EDQUOT
   Counter seal_failures;      // seals that failed and wait for a retry

@@ -69,6 +69,8 @@ void ReadCounters(const Metrics& m, MetricsSample* out) {
   out->chunk_decodes = m.chunk_decodes.value();
   out->chunk_decoded_bytes = m.chunk_decoded_bytes.value();
   out->chunk_decodes_ahead = m.chunk_decodes_ahead.value();
+  out->pages_pushed_bytes = m.pages_pushed_bytes.value();
+  out->pages_push_dropped = m.pages_push_dropped.value();
   out->read_seconds = static_cast<double>(m.read_nanoseconds.value()) / 1e9;
   out->eio_errors = m.eio_errors.value();
   out->enospc_errors = m.enospc_errors.value();
@@ -95,6 +97,12 @@ std::string FormatPrometheusText(const MetricsSample& s) {
   w.One("ckptfs_chunk_decoded_bytes_total", "counter", "Decoded bytes of those chunks.", s.chunk_decoded_bytes);
   w.One("ckptfs_chunk_decodes_ahead_total", "counter", "Of those chunks, the ones decode-ahead decoded.",
         s.chunk_decodes_ahead);
+  w.One("ckptfs_pages_pushed_bytes_total", "counter",
+        "Unread bytes of chunks evicted from the cache that were stored into the kernel's page cache instead.",
+        s.pages_pushed_bytes);
+  w.One("ckptfs_pages_push_dropped_total", "counter",
+        "Evicted chunks whose unread bytes were not stored into the page cache (the queue was full).",
+        s.pages_push_dropped);
   w.One("ckptfs_read_seconds_total", "counter",
         "Seconds FUSE read requests took from arrival to reply (over the requests: the mean latency).", s.read_seconds);
   w.One("ckptfs_chunk_cache_hits_total", "counter", "Reads of a decoded chunk found in the cache.", s.cache_hits);

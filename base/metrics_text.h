@@ -39,6 +39,8 @@ struct MetricsSample {
   uint64_t read_requests = 0;
   uint64_t chunk_decodes = 0;
   uint64_t chunk_decodes_ahead = 0;
+  uint64_t pages_pushed_bytes = 0;
+  uint64_t pages_push_dropped = 0;
   double read_seconds = 0;
   uint64_t chunk_decoded_bytes = 0;
   uint64_t eio_errors = 0;

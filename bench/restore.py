@@ -96,7 +96,8 @@ class Daemon:
 
 def decode_work(mnt):
     """The daemon's read counters since it started (None from a daemon
-    without them): chunk decodes, decoded bytes, bytes read, FUSE reads.
+    without them): chunk decodes, decoded bytes, bytes read (replied or
+    pushed into the page cache), FUSE reads.
     They do not depend on the machine's load, as the timings do."""
     text = os.getxattr(mnt, "user.ckptfs.metrics").decode()
     m = {}
@@ -108,7 +109,9 @@ def decode_work(mnt):
         return None
     return {"decodes": int(m["ckptfs_chunk_decodes_total"]),
             "decoded_bytes": int(m["ckptfs_chunk_decoded_bytes_total"]),
-            "read_bytes": int(m["ckptfs_read_bytes_total"]),
+            # Bytes handed to the kernel: replied, or pushed into its page
+            # cache when the cache evicted them unread (0 before that).
+            "read_bytes": int(m["ckptfs_read_bytes_total"] + m.get("ckptfs_pages_pushed_bytes_total", 0)),
             "read_requests": int(m["ckptfs_read_requests_total"])}
 
 

@@ -1,5 +1,7 @@
 #include "cache/chunk_cache.h"
 
+#include <algorithm>
+
 namespace ckptfs {
 
 void ChunkCache::TouchLocked(Iter it) {
@@ -59,26 +61,38 @@ Result<ChunkBytes> ChunkCache::GetOrLoad(const ChunkKey& key, const std::functio
 }
 
 void ChunkCache::Put(const ChunkKey& key, ChunkBytes bytes) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (auto it = map_.find(key); it != map_.end()) UnlinkLocked(it->second);
-  // Oversized chunks would evict everything and still not fit.
-  if (!bytes || bytes->size() > capacity_) return;
-  bytes_ += bytes->size();
-  lru_.push_front(Entry{key, std::move(bytes)});
-  map_.emplace(key, lru_.begin());
-  EvictLocked();
+  std::vector<Evicted> evicted;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = map_.find(key); it != map_.end()) UnlinkLocked(it->second);
+    // Oversized chunks would evict everything and still not fit.
+    if (!bytes || bytes->size() > capacity_) return;
+    bytes_ += bytes->size();
+    lru_.push_front(Entry{.key = key, .bytes = std::move(bytes), .read = 0, .spent = false, .given = {}});
+    map_.emplace(key, lru_.begin());
+    EvictLocked(&evicted);
+  }
+  for (Evicted& e : evicted) evict_unread_(e.key, std::move(e.bytes), std::move(e.unread));
 }
 
-void ChunkCache::NoteRead(const ChunkKey& key, uint64_t begin, uint64_t end) {
+bool ChunkCache::NoteRead(const ChunkKey& key, uint64_t begin, uint64_t end) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = map_.find(key);
-  if (it == map_.end() || end <= begin) return;
+  if (it == map_.end() || end <= begin) return false;
   Entry& e = *it->second;
   e.read += end - begin;
-  if (e.spent || e.read < e.bytes->size()) return;
+  // The pages [begin, end) covers whole (the last one may be short).
+  const uint64_t size = e.bytes->size();
+  const uint64_t pages = (size + kUnreadPage - 1) / kUnreadPage;
+  const uint64_t first = (begin + kUnreadPage - 1) / kUnreadPage;
+  const uint64_t past = end >= size ? pages : end / kUnreadPage;
+  if (first < past && e.given.empty()) e.given.assign((pages + 63) / 64, 0);
+  for (uint64_t p = first; p < past; ++p) e.given[p / 64] |= uint64_t{1} << (p % 64);
+  if (e.spent || e.read < e.bytes->size()) return false;
   e.spent = true;
   spent_bytes_ += e.bytes->size();
   spent_.splice(spent_.begin(), lru_, it->second);
+  return true;
 }
 
 void ChunkCache::ErasePack(uint64_t pack) {
@@ -92,9 +106,35 @@ void ChunkCache::ErasePack(uint64_t pack) {
   }
 }
 
-void ChunkCache::EvictLocked() {
+std::vector<ChunkCache::Range> ChunkCache::UnreadOf(const Entry& e) {
+  std::vector<Range> out;
+  const uint64_t size = e.bytes->size();
+  for (uint64_t p = 0; p * kUnreadPage < size; ++p) {
+    if (!e.given.empty() && (e.given[p / 64] >> (p % 64) & 1)) continue;
+    const uint64_t begin = p * kUnreadPage, end = std::min(size, begin + kUnreadPage);
+    if (!out.empty() && out.back().end == begin) {
+      out.back().end = end;
+    } else {
+      out.push_back(Range{begin, end});
+    }
+  }
+  return out;
+}
+
+std::vector<ChunkCache::Range> ChunkCache::Unread(const ChunkKey& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = map_.find(key);
+  return it == map_.end() ? std::vector<Range>{} : UnreadOf(*it->second);
+}
+
+void ChunkCache::EvictLocked(std::vector<Evicted>* out) {
   while (bytes_ > capacity_ && !(lru_.empty() && spent_.empty())) {
-    UnlinkLocked(std::prev(spent_.empty() ? lru_.end() : spent_.end()));
+    const Iter victim = std::prev(spent_.empty() ? lru_.end() : spent_.end());
+    if (!victim->spent && evict_unread_) {
+      std::vector<Range> unread = UnreadOf(*victim);
+      if (!unread.empty()) out->push_back(Evicted{victim->key, victim->bytes, std::move(unread)});
+    }
+    UnlinkLocked(victim);
   }
 }
 

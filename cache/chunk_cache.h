@@ -48,7 +48,22 @@ struct ChunkKey {
 
 class ChunkCache {
  public:
+  // Bytes [begin, end) of a chunk.
+  struct Range {
+    uint64_t begin = 0;
+    uint64_t end = 0;
+  };
+  // Told of a chunk evicted with bytes it has not handed on yet (see
+  // NoteRead), which lie in `unread` (whole pages of kUnreadPage, in order).
+  // The owner may keep those bytes elsewhere, where the reader will find
+  // them without a second decode (fuse/page_push.h: the kernel's page cache).
+  using EvictUnread = std::function<void(const ChunkKey&, ChunkBytes, std::vector<Range> unread)>;
+
   explicit ChunkCache(uint64_t capacity_bytes) : capacity_(capacity_bytes) {}
+
+  // Set before the cache is shared; runs on the thread whose insert evicted
+  // the chunk, outside the cache's lock, and must not block.
+  void SetEvictUnread(EvictUnread fn) { evict_unread_ = std::move(fn); }
 
   ChunkBytes Get(const ChunkKey& key);
   // Cached or being loaded; counts neither a hit nor a miss.
@@ -68,7 +83,15 @@ class ChunkCache {
   // before every chunk that still has bytes to give. A reader that visits
   // a file's records out of order (torch.load) leaves chunks half read;
   // plain LRU would evict those and decode them a second time.
-  void NoteRead(const ChunkKey& key, uint64_t begin, uint64_t end);
+  // Returns true when this read made the chunk spent.
+  bool NoteRead(const ChunkKey& key, uint64_t begin, uint64_t end);
+  // The bytes of a cached chunk not handed on yet, as page-aligned ranges
+  // (empty when every page was, or when it is not cached).
+  std::vector<Range> Unread(const ChunkKey& key) const;
+
+  // The granularity of Unread and of EvictUnread's ranges: the kernel's
+  // page, which is what a read through the mount asks for.
+  static constexpr uint64_t kUnreadPage = 4096;
 
   uint64_t bytes() const;
   // Bytes of cached chunks that still have bytes to give (not spent), and
@@ -87,13 +110,23 @@ class ChunkCache {
     ChunkBytes bytes;
     uint64_t read = 0;   // bytes handed on (a range handed twice counts twice)
     bool spent = false;  // in spent_, not lru_
+    std::vector<uint64_t> given;  // a bit per kUnreadPage handed on whole; empty: none
+  };
+  struct Evicted {
+    ChunkKey key;
+    ChunkBytes bytes;
+    std::vector<Range> unread;
   };
   using Iter = std::list<Entry>::iterator;
-  void EvictLocked();
+  static std::vector<Range> UnreadOf(const Entry& e);
+  // Evicts beyond capacity; the unspent chunks evicted go to `out` for
+  // EvictUnread when it is set.
+  void EvictLocked(std::vector<Evicted>* out);
   void TouchLocked(Iter it);
   void UnlinkLocked(Iter it);
 
   const uint64_t capacity_;
+  EvictUnread evict_unread_;
   mutable std::mutex mu_;
   std::list<Entry> lru_;    // front = most recent; chunks with bytes still to give
   std::list<Entry> spent_;  // front = most recent; fully read, evicted first

@@ -143,6 +143,10 @@ void FileContent::DecodeAheadOf(const SealedRange& file, uint64_t off, uint64_t 
     for (uint64_t c = last + 1; c < std::min(count, last + 1 + ahead_->threads()); ++c)
       next.emplace_back(c, c - last - 1);
   }
+  if (!next.empty()) {
+    std::lock_guard lk(mu_);
+    std::erase_if(next, [&](const auto& n) { return HandedLocked(file.id, n.first); });
+  }
   for (const auto& [index, distance] : next) {
     const ChunkEntry& e = pack.chunks()[index];
     if (e.codec == ChunkCodec::kZero) continue;
@@ -175,7 +179,10 @@ Status FileContent::ReadSealed(const SealedRange& file, uint64_t off, size_t len
     } else {
       auto chunk = store_->LoadChunk(*file.pack, file.id, index, cache_);
       if (!chunk.ok()) return Fail(chunk.status(), "read", index * cs);
-      cache_->NoteRead(ChunkKey{file.id, index}, within, within + n);
+      if (cache_->NoteRead(ChunkKey{file.id, index}, within, within + n)) {
+        std::lock_guard lk(mu_);
+        NoteHandedLocked(file.id, index);
+      }
       out->iov.push_back(iovec{const_cast<uint8_t*>(chunk.value()->data() + within), n});
       out->held.push_back(std::move(chunk).value());
     }
@@ -270,8 +277,12 @@ void FileContent::EndWrite() {
 }
 
 Status FileContent::Truncate(uint64_t size) {
-  std::lock_guard lk(mu_);
+  std::unique_lock lk(mu_);
   if (!staging_ && size == rec_.size) return Status::Ok();
+  // A truncate needs no writable handle: keep pushes of the old bytes out.
+  ++open_writers_;
+  pushed_cv_.wait(lk, [&] { return page_pushes_ == 0; });
+  --open_writers_;
   RETURN_IF_ERROR(EnsureStagedLocked(size));
   ++change_gen_;
   return store_->env()->Ftruncate(staging_->fd.get(), size);
@@ -330,9 +341,37 @@ Status FileContent::SetTimes(const struct timespec times[2]) {
 }
 
 void FileContent::OnOpen(bool writable) {
-  std::lock_guard lk(mu_);
+  std::unique_lock lk(mu_);
   ++open_handles_;
-  if (writable) ++open_writers_;
+  if (!writable) return;
+  ++open_writers_;  // no new page push from here on
+  pushed_cv_.wait(lk, [&] { return page_pushes_ == 0; });
+}
+
+uint64_t FileContent::BeginPagePush(ObjectId pack) {
+  std::lock_guard lk(mu_);
+  if (staging_ || !pack_ || rec_.object != pack || open_writers_ > 0 || writes_in_flight_ > 0) return 0;
+  ++page_pushes_;
+  return pack_->header().chunk_size;
+}
+
+void FileContent::EndPagePush(ObjectId pack, uint64_t index, bool whole) {
+  std::lock_guard lk(mu_);
+  if (whole) NoteHandedLocked(pack, index);
+  if (--page_pushes_ == 0) pushed_cv_.notify_all();
+}
+
+void FileContent::NoteHandedLocked(ObjectId pack, uint64_t index) {
+  if (!pack_ || rec_.object != pack || index >= pack_->chunks().size()) return;
+  if (handed_for_ != pack) {
+    handed_for_ = pack;
+    handed_.assign((pack_->chunks().size() + 63) / 64, 0);
+  }
+  handed_[index / 64] |= uint64_t{1} << (index % 64);
+}
+
+bool FileContent::HandedLocked(ObjectId pack, uint64_t index) const {
+  return handed_for_ == pack && index / 64 < handed_.size() && (handed_[index / 64] >> (index % 64) & 1);
 }
 
 bool FileContent::OnRelease(bool writable) {
@@ -494,7 +533,10 @@ namespace ckptfs {
 
 Status FileContent::Refresh() {
   if (!store_->cluster()) return Status::Ok();
-  std::lock_guard lk(mu_);
+  std::unique_lock lk(mu_);
+  // A push of this version's pages begun before the last release must land
+  // before a new version's open drops the kernel's pages, not after.
+  pushed_cv_.wait(lk, [&] { return page_pushes_ == 0; });
   if (staging_ || open_handles_ > 0 || writes_in_flight_ > 0 || unlinked_) return Status::Ok();
   ASSIGN_OR_RETURN(StubRecord now, ReadStub(store_->env(), stub_fd_.get()));
   if (now == rec_) return Status::Ok();

@@ -72,6 +72,7 @@ class FileContent {
   Status SetTimes(const struct timespec times[2]);
 
   // Handle bookkeeping; returns true when the caller should queue a seal.
+  // A writable open first waits for the page pushes in flight.
   void OnOpen(bool writable);
   bool OnRelease(bool writable);
   // Seals if staged and idle. Called from the seal queue. Returns EAGAIN
@@ -98,6 +99,16 @@ class FileContent {
   // cached while the file was written: true once after each seal, telling
   // the next open to drop them.
   bool TakeCacheDrop();
+  // For PagePush: whether bytes of pack `pack` may go into the kernel's
+  // page cache of this file now, i.e. they are its sealed content and no
+  // handle may write it. If so, returns the pack's chunk size and counts a
+  // push in flight until EndPagePush; else 0. A writable open and a
+  // truncate wait for the pushes in flight and keep new ones out: a push
+  // landing after a write or a truncate would put old bytes back.
+  uint64_t BeginPagePush(ObjectId pack);
+  // `whole`: every byte of chunk `index` not replied before is now in the
+  // kernel's page cache.
+  void EndPagePush(ObjectId pack, uint64_t index, bool whole);
   // The objects (pack, staging file) are freed once all three hold: the
   // last link is gone (MarkUnlinked), the kernel forgot the inode and no
   // handle is left on it (MarkForgotten, from InodeTable), and no handle is
@@ -173,6 +184,7 @@ class FileContent {
 
   std::mutex seal_mu_;                   // one seal at a time (seal queue, lossy reads)
   std::condition_variable released_cv_;  // a handle was released (mu_)
+  std::condition_variable pushed_cv_;    // a page push ended (mu_)
   std::mutex mu_;
   StubRecord rec_;
   std::shared_ptr<Staging> staging_;  // set iff rec_.state == kStaged
@@ -186,6 +198,14 @@ class FileContent {
   int writes_in_flight_ = 0;
   int open_handles_ = 0;
   int open_writers_ = 0;
+  int page_pushes_ = 0;  // BeginPagePush without its EndPagePush
+  // A bit per chunk of pack handed_for_ whose every byte the kernel got,
+  // replied or pushed: decode-ahead skips those, as the kernel serves them
+  // (unless it drops them, and then the reader's own read decodes).
+  std::vector<uint64_t> handed_;
+  ObjectId handed_for_ = 0;
+  void NoteHandedLocked(ObjectId pack, uint64_t index);
+  bool HandedLocked(ObjectId pack, uint64_t index) const;
   bool stub_synced_ = false;      // stub record durable since last staging
   bool dir_entry_synced_ = true;  // false from creation until the first Sync
   bool unlinked_ = false;

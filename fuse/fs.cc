@@ -29,6 +29,7 @@ Result<std::unique_ptr<Filesystem>> Filesystem::Open(Store* store, const FsConfi
 Filesystem::Filesystem(Store* store, const FsConfig& cfg, UniqueFd ns_root, const struct stat& ns_root_st)
     : store_(store),
       cfg_(cfg),
+      page_push_(&inodes_, !cfg.writeback_cache),
       cache_(cfg.cache_bytes),
       decode_ahead_(&cache_, DecodeThreads(cfg.decode_threads)),
       inodes_(store->env(), std::move(ns_root), ns_root_st),
@@ -36,6 +37,9 @@ Filesystem::Filesystem(Store* store, const FsConfig& cfg, UniqueFd ns_root, cons
   // Bases of deltas and references are decoded chunks like any other: one
   // cache bounds them all.
   store_->SetBaseCache(&cache_);
+  cache_.SetEvictUnread([this](const ChunkKey& key, ChunkBytes bytes, std::vector<ChunkCache::Range> unread) {
+    page_push_.Offer(key, std::move(bytes), std::move(unread));
+  });
 }
 
 Result<std::shared_ptr<FileContent>> Filesystem::ContentOf(Inode& inode) {

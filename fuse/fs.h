@@ -9,10 +9,11 @@
 #include <memory>
 #include <mutex>
 
-#include "cache/chunk_cache.h"
 #include "base/metrics_text.h"
+#include "cache/chunk_cache.h"
 #include "cache/decode_ahead.h"
 #include "fuse/inode.h"
+#include "fuse/page_push.h"
 #include "fuse/seal_queue.h"
 #include "store/store.h"
 
@@ -43,6 +44,7 @@ class Filesystem {
   ChunkCache& cache() { return cache_; }
   DecodeAhead& decode_ahead() { return decode_ahead_; }
   InodeTable& inodes() { return inodes_; }
+  PagePush& page_push() { return page_push_; }
   SealQueue& seals() { return seals_; }
   const FsConfig& config() const { return cfg_; }
 
@@ -69,6 +71,10 @@ class Filesystem {
 
   Store* store_;
   FsConfig cfg_;
+  // Before cache_: the cache's evictions (decode-ahead's threads among
+  // them) reach it until they stop. Its own thread stops before inodes_
+  // goes (FuseMount stops it).
+  PagePush page_push_;
   ChunkCache cache_;
   DecodeAhead decode_ahead_;  // after cache_: its threads stop before the cache goes
   InodeTable inodes_;

@@ -93,6 +93,7 @@ Status FuseMount::CreateSession(const std::string& backing) {
 }
 
 FuseMount::~FuseMount() {
+  fs_->page_push().Stop();  // its thread writes to the session
   Unmount();
   if (signal_handlers_) fuse_remove_signal_handlers(session_);
   if (session_ != nullptr) fuse_session_destroy(session_);
@@ -108,6 +109,7 @@ void FuseMount::StartSealing() {
                store_->options().seal_workers);
   fs_->seals().Start();
   fs_->decode_ahead().Start();
+  fs_->page_push().Start(session_);
 }
 
 int FuseMount::Serve() {
@@ -116,6 +118,7 @@ int FuseMount::Serve() {
   fuse_loop_cfg_set_clone_fd(loop, 0);
   const int rc = fuse_session_loop_mt(session_, loop);
   fuse_loop_cfg_destroy(loop);
+  fs_->page_push().Stop();
   Unmount();
   fs_->seals().Drain();
   spdlog::info("unmounted {} (loop exit {})", mountpoint_, rc);

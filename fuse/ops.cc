@@ -157,6 +157,7 @@ void OpInit(void* userdata, fuse_conn_info* conn) {
 
 void OpDestroy(void* userdata) {
   auto* fs = static_cast<Filesystem*>(userdata);
+  fs->page_push().Stop();
   fs->seals().Drain();
   fs->inodes().DropAll();
 }
@@ -309,6 +310,7 @@ void OpenHandle(fuse_req_t req, Inode& inode, fuse_file_info* fi, const fuse_ent
   }
   fs.inodes().Opened(inode);
   content.value()->OnOpen(writable);
+  fs.page_push().Opened(inode, content.value());
   auto* handle = new FileHandle(&inode, content.value(), writable, &fs.decode_ahead());
   handle->seal_before_read.store(seal_before_read, std::memory_order_relaxed);
   fi->fh = reinterpret_cast<uintptr_t>(handle);
@@ -319,6 +321,7 @@ void OpenHandle(fuse_req_t req, Inode& inode, fuse_file_info* fi, const fuse_ent
   fi->keep_cache = content.value()->TakeCacheDrop() || seal_before_read ? 0 : 1;
   int rc = created ? fuse_reply_create(req, created, fi) : fuse_reply_open(req, fi);
   if (rc != 0) {  // the opener went away: undo the open (and the create's lookup)
+    fs.page_push().Released(inode);
     content.value()->OnRelease(writable);
     delete FH(fi);
     if (created) fs.inodes().Forget(inode, 1);
@@ -452,6 +455,7 @@ void OpFlush(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
 void OpRelease(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
   FileHandle* h = FH(fi);
   Inode& inode = *h->inode;
+  Fs(req).page_push().Released(inode);
   if (h->content->OnRelease(h->writable)) Fs(req).seals().Push(h->content);
   delete h;
   Fs(req).inodes().Released(inode);  // may free a deleted file's content

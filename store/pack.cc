@@ -35,9 +35,26 @@ ChunkEntry DecodeEntry(std::span<const uint8_t> in) {
 }
 
 // Stored bytes are read into a per-thread buffer: one chunk per FUSE worker
-// thread at most, instead of an allocation per read.
-std::vector<uint8_t>& ScratchBuffer() {
-  thread_local std::vector<uint8_t> buf;
+// thread at most, instead of an allocation per read. Not a vector: its
+// resize up after a smaller chunk zeroes the bytes the read overwrites at
+// once (a memset of up to a chunk per decode).
+class StoredBuffer {
+ public:
+  std::span<uint8_t> Get(size_t n) {
+    if (n > cap_) {
+      bytes_.reset(new uint8_t[n]);  // default-initialised: not zeroed
+      cap_ = n;
+    }
+    return {bytes_.get(), n};
+  }
+
+ private:
+  std::unique_ptr<uint8_t[]> bytes_;
+  size_t cap_ = 0;
+};
+
+StoredBuffer& ScratchBuffer() {
+  thread_local StoredBuffer buf;
   return buf;
 }
 
@@ -267,9 +284,8 @@ Status PackReader::ReadChunkInto(uint64_t index, std::span<uint8_t> out, BaseSou
   // Chunks stored against a base read that base first, which may recurse
   // into this thread's scratch buffer: they keep their payload locally.
   const bool needs_base = StoredAgainstBase(e.codec);
-  std::vector<uint8_t> local;
-  std::vector<uint8_t>& stored = needs_base ? local : ScratchBuffer();
-  stored.resize(e.stored_len);
+  StoredBuffer local;
+  const std::span<uint8_t> stored = (needs_base ? local : ScratchBuffer()).Get(e.stored_len);
   if (Status s = source_->ReadExact(stored, e.offset); !s.ok()) return s.WithContext(ctx);
   if (!ChecksumMatches(Checksum64(stored, kSeedChunkStored ^ index), e.stored_checksum)) {
     return Status::Corruption(ctx + ": stored checksum mismatch");

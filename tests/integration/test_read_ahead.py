@@ -118,5 +118,50 @@ def test_torch_load_out_of_order_decodes_each_chunk_about_once(mount_factory):
         assert torch.equal(got[k], v), k
     decodes = after["ckptfs_chunk_decodes_total"] - before["ckptfs_chunk_decodes_total"]
     assert after["ckptfs_read_requests_total"] > before["ckptfs_read_requests_total"]
-    assert after["ckptfs_read_bytes_total"] - before["ckptfs_read_bytes_total"] >= size
+    # Bytes replied, and the unread ends of evicted chunks pushed into the page cache.
+    handed = (after["ckptfs_read_bytes_total"] - before["ckptfs_read_bytes_total"]
+              + after["ckptfs_pages_pushed_bytes_total"] - before["ckptfs_pages_pushed_bytes_total"])
+    assert handed >= size
     assert chunks <= decodes <= 1.5 * chunks, (decodes, chunks, files["ckpt.pt"])
+
+
+def test_evicted_unread_pages_go_to_the_page_cache(mount_factory):
+    """Reads that leave every chunk half read, through a cache of a quarter
+    of the file: the halves the cache evicts unread are stored into the
+    kernel's page cache (FUSE_NOTIFY_STORE), so the pass that comes back for
+    them decodes nothing again, and every byte is exact. A writer that
+    opens the file meanwhile, and the reads after it, see what it wrote."""
+    m = mount_factory(opts=["chunk_size=64K", "cache_size=1M", "decode_threads=0"])
+    rng = np.random.default_rng(11)
+    data = rng.normal(0, 0.02, 64 * 16384).astype(np.float32).tobytes()  # 64 chunks
+    (m.mnt / "w.bin").write_bytes(data)
+    m.wait_sealed()
+    m.remount()
+    cs, chunks = 64 << 10, 64
+    before = decode_counters(m.mnt)
+    fd = os.open(m.mnt / "w.bin", os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)  # no readahead: reads as asked
+        for i in range(chunks):  # the first half of every chunk
+            assert os.pread(fd, cs // 2, i * cs) == data[i * cs:i * cs + cs // 2], i
+        for i in range(chunks):  # then the second halves
+            assert os.pread(fd, cs // 2, i * cs + cs // 2) == data[i * cs + cs // 2:(i + 1) * cs], i
+        after = decode_counters(m.mnt)
+        decodes = after["ckptfs_chunk_decodes_total"] - before["ckptfs_chunk_decodes_total"]
+        pushed = after["ckptfs_pages_pushed_bytes_total"] - before["ckptfs_pages_pushed_bytes_total"]
+        # Without the pushes, the 48 chunks evicted half read decode again.
+        assert decodes <= chunks + 4, decodes
+        assert pushed >= 40 * cs // 2, pushed
+        # A writer while the reader is open: its bytes, not pushed ones.
+        new = bytes(range(256)) * 64
+        with open(m.mnt / "w.bin", "r+b", buffering=0) as w:
+            w.seek(5 * cs + 100)
+            w.write(new)
+        want = data[:5 * cs + 100] + new + data[5 * cs + 100 + len(new):]
+        assert os.pread(fd, 3 * cs, 4 * cs) == want[4 * cs:7 * cs]
+    finally:
+        os.close(fd)
+    m.wait_sealed()
+    assert (m.mnt / "w.bin").read_bytes() == want
+    m.remount()
+    assert (m.mnt / "w.bin").read_bytes() == want

@@ -73,6 +73,64 @@ TEST(ChunkCacheTest, SpentChunksAreEvictedFirst) {
   c.NoteRead({1, 9}, 0, 100);  // not cached: nothing to do
 }
 
+TEST(ChunkCacheTest, UnreadListsWholePagesNotHandedOn) {
+  constexpr uint64_t P = ChunkCache::kUnreadPage;
+  ChunkCache c(100 * P);
+  c.Put({1, 0}, Bytes(10 * P + 100));  // the last page is short
+  ASSERT_EQ(c.Unread({1, 0}).size(), 1u);
+  EXPECT_EQ(c.Unread({1, 0})[0].end, 10 * P + 100);
+  c.NoteRead({1, 0}, 2 * P, 4 * P);         // pages 2 and 3
+  c.NoteRead({1, 0}, 6 * P + 1, 8 * P);     // page 6 only in part: still unread; page 7
+  c.NoteRead({1, 0}, 9 * P, 10 * P + 100);  // page 9 and the short one
+  const std::vector<ChunkCache::Range> unread = c.Unread({1, 0});
+  ASSERT_EQ(unread.size(), 3u);
+  EXPECT_EQ(unread[0].begin, 0u);
+  EXPECT_EQ(unread[0].end, 2 * P);
+  EXPECT_EQ(unread[1].begin, 4 * P);
+  EXPECT_EQ(unread[1].end, 7 * P);
+  EXPECT_EQ(unread[2].begin, 8 * P);
+  EXPECT_EQ(unread[2].end, 9 * P);
+  EXPECT_TRUE(c.Unread({1, 5}).empty());  // not cached
+  c.NoteRead({1, 0}, 0, 2 * P);
+  c.NoteRead({1, 0}, 4 * P, 7 * P);
+  c.NoteRead({1, 0}, 8 * P, 9 * P);
+  EXPECT_TRUE(c.Unread({1, 0}).empty());
+}
+
+TEST(ChunkCacheTest, EvictingAChunkWithUnreadPagesHandsThemOn) {
+  constexpr uint64_t P = ChunkCache::kUnreadPage;
+  ChunkCache c(8 * P);
+  struct Seen {
+    ChunkKey key;
+    ChunkBytes bytes;
+    std::vector<ChunkCache::Range> unread;
+  };
+  std::vector<Seen> seen;
+  c.SetEvictUnread([&](const ChunkKey& key, ChunkBytes bytes, std::vector<ChunkCache::Range> unread) {
+    seen.push_back(Seen{key, std::move(bytes), std::move(unread)});
+  });
+  c.Put({1, 0}, Bytes(4 * P, 5));
+  c.Put({1, 1}, Bytes(4 * P, 6));
+  c.NoteRead({1, 0}, 0, P);      // half read
+  c.NoteRead({1, 1}, 0, 4 * P);  // spent: evicted first, nothing to hand on
+  c.Put({1, 2}, Bytes(4 * P, 7));
+  EXPECT_TRUE(seen.empty());
+  EXPECT_EQ(c.Get({1, 1}), nullptr);
+  c.Put({1, 3}, Bytes(4 * P, 8));  // evicts chunk 0, three pages unread
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].key, (ChunkKey{1, 0}));
+  ASSERT_NE(seen[0].bytes, nullptr);
+  EXPECT_EQ((*seen[0].bytes)[0], 5);
+  ASSERT_EQ(seen[0].unread.size(), 1u);
+  EXPECT_EQ(seen[0].unread[0].begin, P);
+  EXPECT_EQ(seen[0].unread[0].end, 4 * P);
+  EXPECT_EQ(c.Get({1, 0}), nullptr);
+  // ErasePack drops chunks without handing them on: their pack is gone.
+  c.ErasePack(1);
+  EXPECT_EQ(seen.size(), 1u);
+  EXPECT_EQ(c.bytes(), 0u);
+}
+
 TEST(ChunkCacheTest, ReplaceAdjustsBytes) {
   ChunkCache c(10000);
   c.Put({1, 0}, Bytes(3000));

@@ -6,8 +6,11 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "fuse/fs.h"
@@ -175,6 +178,41 @@ TEST_F(LifetimeTest, InodeForgottenWhileContentIsQueuedReusesTheContent) {
 
 // At unmount the kernel sends no FORGET: the daemon drops every inode at
 // exit, freeing deleted files' content and leaving linked files alone.
+// Pages of a file go into the kernel's page cache (PagePush) only while they
+// are its sealed content and nothing can write it: a writable open waits
+// for the pushes in flight, and none start until it is released.
+TEST_F(LifetimeTest, PagePushesOnlySealedContentWithoutWriters) {
+  const auto bytes = RandomBytes(20000, 8);
+  auto rec = MakeSealedFile(store_.get(), "p", bytes);
+  ASSERT_TRUE(rec.ok());
+  Inode* inode = Lookup("p");
+  auto content = Open(inode);
+  EXPECT_EQ(ReadAll(*content, bytes.size()), bytes);  // opens the pack
+  ASSERT_GT(content->BeginPagePush(rec->object), 0u);
+  EXPECT_EQ(content->BeginPagePush(rec->object + 1), 0u) << "another pack's bytes";
+
+  std::atomic<bool> opened{false};
+  std::thread writer([&] {
+    content->OnOpen(true);
+    opened = true;
+  });
+  // Whatever the scheduling, the open cannot have returned yet.
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_FALSE(opened.load()) << "a writable open did not wait for the push in flight";
+  content->EndPagePush(rec->object, 0, true);
+  writer.join();
+  EXPECT_TRUE(opened.load());
+  EXPECT_EQ(content->BeginPagePush(rec->object), 0u) << "a push while a writer is open";
+  content->OnRelease(true);
+  const uint64_t cs = content->BeginPagePush(rec->object);
+  EXPECT_GT(cs, 0u);
+  content->EndPagePush(rec->object, 0, true);
+
+  ASSERT_TRUE(content->Truncate(100).ok());  // staged now: its pages are not a pack's
+  EXPECT_EQ(content->BeginPagePush(rec->object), 0u);
+  Release(inode, content);
+}
+
 TEST_F(LifetimeTest, DropAllAtExitFreesDeletedFilesOnly) {
   auto gone = MakeSealedFile(store_.get(), "gone", RandomBytes(8000, 6));
   auto kept = MakeSealedFile(store_.get(), "kept", RandomBytes(8000, 7));

@@ -29,6 +29,8 @@ TEST(MetricsText, EveryFamilyHasHelpTypeAndItsValue) {
   s.chunk_decoded_bytes = 5u << 22;
   s.chunk_decodes_ahead = 4;
   s.read_seconds = 0.5;
+  s.pages_pushed_bytes = 8192;
+  s.pages_push_dropped = 2;
   const std::string text = FormatPrometheusText(s);
   EXPECT_TRUE(HasLine(text, "# HELP ckptfs_logical_bytes Logical bytes of the sealed files in the store."));
   EXPECT_TRUE(HasLine(text, "# TYPE ckptfs_logical_bytes gauge"));
@@ -47,10 +49,12 @@ TEST(MetricsText, EveryFamilyHasHelpTypeAndItsValue) {
   EXPECT_TRUE(HasLine(text, "ckptfs_read_requests_total 0"));
   EXPECT_TRUE(HasLine(text, "ckptfs_chunk_decodes_ahead_total 4"));
   EXPECT_TRUE(HasLine(text, "ckptfs_read_seconds_total 0.5"));
+  EXPECT_TRUE(HasLine(text, "ckptfs_pages_pushed_bytes_total 8192"));
+  EXPECT_TRUE(HasLine(text, "ckptfs_pages_push_dropped_total 2"));
   // Each family's HELP and TYPE appear once, before its series.
   size_t types = 0;
   for (size_t at = 0; (at = text.find("# TYPE ", at)) != std::string::npos; ++at) ++types;
-  EXPECT_EQ(types, 22u);
+  EXPECT_EQ(types, 24u);
   EXPECT_EQ(text.back(), '\n');
 }
 
