@@ -29,7 +29,7 @@ Result<std::unique_ptr<Filesystem>> Filesystem::Open(Store* store, const FsConfi
 Filesystem::Filesystem(Store* store, const FsConfig& cfg, UniqueFd ns_root, const struct stat& ns_root_st)
     : store_(store),
       cfg_(cfg),
-      page_push_(&inodes_, !cfg.writeback_cache),
+      page_push_(&inodes_, cfg.page_push && !cfg.writeback_cache),
       cache_(cfg.cache_bytes),
       decode_ahead_(&cache_, DecodeThreads(cfg.decode_threads)),
       inodes_(store->env(), std::move(ns_root), ns_root_st),

@@ -27,6 +27,12 @@ struct FsConfig {
   int decode_threads = -1;
   int seal_threads = 1;
   bool writeback_cache = false;
+  // Evicted, unread pages go to the kernel's page cache (PagePush). A
+  // writable open waits on its FUSE thread for pushes in flight, which may
+  // wait for a read in flight to be answered: with few FUSE threads that
+  // read could find none free, so FuseMount turns this off below
+  // kMinThreadsForPagePush.
+  bool page_push = true;
   // Below 1 MiB so that a request fits a pipe without CAP_SYS_RESOURCE;
   // otherwise libfuse 3.14 stops splicing for good.
   uint32_t max_write = 512u << 10;

@@ -72,7 +72,9 @@ FuseMount::FuseMount(Store* store, const FuseOptions& opts, const std::string& m
 
 Result<std::unique_ptr<FuseMount>> FuseMount::Mount(Store* store, const std::string& backing,
                                                     const std::string& mountpoint, const FuseOptions& opts) {
-  ASSIGN_OR_RETURN(std::unique_ptr<Filesystem> fs, Filesystem::Open(store, opts.fs));
+  FsConfig fs_cfg = opts.fs;
+  fs_cfg.page_push = fs_cfg.page_push && opts.max_threads >= FuseOptions::kMinThreadsForPagePush;
+  ASSIGN_OR_RETURN(std::unique_ptr<Filesystem> fs, Filesystem::Open(store, fs_cfg));
   std::unique_ptr<FuseMount> m(new FuseMount(store, opts, mountpoint, std::move(fs)));
   RETURN_IF_ERROR(m->CreateSession(backing));
   if (fuse_session_mount(m->session_, mountpoint.c_str()) != 0)

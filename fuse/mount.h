@@ -19,7 +19,9 @@ namespace ckptfs {
 // The FUSE layer's settings: the file system's and its session's.
 struct FuseOptions {
   FsConfig fs;
-  int max_threads = 8;                   // FUSE worker threads
+  int max_threads = 8;  // FUSE worker threads
+  // Fewer FUSE threads than this turn page pushes off (FsConfig::page_push).
+  static constexpr int kMinThreadsForPagePush = 4;
   uint64_t read_ahead = 4u << 20;        // kernel readahead window for the mount
   bool debug = false;                    // libfuse request tracing
   std::vector<std::string> kernel_opts;  // passed to the kernel mount (allow_other, ro, ...)
