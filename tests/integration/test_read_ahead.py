@@ -175,7 +175,10 @@ def test_few_fuse_threads_push_pages_beside_writers(mount_factory, max_threads):
     whose evicted pages are being pushed and a writer that keeps opening
     and truncating the same file (to its size, so the reader's bytes stay
     the same) both finish, every byte read is exact, and a real truncate
-    and write afterwards are seen."""
+    and write afterwards are seen. (The hang this guards against needs the
+    writer's request to take the last FUSE thread just before the reader's
+    read locks a page being pushed: the test makes that possible, not
+    certain, and passes on the old code most of the time.)"""
     m = mount_factory(opts=["chunk_size=64K", "cache_size=1M", "decode_threads=0", f"max_threads={max_threads}"])
     data = np.random.default_rng(12).normal(0, 0.02, 64 * 16384).astype(np.float32).tobytes()  # 64 chunks, 4x the cache
     (m.mnt / "w.bin").write_bytes(data)
@@ -183,11 +186,24 @@ def test_few_fuse_threads_push_pages_beside_writers(mount_factory, max_threads):
     m.remount()
     cs = 64 << 10
 
+    def read_half(fd, i, half):
+        assert os.pread(fd, cs // 2, i * cs + half) == data[i * cs + half:i * cs + half + cs // 2], (i, half)
+
     def read_halves(fd):
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)  # no readahead: reads as asked
         for half in (0, cs // 2):
             for i in range(64):
-                assert os.pread(fd, cs // 2, i * cs + half) == data[i * cs + half:i * cs + half + cs // 2], i
+                read_half(fd, i, half)
+
+    def read_halves_at_eviction(fd):
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+        # The second half of each chunk right after the cache (16 chunks)
+        # evicted it: its pages are read while their push may be in flight.
+        for i in range(64 + 16):
+            if i < 64:
+                read_half(fd, i, 0)
+            if i >= 16:
+                read_half(fd, i - 16, cs // 2)
 
     before = decode_counters(m.mnt)
     fd = os.open(m.mnt / "w.bin", os.O_RDONLY)
@@ -216,7 +232,7 @@ def test_few_fuse_threads_push_pages_beside_writers(mount_factory, max_threads):
     t = threading.Thread(target=writer)
     t.start()
     try:
-        read_halves(fd)
+        read_halves_at_eviction(fd)
     finally:
         done.set()
         t.join()
