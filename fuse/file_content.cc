@@ -277,12 +277,10 @@ void FileContent::EndWrite() {
 }
 
 Status FileContent::Truncate(uint64_t size) {
-  std::unique_lock lk(mu_);
+  std::lock_guard lk(mu_);
   if (!staging_ && size == rec_.size) return Status::Ok();
-  // A truncate needs no writable handle: keep pushes of the old bytes out.
-  ++open_writers_;
-  pushed_cv_.wait(lk, [&] { return page_pushes_ == 0; });
-  --open_writers_;
+  // Once staged, nothing more is pushed; a push in flight would land after.
+  if (page_pushes_ > 0) return Status::Error(EAGAIN, "truncate while pages of the file are being pushed");
   RETURN_IF_ERROR(EnsureStagedLocked(size));
   ++change_gen_;
   return store_->env()->Ftruncate(staging_->fd.get(), size);
@@ -340,17 +338,53 @@ Status FileContent::SetTimes(const struct timespec times[2]) {
   return env->Futimens(staging_->fd.get(), times);
 }
 
-void FileContent::OnOpen(bool writable) {
-  std::unique_lock lk(mu_);
+FileContent::PushHold FileContent::OnOpen(bool writable) {
+  std::lock_guard lk(mu_);
   ++open_handles_;
-  if (!writable) return;
-  ++open_writers_;  // no new page push from here on
-  pushed_cv_.wait(lk, [&] { return page_pushes_ == 0; });
+  if (writable) ++open_writers_;  // no new page push from here on
+  // A readable open waits only when it drops the kernel's pages: a push of
+  // the old version landing after the drop would bring them back.
+  if (page_pushes_ == 0 || !(writable || drop_cache_)) return PushHold();
+  ++push_holds_;
+  return PushHold(shared_from_this(), true);
+}
+
+FileContent::PushHold FileContent::HoldPagePushes() {
+  std::lock_guard lk(mu_);
+  ++push_holds_;
+  return PushHold(shared_from_this(), page_pushes_ > 0);
+}
+
+FileContent::PushHold& FileContent::PushHold::operator=(PushHold&& o) noexcept {
+  if (this != &o) {
+    Drop();
+    content_ = std::exchange(o.content_, nullptr);
+    must_wait_ = std::exchange(o.must_wait_, false);
+  }
+  return *this;
+}
+
+void FileContent::PushHold::Wait() {
+  if (!content_) return;
+  std::unique_lock lk(content_->mu_);
+  content_->pushed_cv_.wait(lk, [&] { return content_->page_pushes_ == 0; });
+  must_wait_ = false;
+}
+
+void FileContent::PushHold::Drop() {
+  if (!content_) return;
+  {
+    std::lock_guard lk(content_->mu_);
+    --content_->push_holds_;
+  }
+  content_.reset();
+  must_wait_ = false;
 }
 
 uint64_t FileContent::BeginPagePush(ObjectId pack) {
   std::lock_guard lk(mu_);
-  if (staging_ || !pack_ || rec_.object != pack || open_writers_ > 0 || writes_in_flight_ > 0) return 0;
+  if (staging_ || !pack_ || rec_.object != pack || open_writers_ > 0 || writes_in_flight_ > 0 || push_holds_ > 0)
+    return 0;
   ++page_pushes_;
   return pack_->header().chunk_size;
 }
@@ -533,10 +567,10 @@ namespace ckptfs {
 
 Status FileContent::Refresh() {
   if (!store_->cluster()) return Status::Ok();
-  std::unique_lock lk(mu_);
-  // A push of this version's pages begun before the last release must land
-  // before a new version's open drops the kernel's pages, not after.
-  pushed_cv_.wait(lk, [&] { return page_pushes_ == 0; });
+  std::lock_guard lk(mu_);
+  // No wait for this version's pushes in flight (it may run on a FUSE
+  // thread): none start after the switch (pack_ is reset), and the open
+  // that drops the old pages (drop_cache_) waits for them (OnOpen).
   if (staging_ || open_handles_ > 0 || writes_in_flight_ > 0 || unlinked_) return Status::Ok();
   ASSIGN_OR_RETURN(StubRecord now, ReadStub(store_->env(), stub_fd_.get()));
   if (now == rec_) return Status::Ok();
@@ -565,7 +599,6 @@ bool FileContent::HiddenHere() {
   return !store_->NodeAlive(node);
 }
 
-
 Status FileContent::WaitUntilServable() {
   if (!store_->cluster()) return Status::Ok();
   const auto deadline = std::chrono::steady_clock::now() + kRemoteSealWait;
@@ -583,8 +616,9 @@ Status FileContent::WaitUntilServable() {
     }
     // NodeAlive reads the membership records at most once a second.
     if (!store_->NodeAlive(node)) {
-      return Status::Error(ENOENT, "the node that wrote this file went down before sealing it; the file comes "
-                                   "back when that node mounts again");
+      return Status::Error(ENOENT,
+                           "the node that wrote this file went down before sealing it; the file comes "
+                           "back when that node mounts again");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }

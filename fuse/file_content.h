@@ -18,6 +18,7 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -40,12 +41,40 @@ struct ReadPieces {
   size_t size = 0;
 };
 
-class FileContent {
+class FileContent : public std::enable_shared_from_this<FileContent> {
  public:
+  // Keeps new page pushes (BeginPagePush) out of the file while it lives,
+  // for a request that must not be answered before the pushes in flight
+  // have landed: a page pushed after a write or a truncate would put old
+  // bytes back, and one pushed after an open dropped the kernel's pages of
+  // an old version would bring them back. Such a request waits (Wait) off
+  // the FUSE threads (fuse/deferred_ops.h): a push may wait for a read in
+  // flight, which needs a FUSE thread to be answered.
+  class PushHold {
+   public:
+    PushHold() = default;  // holds nothing
+    PushHold(PushHold&& o) noexcept
+        : content_(std::exchange(o.content_, nullptr)), must_wait_(std::exchange(o.must_wait_, false)) {}
+    PushHold& operator=(PushHold&& o) noexcept;
+    ~PushHold() { Drop(); }
+    // Pushes were in flight when it was taken.
+    bool must_wait() const { return must_wait_; }
+    // Blocks until no push of the file is in flight; none can start meanwhile.
+    void Wait();
+
+   private:
+    friend class FileContent;
+    PushHold(std::shared_ptr<FileContent> content, bool must_wait)
+        : content_(std::move(content)), must_wait_(must_wait) {}
+    void Drop();
+    std::shared_ptr<FileContent> content_;  // null: holds nothing
+    bool must_wait_ = false;
+  };
+
   // stub_fd: the stub opened O_RDWR; label: how log lines name the file.
   // ahead: decodes chunks ahead of sequential readers (null: none).
-  static Result<std::shared_ptr<FileContent>> Load(Store* store, ChunkCache* cache, UniqueFd stub_fd,
-                                                   std::string label, DecodeAhead* ahead = nullptr);
+  static Result<std::shared_ptr<FileContent>> Load(Store* store, ChunkCache* cache, UniqueFd stub_fd, std::string label,
+                                                   DecodeAhead* ahead = nullptr);
 
   // Fills size, blocks and (when staged) mtime/ctime into a stat of the stub.
   Status FillStat(struct stat* st);
@@ -60,6 +89,9 @@ class FileContent {
   // staging fd, which stays valid until EndWrite.
   Result<int> BeginWrite();
   void EndWrite();
+  // Never waits: the caller keeps page pushes out and waits for those in
+  // flight first (HoldPagePushes, or the writable open's OnOpen); EAGAIN if
+  // one is still in flight.
   Status Truncate(uint64_t size);
   // Makes everything written so far durable (fsync/fdatasync semantics),
   // and, for a file created by this daemon, its directory entry too.
@@ -71,10 +103,17 @@ class FileContent {
   // because a staged file reports the staging file's mtime.
   Status SetTimes(const struct timespec times[2]);
 
-  // Handle bookkeeping; returns true when the caller should queue a seal.
-  // A writable open first waits for the page pushes in flight.
-  void OnOpen(bool writable);
+  // Handle bookkeeping. OnOpen counts the handle at once and never waits;
+  // a writable handle keeps page pushes out until it is released. The open
+  // must not be answered before the pushes in flight have landed when it is
+  // writable, or when it will drop the kernel's pages (TakeCacheDrop): the
+  // hold returned then says must_wait, and keeps pushes out until then.
+  // OnRelease returns true when the caller should queue a seal.
+  [[nodiscard]] PushHold OnOpen(bool writable);
   bool OnRelease(bool writable);
+  // For a truncate without a writable handle: keeps pushes out while the
+  // hold lives; must_wait if some are in flight.
+  [[nodiscard]] PushHold HoldPagePushes();
   // Seals if staged and idle. Called from the seal queue. Returns EAGAIN
   // when the file changed meanwhile (a later release will queue it again).
   // `reader_waits`: a reader is blocked on it (it jumped the seal queue).
@@ -101,10 +140,9 @@ class FileContent {
   bool TakeCacheDrop();
   // For PagePush: whether bytes of pack `pack` may go into the kernel's
   // page cache of this file now, i.e. they are its sealed content and no
-  // handle may write it. If so, returns the pack's chunk size and counts a
-  // push in flight until EndPagePush; else 0. A writable open and a
-  // truncate wait for the pushes in flight and keep new ones out: a push
-  // landing after a write or a truncate would put old bytes back.
+  // handle may write it, and no PushHold keeps pushes out. If so, returns
+  // the pack's chunk size and counts a push in flight until EndPagePush;
+  // else 0.
   uint64_t BeginPagePush(ObjectId pack);
   // `whole`: every byte of chunk `index` not replied before is now in the
   // kernel's page cache.
@@ -125,6 +163,8 @@ class FileContent {
   // Cluster mode (docs/SEMANTICS.md "Cluster mode"). Another node may
   // have changed the stub: Refresh re-reads it when nothing here holds the
   // content (no handle, no staging), so an open sees the newest close.
+  // It does not wait for the old version's page pushes in flight: the next
+  // open drops the kernel's pages, and OnOpen makes it wait for them first.
   Status Refresh();
   // Staged on another node and not yet closed there: not visible here.
   bool HiddenHere();
@@ -155,12 +195,11 @@ class FileContent {
   struct SealedRange {
     std::shared_ptr<PackReader> pack;
     ObjectId id = 0;
-    uint64_t size = 0;  // of the file
+    uint64_t size = 0;                       // of the file
     std::shared_ptr<const ReadOrder> order;  // how readers visit it, if not in file order
   };
   Status ReadSealed(const SealedRange& file, uint64_t off, size_t len, DecodeAhead::Stream* stream, ReadPieces* out);
-  void DecodeAheadOf(const SealedRange& file, uint64_t off, uint64_t first, uint64_t last,
-                     DecodeAhead::Stream* stream);
+  void DecodeAheadOf(const SealedRange& file, uint64_t off, uint64_t first, uint64_t last, DecodeAhead::Stream* stream);
   // Looks, once per pack, for the order torch.load reads the file in.
   void FindReadOrder(const SealedRange& file);
   void MaybeReleaseObjectsLocked();
@@ -193,12 +232,13 @@ class FileContent {
   // file is read in file order (FindReadOrder).
   std::shared_ptr<const ReadOrder> order_;
   ObjectId order_for_ = 0;
-  uint64_t pack_stored_ = 0;          // stored bytes of the pack, 0 if unknown
-  uint64_t change_gen_ = 0;           // bumped by every write/truncate
+  uint64_t pack_stored_ = 0;  // stored bytes of the pack, 0 if unknown
+  uint64_t change_gen_ = 0;   // bumped by every write/truncate
   int writes_in_flight_ = 0;
   int open_handles_ = 0;
   int open_writers_ = 0;
   int page_pushes_ = 0;  // BeginPagePush without its EndPagePush
+  int push_holds_ = 0;   // PushHolds alive
   // A bit per chunk of pack handed_for_ whose every byte the kernel got,
   // replied or pushed: decode-ahead skips those, as the kernel serves them
   // (unless it drops them, and then the reader's own read decodes).
@@ -216,7 +256,7 @@ class FileContent {
   // tail_gen_: where a B+tree node ending them starts (UINT64_MAX: none).
   uint64_t tail_gen_ = UINT64_MAX;
   uint64_t tail_start_ = UINT64_MAX;
-  ObjectId retired_ = 0;     // the previous version while this one is rewritten (Store::RetirePack)
+  ObjectId retired_ = 0;  // the previous version while this one is rewritten (Store::RetirePack)
 };
 
 }  // namespace ckptfs

@@ -12,6 +12,7 @@
 #include "base/metrics_text.h"
 #include "cache/chunk_cache.h"
 #include "cache/decode_ahead.h"
+#include "fuse/deferred_ops.h"
 #include "fuse/inode.h"
 #include "fuse/page_push.h"
 #include "fuse/seal_queue.h"
@@ -27,11 +28,9 @@ struct FsConfig {
   int decode_threads = -1;
   int seal_threads = 1;
   bool writeback_cache = false;
-  // Evicted, unread pages go to the kernel's page cache (PagePush). A
-  // writable open waits on its FUSE thread for pushes in flight, which may
-  // wait for a read in flight to be answered: with few FUSE threads that
-  // read could find none free, so FuseMount turns this off below
-  // kMinThreadsForPagePush.
+  // Evicted, unread pages go to the kernel's page cache (PagePush). The
+  // requests that must wait for pushes in flight wait on a thread of their
+  // own (DeferredOps), never on a FUSE thread.
   bool page_push = true;
   // Below 1 MiB so that a request fits a pipe without CAP_SYS_RESOURCE;
   // otherwise libfuse 3.14 stops splicing for good.
@@ -51,6 +50,7 @@ class Filesystem {
   DecodeAhead& decode_ahead() { return decode_ahead_; }
   InodeTable& inodes() { return inodes_; }
   PagePush& page_push() { return page_push_; }
+  DeferredOps& deferred() { return deferred_; }
   SealQueue& seals() { return seals_; }
   const FsConfig& config() const { return cfg_; }
 
@@ -85,6 +85,9 @@ class Filesystem {
   DecodeAhead decode_ahead_;  // after cache_: its threads stop before the cache goes
   InodeTable inodes_;
   SealQueue seals_;
+  // Last: a request it cancels undoes its open in inodes_, page_push_ and
+  // seals_. Its thread stops after PagePush's (FuseMount stops both).
+  DeferredOps deferred_;
   std::function<void()> after_init_;
   std::once_flag after_init_once_;
 };

@@ -72,9 +72,7 @@ FuseMount::FuseMount(Store* store, const FuseOptions& opts, const std::string& m
 
 Result<std::unique_ptr<FuseMount>> FuseMount::Mount(Store* store, const std::string& backing,
                                                     const std::string& mountpoint, const FuseOptions& opts) {
-  FsConfig fs_cfg = opts.fs;
-  fs_cfg.page_push = fs_cfg.page_push && opts.max_threads >= FuseOptions::kMinThreadsForPagePush;
-  ASSIGN_OR_RETURN(std::unique_ptr<Filesystem> fs, Filesystem::Open(store, fs_cfg));
+  ASSIGN_OR_RETURN(std::unique_ptr<Filesystem> fs, Filesystem::Open(store, opts.fs));
   std::unique_ptr<FuseMount> m(new FuseMount(store, opts, mountpoint, std::move(fs)));
   RETURN_IF_ERROR(m->CreateSession(backing));
   if (fuse_session_mount(m->session_, mountpoint.c_str()) != 0)
@@ -96,6 +94,7 @@ Status FuseMount::CreateSession(const std::string& backing) {
 
 FuseMount::~FuseMount() {
   fs_->page_push().Stop();  // its thread writes to the session
+  fs_->deferred().Stop();   // after the pushes its requests wait for; they are the session's
   Unmount();
   if (signal_handlers_) fuse_remove_signal_handlers(session_);
   if (session_ != nullptr) fuse_session_destroy(session_);
@@ -112,6 +111,7 @@ void FuseMount::StartSealing() {
   fs_->seals().Start();
   fs_->decode_ahead().Start();
   fs_->page_push().Start(session_);
+  fs_->deferred().Start();
 }
 
 int FuseMount::Serve() {
@@ -121,6 +121,7 @@ int FuseMount::Serve() {
   const int rc = fuse_session_loop_mt(session_, loop);
   fuse_loop_cfg_destroy(loop);
   fs_->page_push().Stop();
+  fs_->deferred().Stop();
   Unmount();
   fs_->seals().Drain();
   spdlog::info("unmounted {} (loop exit {})", mountpoint_, rc);

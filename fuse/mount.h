@@ -19,9 +19,7 @@ namespace ckptfs {
 // The FUSE layer's settings: the file system's and its session's.
 struct FuseOptions {
   FsConfig fs;
-  int max_threads = 8;  // FUSE worker threads
-  // Fewer FUSE threads than this turn page pushes off (FsConfig::page_push).
-  static constexpr int kMinThreadsForPagePush = 4;
+  int max_threads = 8;                   // FUSE worker threads
   uint64_t read_ahead = 4u << 20;        // kernel readahead window for the mount
   bool debug = false;                    // libfuse request tracing
   std::vector<std::string> kernel_opts;  // passed to the kernel mount (allow_other, ro, ...)
@@ -41,7 +39,8 @@ class FuseMount {
   FuseMount(const FuseMount&) = delete;
   FuseMount& operator=(const FuseMount&) = delete;
 
-  // Starts the sealing and decode-ahead threads. Not part of Mount: a daemon forks after it
+  // Starts the sealing, decode-ahead, page push and deferred-request
+  // threads. Not part of Mount: a daemon forks after it
   // mounts (so that a failed mount is reported on the terminal), and
   // threads do not survive a fork.
   void StartSealing();

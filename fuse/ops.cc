@@ -12,6 +12,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <memory>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -158,6 +160,7 @@ void OpInit(void* userdata, fuse_conn_info* conn) {
 void OpDestroy(void* userdata) {
   auto* fs = static_cast<Filesystem*>(userdata);
   fs->page_push().Stop();
+  fs->deferred().Stop();  // after the pushes its requests wait for
   fs->seals().Drain();
   fs->inodes().DropAll();
 }
@@ -220,11 +223,41 @@ Status ApplySetattr(fuse_req_t req, Inode& inode, const struct stat* attr, int v
   return Status::Ok();
 }
 
-void OpSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int valid, fuse_file_info*) {
-  Inode& inode = In(req, ino);
-  Status s = ApplySetattr(req, inode, attr, valid);
+// Applies the setattr and replies with the attributes it leaves.
+void FinishSetattr(fuse_req_t req, fuse_ino_t ino, const struct stat* attr, int valid) {
+  Status s = ApplySetattr(req, In(req, ino), attr, valid);
   if (!s.ok()) return ReplyErr(req, s);
   OpGetattr(req, ino, nullptr);
+}
+
+// A truncate that waits, off the FUSE threads, for page pushes in flight.
+class DeferredSetattr : public DeferredOp {
+ public:
+  DeferredSetattr(fuse_req_t req, fuse_ino_t ino, const struct stat& attr, int valid, FileContent::PushHold hold)
+      : req_(req), ino_(ino), attr_(attr), valid_(valid), hold_(std::move(hold)) {}
+  void Wait() override { hold_.Wait(); }
+  void Run() override { FinishSetattr(req_, ino_, &attr_, valid_); }
+  void Cancel() override { ReplyCode(req_, ENOTCONN); }
+
+ private:
+  fuse_req_t req_;
+  fuse_ino_t ino_;
+  struct stat attr_;
+  int valid_;
+  FileContent::PushHold hold_;
+};
+
+void OpSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int valid, fuse_file_info*) {
+  Inode& inode = In(req, ino);
+  FileContent::PushHold hold;  // a truncate keeps pushes of the old bytes out
+  if ((valid & FUSE_SET_ATTR_SIZE) && inode.type == S_IFREG) {
+    auto content = Fs(req).ContentOf(inode);
+    if (!content.ok()) return ReplyErr(req, content.status());
+    hold = content.value()->HoldPagePushes();
+    if (hold.must_wait())
+      return Fs(req).deferred().Push(std::make_unique<DeferredSetattr>(req, ino, *attr, valid, std::move(hold)));
+  }
+  FinishSetattr(req, ino, attr, valid);
 }
 
 void OpReadlink(fuse_req_t req, fuse_ino_t ino) {
@@ -291,7 +324,76 @@ void OpRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t ne
   fuse_reply_err(req, 0);
 }
 
-// Opens a handle on an existing regular-file inode and replies.
+// An open counted (InodeTable::Opened, FileContent::OnOpen) and not yet
+// answered: what the rest of it needs, on a FUSE thread or off it.
+struct PendingOpen {
+  Filesystem* fs;
+  fuse_req_t req;
+  Inode* inode;
+  std::shared_ptr<FileContent> content;
+  fuse_file_info fi;
+  std::optional<fuse_entry_param> created;  // set for a create
+  bool writable;
+  bool seal_before_read;
+};
+
+// Undoes what the open counted (and the create's lookup), when it gives no
+// handle to the kernel.
+void UndoOpen(const PendingOpen& p) {
+  if (p.content->OnRelease(p.writable)) p.fs->seals().Push(p.content);
+  if (p.created) p.fs->inodes().Forget(*p.inode, 1);
+  p.fs->inodes().Released(*p.inode);
+}
+
+// The rest of an open, once no page push of the file is in flight: the
+// O_TRUNC, the handle, the reply.
+void FinishOpen(PendingOpen& p) {
+  if ((p.fi.flags & O_TRUNC) && p.writable) {
+    if (Status s = p.content->Truncate(0); !s.ok()) {
+      ReplyErr(p.req, s);
+      return UndoOpen(p);
+    }
+  }
+  Filesystem& fs = *p.fs;
+  fs.page_push().Opened(*p.inode, p.content);
+  auto* handle = new FileHandle(p.inode, p.content, p.writable, &fs.decode_ahead());
+  handle->seal_before_read.store(p.seal_before_read, std::memory_order_relaxed);
+  p.fi.fh = reinterpret_cast<uintptr_t>(handle);
+  // Every write passes through this kernel, so its page cache stays valid,
+  // except across a seal, which may rewrite the bytes (lossy mode): the
+  // pages of the bytes as written go now, before the seal that the first
+  // read makes.
+  p.fi.keep_cache = p.content->TakeCacheDrop() || p.seal_before_read ? 0 : 1;
+  const int rc = p.created ? fuse_reply_create(p.req, &*p.created, &p.fi) : fuse_reply_open(p.req, &p.fi);
+  if (rc != 0) {  // the opener went away: undo the open (and the create's lookup)
+    fs.page_push().Released(*p.inode);
+    delete handle;
+    UndoOpen(p);
+  }
+}
+
+// An open that waits, off the FUSE threads, for page pushes in flight.
+class DeferredOpen : public DeferredOp {
+ public:
+  DeferredOpen(PendingOpen p, FileContent::PushHold hold) : p_(std::move(p)), hold_(std::move(hold)) {}
+  void Wait() override { hold_.Wait(); }
+  void Run() override {
+    FinishOpen(p_);
+    hold_ = FileContent::PushHold();  // a writable handle keeps pushes out from here on
+  }
+  void Cancel() override {
+    ReplyCode(p_.req, ENOTCONN);
+    hold_ = FileContent::PushHold();
+    UndoOpen(p_);
+  }
+
+ private:
+  PendingOpen p_;
+  FileContent::PushHold hold_;
+};
+
+// Opens a handle on an existing regular-file inode and replies, now or,
+// when page pushes of the file are in flight, once they have landed.
 void OpenHandle(fuse_req_t req, Inode& inode, fuse_file_info* fi, const fuse_entry_param* created) {
   Filesystem& fs = Fs(req);
   // A create that fails here never hands the kernel its entry: undo its lookup.
@@ -303,30 +405,18 @@ void OpenHandle(fuse_req_t req, Inode& inode, fuse_file_info* fi, const fuse_ent
   if (!content.ok()) return fail(content.status());
   if (Status s = content.value()->WaitUntilServable(); !s.ok()) return fail(s);
   const bool writable = IsWritable(fi->flags);
-  const bool seal_before_read = !writable && content.value()->LossySealPending();
-  if ((fi->flags & O_TRUNC) && writable) {
-    Status s = content.value()->Truncate(0);
-    if (!s.ok()) return fail(s);
-  }
+  PendingOpen p{.fs = &fs,
+                .req = req,
+                .inode = &inode,
+                .content = content.value(),
+                .fi = *fi,
+                .created = created ? std::optional(*created) : std::nullopt,
+                .writable = writable,
+                .seal_before_read = !writable && content.value()->LossySealPending()};
   fs.inodes().Opened(inode);
-  content.value()->OnOpen(writable);
-  fs.page_push().Opened(inode, content.value());
-  auto* handle = new FileHandle(&inode, content.value(), writable, &fs.decode_ahead());
-  handle->seal_before_read.store(seal_before_read, std::memory_order_relaxed);
-  fi->fh = reinterpret_cast<uintptr_t>(handle);
-  // Every write passes through this kernel, so its page cache stays valid,
-  // except across a seal, which may rewrite the bytes (lossy mode): the
-  // pages of the bytes as written go now, before the seal that the first
-  // read makes.
-  fi->keep_cache = content.value()->TakeCacheDrop() || seal_before_read ? 0 : 1;
-  int rc = created ? fuse_reply_create(req, created, fi) : fuse_reply_open(req, fi);
-  if (rc != 0) {  // the opener went away: undo the open (and the create's lookup)
-    fs.page_push().Released(inode);
-    content.value()->OnRelease(writable);
-    delete FH(fi);
-    if (created) fs.inodes().Forget(inode, 1);
-    fs.inodes().Released(inode);
-  }
+  FileContent::PushHold hold = p.content->OnOpen(writable);
+  if (hold.must_wait()) return fs.deferred().Push(std::make_unique<DeferredOpen>(std::move(p), std::move(hold)));
+  FinishOpen(p);
 }
 
 void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
@@ -343,8 +433,8 @@ Status CreateStagedElsewhere(fuse_req_t req, Inode& dir, const char* name, mode_
   Store* store = Fs(req).store();
   const int tmp_dir = store->creation_dir_fd();
   const std::string tmp = "create-" + ObjectIdHex(NewObjectId());
-  ASSIGN_OR_RETURN(UniqueFd fd, E(req)->OpenAt(tmp_dir, tmp, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC | O_NOFOLLOW,
-                                               mode & 07777));
+  ASSIGN_OR_RETURN(UniqueFd fd,
+                   E(req)->OpenAt(tmp_dir, tmp, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC | O_NOFOLLOW, mode & 07777));
   struct RemoveTmp {
     Env* env;
     int dir;

@@ -14,7 +14,8 @@
 // (FileContent::BeginPagePush): pushed pages overwrite what the kernel
 // holds. The pushes run on one thread of their own, because a push waits
 // for the pages a read in flight has locked, which a FUSE thread must be
-// free to reply to.
+// free to reply to; for the same reason, the requests that wait for the
+// pushes in flight wait off the FUSE threads (fuse/deferred_ops.h).
 #pragma once
 
 #include <fuse_lowlevel.h>

@@ -180,7 +180,7 @@ struct WriteFile {
     FileContent& f = **fc;
     if (create) f.MarkCreated();
     inodes.Opened(**inode);
-    f.OnOpen(true);
+    (void)f.OnOpen(true);  // nothing is pushed here: it never says to wait
     const bool ok = change(&f, e);
     if (ok) changed = env->mutations();
     if (ok && fsync && f.Sync().ok()) synced = env->mutations();

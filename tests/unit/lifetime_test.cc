@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <future>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -51,7 +52,7 @@ class LifetimeTest : public ::testing::Test {
     auto content = fs_->ContentOf(*inode);
     EXPECT_TRUE(content.ok()) << content.status().ToString();
     fs_->inodes().Opened(*inode);
-    content.value()->OnOpen(false);
+    EXPECT_FALSE(content.value()->OnOpen(false).must_wait());
     return content.value();
   }
   // RELEASE as ops.cc does it (the content stays referenced by the caller).
@@ -176,11 +177,37 @@ TEST_F(LifetimeTest, InodeForgottenWhileContentIsQueuedReusesTheContent) {
   EXPECT_FALSE(StagingExists(rec->object));
 }
 
-// At unmount the kernel sends no FORGET: the daemon drops every inode at
-// exit, freeing deleted files' content and leaving linked files alone.
+// A test's stand-in for a deferred request: says when it starts waiting,
+// then waits on `hold` as DeferredOpen does, and records how it ended.
+class RecordingOp : public DeferredOp {
+ public:
+  explicit RecordingOp(FileContent::PushHold hold) : hold_(std::move(hold)) {}
+  void Wait() override {
+    waiting_.set_value();
+    hold_.Wait();
+  }
+  void Run() override {
+    hold_ = FileContent::PushHold();
+    ended_.set_value(true);
+  }
+  void Cancel() override {
+    hold_ = FileContent::PushHold();
+    ended_.set_value(false);
+  }
+  std::future<void> waiting() { return waiting_.get_future(); }
+  std::future<bool> ran() { return ended_.get_future(); }  // false: cancelled
+
+ private:
+  FileContent::PushHold hold_;
+  std::promise<void> waiting_;
+  std::promise<bool> ended_;
+};
+
 // Pages of a file go into the kernel's page cache (PagePush) only while they
-// are its sealed content and nothing can write it: a writable open waits
-// for the pushes in flight, and none start until it is released.
+// are its sealed content and nothing can write it. A writable open never
+// waits for the pushes in flight where it is called (a FUSE thread): it
+// keeps new ones out at once and says it must wait, and the rest of it runs
+// on DeferredOps' thread once the push in flight has landed.
 TEST_F(LifetimeTest, PagePushesOnlySealedContentWithoutWriters) {
   const auto bytes = RandomBytes(20000, 8);
   auto rec = MakeSealedFile(store_.get(), "p", bytes);
@@ -190,18 +217,23 @@ TEST_F(LifetimeTest, PagePushesOnlySealedContentWithoutWriters) {
   EXPECT_EQ(ReadAll(*content, bytes.size()), bytes);  // opens the pack
   ASSERT_GT(content->BeginPagePush(rec->object), 0u);
   EXPECT_EQ(content->BeginPagePush(rec->object + 1), 0u) << "another pack's bytes";
+  EXPECT_FALSE(content->OnOpen(false).must_wait()) << "a readable open waits for nothing";
+  content->OnRelease(false);
 
-  std::atomic<bool> opened{false};
-  std::thread writer([&] {
-    content->OnOpen(true);
-    opened = true;
-  });
-  // Whatever the scheduling, the open cannot have returned yet.
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  EXPECT_FALSE(opened.load()) << "a writable open did not wait for the push in flight";
+  FileContent::PushHold hold = content->OnOpen(true);  // returns with the push in flight
+  ASSERT_TRUE(hold.must_wait());
+  EXPECT_EQ(content->BeginPagePush(rec->object), 0u) << "a push while a writable open is pending";
+  DeferredOps deferred;
+  deferred.Start();
+  auto op = std::make_unique<RecordingOp>(std::move(hold));
+  std::future<void> waiting = op->waiting();
+  std::future<bool> ran = op->ran();
+  deferred.Push(std::move(op));
+  waiting.get();
+  EXPECT_NE(ran.wait_for(std::chrono::seconds(0)), std::future_status::ready) << "ran before the push landed";
+  EXPECT_EQ(content->BeginPagePush(rec->object), 0u) << "a push while a writable open is pending";
   content->EndPagePush(rec->object, 0, true);
-  writer.join();
-  EXPECT_TRUE(opened.load());
+  EXPECT_TRUE(ran.get());
   EXPECT_EQ(content->BeginPagePush(rec->object), 0u) << "a push while a writer is open";
   content->OnRelease(true);
   const uint64_t cs = content->BeginPagePush(rec->object);
@@ -213,6 +245,71 @@ TEST_F(LifetimeTest, PagePushesOnlySealedContentWithoutWriters) {
   Release(inode, content);
 }
 
+// A truncate (SETATTR) has no writable handle to keep pushes out: its hold
+// does, and the truncate itself never waits (EAGAIN while a push is in flight).
+TEST_F(LifetimeTest, TruncateHoldsPagePushesOutWithoutWaiting) {
+  const auto bytes = RandomBytes(20000, 9);
+  auto rec = MakeSealedFile(store_.get(), "t", bytes);
+  ASSERT_TRUE(rec.ok());
+  Inode* inode = Lookup("t");
+  auto content = Open(inode);
+  EXPECT_EQ(ReadAll(*content, bytes.size()), bytes);
+  {
+    FileContent::PushHold idle = content->HoldPagePushes();
+    EXPECT_FALSE(idle.must_wait());
+    EXPECT_EQ(content->BeginPagePush(rec->object), 0u) << "a push while a truncate is pending";
+  }
+  ASSERT_GT(content->BeginPagePush(rec->object), 0u);
+  FileContent::PushHold hold = content->HoldPagePushes();
+  ASSERT_TRUE(hold.must_wait());
+  EXPECT_EQ(content->BeginPagePush(rec->object), 0u) << "a push while a truncate is pending";
+  EXPECT_EQ(content->Truncate(100).code(), EAGAIN);
+  content->EndPagePush(rec->object, 0, true);
+  hold.Wait();
+  ASSERT_TRUE(content->Truncate(100).ok());
+  hold = FileContent::PushHold();
+  EXPECT_EQ(content->BeginPagePush(rec->object), 0u) << "staged: nothing to push";
+  auto rest = ReadAll(*content, 100);
+  EXPECT_EQ(rest, std::vector<uint8_t>(bytes.begin(), bytes.begin() + 100));
+  Release(inode, content);
+}
+
+// At unmount DeferredOps answers what is queued (Cancel) and lets the
+// request in progress finish; one pushed after Stop is cancelled at once.
+TEST_F(LifetimeTest, DeferredOpsStopCancelsWhatIsQueued) {
+  const auto bytes = RandomBytes(20000, 10);
+  auto rec = MakeSealedFile(store_.get(), "s", bytes);
+  ASSERT_TRUE(rec.ok());
+  Inode* inode = Lookup("s");
+  auto content = Open(inode);
+  EXPECT_EQ(ReadAll(*content, bytes.size()), bytes);
+  ASSERT_GT(content->BeginPagePush(rec->object), 0u);
+  DeferredOps deferred;
+  deferred.Start();
+  auto first = std::make_unique<RecordingOp>(content->HoldPagePushes());
+  auto second = std::make_unique<RecordingOp>(content->HoldPagePushes());
+  std::future<void> first_waiting = first->waiting();
+  std::future<bool> first_ran = first->ran();
+  std::future<bool> second_ran = second->ran();
+  deferred.Push(std::move(first));
+  deferred.Push(std::move(second));
+  first_waiting.get();
+  std::thread stopper([&] { deferred.Stop(); });
+  EXPECT_FALSE(second_ran.get()) << "a queued request was run, not cancelled";
+  content->EndPagePush(rec->object, 0, true);
+  stopper.join();
+  EXPECT_TRUE(first_ran.get()) << "the request in progress was not finished";
+  auto late = std::make_unique<RecordingOp>(content->HoldPagePushes());
+  std::future<bool> late_ran = late->ran();
+  deferred.Push(std::move(late));
+  EXPECT_FALSE(late_ran.get());
+  EXPECT_GT(content->BeginPagePush(rec->object), 0u) << "a hold outlived its request";
+  content->EndPagePush(rec->object, 0, true);
+  Release(inode, content);
+}
+
+// At unmount the kernel sends no FORGET: the daemon drops every inode at
+// exit, freeing deleted files' content and leaving linked files alone.
 TEST_F(LifetimeTest, DropAllAtExitFreesDeletedFilesOnly) {
   auto gone = MakeSealedFile(store_.get(), "gone", RandomBytes(8000, 6));
   auto kept = MakeSealedFile(store_.get(), "kept", RandomBytes(8000, 7));
