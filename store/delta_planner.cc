@@ -228,7 +228,8 @@ std::optional<ChunkPlan> DeltaPlanner::PlanAgainstKeyframe(uint64_t offset, std:
                                                            std::span<const TensorRange> ranges, size_t limit) {
   ObjectId pack = base_pack_;
   uint64_t pack_offset = *base_off_;
-  // Follow whole-chunk references down to a chunk that decodes on its own.
+  // Follow the references of the chunks the window lies in down to a chunk
+  // that decodes on its own (across a move of the file's tensors too).
   for (uint32_t hops = 0; hops <= keyframe_every_; ++hops) {
     std::optional<std::pair<ObjectId, uint64_t>> next = bases_->BaseOfChunk(pack, pack_offset, raw.size());
     if (!next) break;

@@ -75,7 +75,7 @@ class DeltaPlanner : public ChunkPlanner {
   // The predecessor's bytes at this chunk's position (read once per chunk).
   bool LoadBaseBytes(uint64_t offset, std::span<const uint8_t> raw, std::span<const TensorRange> ranges);
   // A delta against the keyframe at the root of the chain the predecessor's
-  // chunk belongs to (whole-chunk references only), if under `limit`.
+  // chunk belongs to (BaseSource::BaseOfChunk), if under `limit`.
   std::optional<ChunkPlan> PlanAgainstKeyframe(uint64_t offset, std::span<const uint8_t> raw,
                                                std::span<const TensorRange> ranges, size_t limit);
   std::optional<ChunkPlan> DeltaAgainst(ObjectId pack, uint64_t pack_offset, uint8_t depth, uint64_t offset,

@@ -56,9 +56,11 @@ class BaseSource {
   // `pack` at `offset`, behind zeros where the window starts before the pack.
   // `once` reads as ReadPackRangeOnce does.
   Status ReadBaseWindow(ObjectId pack, uint64_t offset, std::span<uint8_t> out, bool once = false);
-  // When [offset, offset+len) is exactly one ref or delta chunk of `pack`:
-  // the base pack and offset that chunk names (a leading window's offset is
-  // negative, as stored).
+  // When the chunks of `pack` that the base window [offset, offset+len)
+  // touches are ref, delta or lossy chunks stored against one base with
+  // one shift (a whole chunk, or a window moved with the file's tensors):
+  // the window of that base the window's bytes were coded against
+  // (its offset negative for a leading window).
   virtual std::optional<std::pair<ObjectId, uint64_t>> BaseOfChunk(ObjectId pack, uint64_t offset, uint64_t len) {
     (void)pack, (void)offset, (void)len;
     return std::nullopt;

@@ -341,6 +341,32 @@ INSTANTIATE_TEST_SUITE_P(OneChunkAndSeveral, LayoutShiftTest,
                                   (p.param.elems * 4 < kChunk ? "OneChunk" : "SeveralChunks");
                          });
 
+// Chunks that cost as much against the keyframe at the root of their chain
+// as against their predecessor (frozen layers next to a part drawn anew
+// each save) are coded against the keyframe, so they stay at depth 1. That
+// holds across a move after a delta: the chain is followed through the
+// windows of moved chunks too, down to the first file's keyframe.
+TEST_P(LayoutShiftTest, ChainsAcrossAMoveStillRootAtTheKeyframe) {
+  const auto [shift, elems] = GetParam();
+  const size_t pad_before = shift < 0 ? static_cast<size_t>(-shift) : 0;
+  const size_t pad_after = shift > 0 ? static_cast<size_t>(shift) : 0;
+  std::vector<std::vector<uint8_t>> v;
+  for (uint32_t i = 0; i < 4; ++i) {
+    std::vector<float> w = Weights(elems, 41);
+    const std::vector<float> head = Weights(elems / 8, 50 + i);
+    std::copy(head.begin(), head.end(), w.begin());
+    v.push_back(Safetensors({{"w", w}}, i < 2 ? pad_before : pad_after));  // moved from the third on
+  }
+  FreshStoreWith(v);
+  for (size_t i = 1; i < v.size(); ++i) {
+    const FileUsage f = UsageOf("v" + std::to_string(i));
+    EXPECT_EQ(f.depth, 1u) << "v" << i;
+    EXPECT_EQ(f.base, UsageOf("v0").pack) << "v" << i;
+    ExpectContent("v" + std::to_string(i), v[i]);
+  }
+  ExpectFsckClean();
+}
+
 // A base window may start before its base but never runs past its end: a
 // one-chunk file whose header grew and whose last tensor grew too has no
 // window in its predecessor, and is stored on its own, as before.
