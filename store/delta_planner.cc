@@ -186,7 +186,8 @@ std::optional<std::pair<ObjectId, uint64_t>> DeltaPlanner::BaseOffset(uint64_t o
   // The chunk keeps its position relative to that tensor. Where the tensor
   // sits further into this file than into the base (the header grew), the
   // window of a chunk near the start begins before the base: those bytes
-  // read as zeros (a leading window, pack version 5), the tensor's still line up.
+  // read as zeros (a leading window, pack version 5); the tensor bytes
+  // still line up.
   const uint64_t base_off = tensor_base + offset - best->offset;  // wraps back for chunks starting before it
   const uint64_t lead = offset < best->offset && best->offset - offset > tensor_base ? uint64_t{0} - base_off : 0;
   if (lead > 0) {

@@ -37,9 +37,10 @@ inline constexpr uint64_t kSeedChunkRaw = 0x524157ull;
 // A ref, delta or lossy chunk's base window is [offset, offset + raw length)
 // of its base pack's logical bytes. From version 5 the offset is signed (two's
 // complement): a window that starts before the base pack reads zeros there.
-// A file whose header grew moves every tensor back against its predecessor,
-// and its first chunk's window then starts before the predecessor's first
-// byte. The lead (how far before) is always shorter than the window.
+// A file whose header grew holds every tensor further in than its
+// predecessor, so its first chunk's window, which follows the tensors,
+// starts before the predecessor's first byte. The lead (how far before) is
+// always shorter than the window.
 inline bool BaseWindowLeads(uint64_t offset) { return static_cast<int64_t>(offset) < 0; }
 inline uint64_t BaseWindowLead(uint64_t offset) { return BaseWindowLeads(offset) ? uint64_t{0} - offset : 0; }
 
