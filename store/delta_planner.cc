@@ -155,12 +155,17 @@ bool DeltaPlanner::LoadBaseBytes(uint64_t offset, std::span<const uint8_t> raw, 
                       base_bytes_.size() == raw.size();
   if (!handed) {
     base_bytes_.resize(raw.size());
-    if (!bases_->ReadPackRangeOnce(at->first, at->second, base_bytes_).ok()) return false;
+    if (!bases_->ReadBaseWindow(at->first, at->second, base_bytes_, /*once=*/true).ok()) return false;
   }
   base_pack_ = at->first;
   base_off_ = at->second;
-  base_depth_ = index_->RangeDepth(at->first, at->second, raw.size());
+  base_depth_ = WindowDepth(at->first, at->second, raw.size());
   return true;
+}
+
+uint8_t DeltaPlanner::WindowDepth(ObjectId pack, uint64_t offset, size_t len) const {
+  const uint64_t lead = BaseWindowLead(offset);  // the leading zeros decode from nothing
+  return lead >= len ? 0 : index_->RangeDepth(pack, offset + lead, len - lead);
 }
 
 std::optional<std::pair<ObjectId, uint64_t>> DeltaPlanner::BaseOffset(uint64_t offset, size_t len,
@@ -178,10 +183,18 @@ std::optional<std::pair<ObjectId, uint64_t>> DeltaPlanner::BaseOffset(uint64_t o
   const bool other = idx < base_->other.size() && base_->other[idx].pack != 0;
   const ObjectId pack = other ? base_->other[idx].pack : base_->pack;
   const uint64_t pack_size = other ? base_->other[idx].logical_size : base_->logical_size;
-  // The chunk keeps its position relative to that tensor.
-  if (offset < best->offset && best->offset - offset > tensor_base) return std::nullopt;
+  // The chunk keeps its position relative to that tensor. Where the tensor
+  // sits further into this file than into the base (the header grew), the
+  // window of a chunk near the start begins before the base: those bytes
+  // read as zeros (a leading window, pack version 5); the tensor bytes
+  // still line up.
   const uint64_t base_off = tensor_base + offset - best->offset;  // wraps back for chunks starting before it
-  if (base_off > pack_size || pack_size - base_off < len) return std::nullopt;
+  const uint64_t lead = offset < best->offset && best->offset - offset > tensor_base ? uint64_t{0} - base_off : 0;
+  if (lead > 0) {
+    if (lead >= len || len - lead > pack_size) return std::nullopt;
+  } else if (base_off > pack_size || pack_size - base_off < len) {
+    return std::nullopt;
+  }
   return std::make_pair(pack, base_off);
 }
 
@@ -216,19 +229,20 @@ std::optional<ChunkPlan> DeltaPlanner::PlanAgainstKeyframe(uint64_t offset, std:
                                                            std::span<const TensorRange> ranges, size_t limit) {
   ObjectId pack = base_pack_;
   uint64_t pack_offset = *base_off_;
-  // Follow whole-chunk references down to a chunk that decodes on its own.
+  // Follow the references of the chunks the window lies in down to a chunk
+  // that decodes on its own (across a move of the file's tensors too).
   for (uint32_t hops = 0; hops <= keyframe_every_; ++hops) {
     std::optional<std::pair<ObjectId, uint64_t>> next = bases_->BaseOfChunk(pack, pack_offset, raw.size());
     if (!next) break;
     std::tie(pack, pack_offset) = *next;
   }
-  if (pack == base_pack_ || !index_->Contains(pack) || index_->RangeDepth(pack, pack_offset, raw.size()) != 0 ||
+  if (pack == base_pack_ || !index_->Contains(pack) || WindowDepth(pack, pack_offset, raw.size()) != 0 ||
       !Admitted(pack)) {
     return std::nullopt;
   }
   std::vector<uint8_t>& root = other_bytes_;
   root.resize(raw.size());
-  if (!bases_->ReadPackRangeOnce(pack, pack_offset, root).ok()) return std::nullopt;
+  if (!bases_->ReadBaseWindow(pack, pack_offset, root, /*once=*/true).ok()) return std::nullopt;
   return DeltaAgainst(pack, pack_offset, 1, offset, raw, root, ranges, limit);
 }
 

@@ -75,16 +75,19 @@ class DeltaPlanner : public ChunkPlanner {
   // The predecessor's bytes at this chunk's position (read once per chunk).
   bool LoadBaseBytes(uint64_t offset, std::span<const uint8_t> raw, std::span<const TensorRange> ranges);
   // A delta against the keyframe at the root of the chain the predecessor's
-  // chunk belongs to (whole-chunk references only), if under `limit`.
+  // chunk belongs to (BaseSource::BaseOfChunk), if under `limit`.
   std::optional<ChunkPlan> PlanAgainstKeyframe(uint64_t offset, std::span<const uint8_t> raw,
                                                std::span<const TensorRange> ranges, size_t limit);
   std::optional<ChunkPlan> DeltaAgainst(ObjectId pack, uint64_t pack_offset, uint8_t depth, uint64_t offset,
                                         std::span<const uint8_t> raw, std::span<const uint8_t> base,
                                         std::span<const TensorRange> ranges, size_t limit);
   // Which pack holds the predecessor's bytes of this chunk and where,
-  // judged by the tensor that covers most of it.
+  // judged by the tensor that covers most of it: a window of the chunk's
+  // length, which may start before the pack but not run past its end.
   std::optional<std::pair<ObjectId, uint64_t>> BaseOffset(uint64_t offset, size_t len,
                                                           std::span<const TensorRange> ranges) const;
+  // The delta depth of a base window (pack_format.h: it may start before the pack).
+  uint8_t WindowDepth(ObjectId pack, uint64_t offset, size_t len) const;
   bool Admitted(ObjectId pack) { return admission_ == nullptr || admission_->Admit(pack); }
   static ChunkPlan RefPlan(ChunkCodec codec, ObjectId base, uint64_t base_offset, uint8_t depth);
   // Picks the predecessor (lineage) and pins it.

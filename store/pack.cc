@@ -11,9 +11,9 @@
 #include <thread>
 
 #include "base/hash.h"
+#include "base/le.h"
 #include "codec/delta_chunk.h"
 #include "codec/lossy/lossy_chunk.h"
-#include "base/le.h"
 
 namespace ckptfs {
 namespace {
@@ -211,7 +211,8 @@ Result<std::vector<ChunkEntry>> DecodeChunkTable(const PackHeader& h, const Chun
 // when it cannot be read the chunks still can, so the reader opens and
 // says so in meta_status(); who needs the references (recovery, gc,
 // fsck) must check it.
-void ReadMetaBlock(const PackBytes& src, const PackHeader& h, const std::string& ctx, PackMeta* meta, Status* meta_status) {
+void ReadMetaBlock(const PackBytes& src, const PackHeader& h, const std::string& ctx, PackMeta* meta,
+                   Status* meta_status) {
   if (h.version < 3) return;
   std::vector<uint8_t> mb(h.meta_len);
   if (Status s = src.ReadExact(mb, h.meta_offset); !s.ok()) {
@@ -262,6 +263,17 @@ Status BaseSource::UsePackRange(ObjectId pack, uint64_t offset, uint64_t len,
   return use(bytes);
 }
 
+Status BaseSource::ReadBaseWindow(ObjectId pack, uint64_t offset, std::span<uint8_t> out, bool once) {
+  const uint64_t lead = BaseWindowLead(offset);
+  if (lead == 0) return once ? ReadPackRangeOnce(pack, offset, out) : ReadPackRange(pack, offset, out);
+  if (lead >= out.size()) {
+    return Status::Corruption("base window of " + std::to_string(out.size()) + " bytes starts " + std::to_string(lead) +
+                              " bytes before pack " + ObjectIdHex(pack));
+  }
+  std::fill_n(out.begin(), lead, uint8_t{0});
+  return once ? ReadPackRangeOnce(pack, 0, out.subspan(lead)) : ReadPackRange(pack, 0, out.subspan(lead));
+}
+
 Status PackReader::ReadChunk(uint64_t index, std::vector<uint8_t>* out, BaseSource* bases) const {
   if (index < chunks_.size()) out->resize(chunks_[index].raw_len);
   Status s = ReadChunkInto(index, *out, bases);
@@ -298,6 +310,17 @@ Status PackReader::ReadChunkInto(uint64_t index, std::span<uint8_t> out, BaseSou
   return Status::Ok();
 }
 
+namespace {
+
+// A delta or lossy chunk's payload against its base bytes.
+Status DecodeWithBase(ChunkCodec codec, std::span<const uint8_t> payload, std::span<const uint8_t> base,
+                      std::span<uint8_t> out) {
+  if (codec == ChunkCodec::kLossy) return lossy::DecodeLossyChunk(payload, base, out);
+  return DecodeDeltaChunk(payload, base, out);
+}
+
+}  // namespace
+
 Status PackReader::DecodeAgainstBase(ChunkCodec codec, std::span<const uint8_t> stored, std::span<uint8_t> out,
                                      BaseSource* bases) const {
   const ObjectId base = le::Get64(stored, 0);
@@ -307,16 +330,23 @@ Status PackReader::DecodeAgainstBase(ChunkCodec codec, std::span<const uint8_t> 
   if (bases == nullptr)
     return Status::InvalidArgument("chunk is stored against another pack; no store to read it from");
   const uint64_t off = le::Get64(stored, 8);
+  // Before version 5 such an offset is past any pack, and the read fails.
+  const bool leads = header_.version >= kPackLeadingBaseVersion && BaseWindowLeads(off);
   const std::string what = std::string(ChunkCodecName(codec)) + " chunk against pack " + ObjectIdHex(base) +
-                           " offset " + std::to_string(off);
-  if (codec == ChunkCodec::kRef) return bases->ReadPackRange(base, off, out).WithContext(what);
+                           " offset " + (leads ? "-" + std::to_string(BaseWindowLead(off)) : std::to_string(off));
   const std::span<const uint8_t> payload = stored.subspan(kBaseRefSize);
+  if (leads) {
+    if (codec == ChunkCodec::kRef) return bases->ReadBaseWindow(base, off, out).WithContext(what);
+    // Rare (a file whose tensors all moved back): the window is a copy.
+    std::vector<uint8_t> window(out.size());
+    RETURN_IF_ERROR(bases->ReadBaseWindow(base, off, window).WithContext(what));
+    return DecodeWithBase(codec, payload, window, out).WithContext(what);
+  }
+  if (codec == ChunkCodec::kRef) return bases->ReadPackRange(base, off, out).WithContext(what);
   return bases
-      ->UsePackRange(base, off, out.size(),
-                     [&](std::span<const uint8_t> base_bytes) {
-                       if (codec == ChunkCodec::kLossy) return lossy::DecodeLossyChunk(payload, base_bytes, out);
-                       return DecodeDeltaChunk(payload, base_bytes, out);
-                     })
+      ->UsePackRange(
+          base, off, out.size(),
+          [&](std::span<const uint8_t> base_bytes) { return DecodeWithBase(codec, payload, base_bytes, out); })
       .WithContext(what);
 }
 

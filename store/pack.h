@@ -18,9 +18,9 @@
 #include "codec/chunk_codec.h"
 #include "store/env.h"
 #include "store/object_id.h"
+#include "store/pack_bytes.h"
 #include "store/pack_format.h"
 #include "store/pack_meta.h"
-#include "store/pack_bytes.h"
 
 namespace ckptfs {
 
@@ -52,8 +52,15 @@ class BaseSource {
   // it; this default reads it into a buffer.
   virtual Status UsePackRange(ObjectId pack, uint64_t offset, uint64_t len,
                               const std::function<Status(std::span<const uint8_t>)>& use);
-  // When [offset, offset+len) is exactly one ref or delta chunk of `pack`:
-  // the base pack and offset that chunk names.
+  // A chunk's base window (pack_format.h, BaseWindowLead): the bytes of
+  // `pack` at `offset`, behind zeros where the window starts before the pack.
+  // `once` reads as ReadPackRangeOnce does.
+  Status ReadBaseWindow(ObjectId pack, uint64_t offset, std::span<uint8_t> out, bool once = false);
+  // When the chunks of `pack` that the base window [offset, offset+len)
+  // touches are ref, delta or lossy chunks stored against one base with
+  // one shift (a whole chunk, or a window moved with the file's tensors):
+  // the window of that base the window's bytes were coded against
+  // (its offset negative for a leading window).
   virtual std::optional<std::pair<ObjectId, uint64_t>> BaseOfChunk(ObjectId pack, uint64_t offset, uint64_t len) {
     (void)pack, (void)offset, (void)len;
     return std::nullopt;

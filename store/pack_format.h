@@ -16,9 +16,14 @@ inline constexpr char kPackMagic[8] = {'C', 'K', 'P', 'T', 'P', 'A', 'C', 'K'};
 inline constexpr char kPackFooterMagic[8] = {'C', 'K', 'P', 'T', 'E', 'N', 'D', '1'};
 // Version 2 added chunk codec kTensor; version 3 the meta block and the
 // chunk codecs kRef and kDelta; version 4 the chunk codec kLossy and the
-// meta block's lossy section. Versions 1 to 3 are still read.
-inline constexpr uint32_t kPackFormatVersion = 4;
+// meta block's lossy section; version 5 base windows that start before
+// their base pack (BaseWindowLead). Versions 1 to 4 are still read.
+inline constexpr uint32_t kPackFormatVersion = 5;
 inline constexpr uint32_t kPackMinReadableVersion = 1;
+inline constexpr uint32_t kPackLeadingBaseVersion = 5;
+// A pack with no leading base window is written as version 4, so that
+// builds from before version 5 still read every pack they could.
+inline constexpr uint32_t kPackPlainVersion = 4;
 inline constexpr uint32_t kPackHeaderSize = 64;
 inline constexpr uint32_t kPackFooterSize = 32;
 inline constexpr uint32_t kPackTableEntrySize = 40;
@@ -29,8 +34,18 @@ inline constexpr uint64_t kSeedTable = 0x5441424C45ull;
 inline constexpr uint64_t kSeedChunkStored = 0x53544F5245ull;
 inline constexpr uint64_t kSeedChunkRaw = 0x524157ull;
 
+// A ref, delta or lossy chunk's base window is [offset, offset + raw length)
+// of its base pack's logical bytes. From version 5 the offset is signed (two's
+// complement): a window that starts before the base pack reads zeros there.
+// A file whose header grew holds every tensor further in than its
+// predecessor, so its first chunk's window, which follows the tensors,
+// starts before the predecessor's first byte. The lead (how far before) is
+// always shorter than the window.
+inline bool BaseWindowLeads(uint64_t offset) { return static_cast<int64_t>(offset) < 0; }
+inline uint64_t BaseWindowLead(uint64_t offset) { return BaseWindowLeads(offset) ? uint64_t{0} - offset : 0; }
+
 struct PackHeader {
-  uint32_t version = kPackFormatVersion;
+  uint32_t version = kPackPlainVersion;
   uint32_t chunk_size = kDefaultChunkSize;
   uint64_t logical_size = 0;
   uint64_t chunk_count = 0;

@@ -677,14 +677,23 @@ Result<std::shared_ptr<PackReader>> Store::CachedPack(ObjectId id) {
 std::optional<std::pair<ObjectId, uint64_t>> Store::BaseOfChunk(ObjectId pack, uint64_t offset, uint64_t len) {
   Result<std::shared_ptr<PackReader>> reader = CachedPack(pack);
   if (!reader.ok()) return std::nullopt;
-  const uint64_t cs = (*reader)->header().chunk_size;
-  const uint64_t index = offset / cs;
-  if (offset % cs != 0 || index >= (*reader)->chunks().size() || (*reader)->chunks()[index].raw_len != len) {
-    return std::nullopt;
+  const PackReader& r = **reader;
+  const uint64_t lead = BaseWindowLead(offset);
+  const uint64_t start = offset + lead, end = offset + len;  // the window's bytes in the pack (wraps for a lead)
+  if (lead >= len || end > r.header().logical_size) return std::nullopt;
+  // After a file's tensors moved, windows straddle two chunks (or start
+  // before the first): they map to one window of a base only when every
+  // chunk they touch has the same base pack and the same shift against it.
+  const uint64_t cs = r.header().chunk_size;
+  std::optional<std::pair<ObjectId, uint64_t>> shift;  // base pack, base offset - chunk offset
+  for (uint64_t i = start / cs; i * cs < end; ++i) {
+    Result<std::pair<ObjectId, uint64_t>> base = r.ChunkBase(i);
+    if (!base.ok()) return std::nullopt;
+    const std::pair<ObjectId, uint64_t> s{base->first, base->second - i * cs};
+    if (shift && *shift != s) return std::nullopt;
+    shift = s;
   }
-  Result<std::pair<ObjectId, uint64_t>> base = (*reader)->ChunkBase(index);
-  if (!base.ok()) return std::nullopt;
-  return *base;
+  return std::make_pair(shift->first, shift->second + offset);
 }
 
 Result<ChunkBytes> Store::LoadChunk(const PackReader& pack, ObjectId id, uint64_t index, ChunkCache* cache) {

@@ -488,6 +488,70 @@ def test_default_mount_is_lossless(mount_factory, plain_dir):
     assert all(e["lossy"] is None for e in st["files"]), st
 
 
+def tensor_offsets(path: Path) -> list[int]:
+    """Where each tensor's bytes start in a torch.save zip (after its
+    record's local header, whose extra field pads them to 64 bytes)."""
+    out = []
+    with zipfile.ZipFile(path) as z, open(path, "rb") as f:
+        for i in z.infolist():
+            if "/data/" not in i.filename:
+                continue
+            f.seek(i.header_offset)
+            hdr = f.read(30)
+            name_len, extra_len = struct.unpack("<HH", hdr[26:30])
+            out.append(i.header_offset + 30 + name_len + extra_len)
+    return out
+
+
+@pytest.mark.parametrize("opts", [[], ["lossy"]], ids=["lossless", "lossy"])
+def test_pickle_grown_past_64_bytes_is_still_a_delta(mount_factory, plain_dir, opts):
+    """torch.save aligns each tensor record to 64 bytes: a saved dict whose
+    pickle grew across that alignment (a longer string) moves every tensor
+    by 64 bytes. The save is still stored as a delta of the one before (its
+    base window starts before the base file, docs/FORMAT.md), and both read
+    back: bit for bit, or under a lossy policy as a valid checkpoint near
+    the original."""
+    m = mount_factory(opts=opts)
+    model, opt = make_mlp(0)
+    train(model, opt, 3)
+    objs, refs = [], []
+    for i, pad in enumerate((1, 78)):
+        objs.append({"model": model.state_dict(), "optimizer": opt.state_dict(), "pad": "a" * pad})
+        refs.append(save_both(objs[-1], m.mnt / f"ckpt{i}.pt", plain_dir))
+        m.wait_sealed()
+    assert os.path.getsize(refs[1]) == os.path.getsize(refs[0]) + 64
+    assert [b - a for a, b in zip(tensor_offsets(refs[0]), tensor_offsets(refs[1]))] == \
+        [64] * len(tensor_offsets(refs[0])), "the test needs every tensor moved by 64 bytes"
+    ents = {e["path"]: e for e in m.wait_sealed()["files"]}
+    first, second = ents["ckpt0.pt"], ents["ckpt1.pt"]
+    assert first["depth"] == 0, first
+    assert second["base"] == "ckpt0.pt" and second["depth"] == 1, second
+    assert second["stored"] < 0.5 * first["stored"], (first, second)
+
+    def check_reads():
+        for i, ref in enumerate(refs):
+            path = m.mnt / f"ckpt{i}.pt"
+            if not opts:
+                assert read_file(path) == read_file(ref), f"{path} reads back other bytes"
+                continue
+            check_torch_zip(path, ref)
+            recon = torch.load(path, map_location="cpu")
+            assert recon["pad"] == objs[i]["pad"]
+            for k, w in objs[i]["model"].items():
+                r = recon["model"][k]
+                assert r.shape == w.shape and r.dtype == w.dtype, k
+                assert float((r - w).norm()) <= 0.05 * float(w.norm()), f"{path}: {k} far from the original"
+
+    check_reads()
+    before = [read_file(m.mnt / f"ckpt{i}.pt") for i in range(2)]
+    m.remount()
+    check_reads()
+    assert [read_file(m.mnt / f"ckpt{i}.pt") for i in range(2)] == before
+    m.umount()
+    p = m.fsck()
+    assert p.returncode == 0 and " 0 errors, 0 warnings" in p.stdout, describe(p, "fsck")
+
+
 def test_torch_checkpoint_lossy(mount_factory, plain_dir, tmp_path, pypi_python):
     """torch 2.x saves model + AdamW state under -o lossy=0.01 and loads it
     back (normally and with mmap=True); torch 1.13 loads it too."""

@@ -239,7 +239,7 @@ TEST_F(FormatDocTest, PackHeaderTableAndFooter) {
   const uint64_t meta_at = table_at - meta_len;
   CheckOffsetTable(TableCaptioned(tables_, "Header ("), kPackHeaderSize, pack.first(kPackHeaderSize),
                    {{"magic `CKPTPACK`", Bytes(kPackMagic, 8)},
-                    {"pack format version", uint64_t{kPackFormatVersion}},
+                    {"pack format version", uint64_t{kPackPlainVersion}},
                     {"header size", uint64_t{kPackHeaderSize}},
                     {"chunk size", uint64_t{kChunk}},
                     {"flags (0)", uint64_t{0}},

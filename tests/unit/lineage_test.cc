@@ -11,10 +11,10 @@
 #include <functional>
 #include <random>
 
-#include "tests/unit/fault_env.h"
 #include "cache/chunk_cache.h"
 #include "store/base_closeness.h"
 #include "store/store.h"
+#include "tests/unit/fault_env.h"
 #include "tests/unit/test_util.h"
 
 namespace ckptfs {
@@ -36,8 +36,10 @@ std::vector<uint8_t> Npy(const std::vector<float>& w) {
   return test::NpyF32({reinterpret_cast<const uint8_t*>(w.data()), 4 * w.size()});
 }
 
-// A safetensors file of f32 tensors, in the order given.
-std::vector<uint8_t> Safetensors(const std::vector<std::pair<std::string, std::vector<float>>>& tensors) {
+// A safetensors file of f32 tensors, in the order given; `header_pad`
+// spaces (a multiple of 8) grow its header, which moves every tensor.
+std::vector<uint8_t> Safetensors(const std::vector<std::pair<std::string, std::vector<float>>>& tensors,
+                                 size_t header_pad = 0) {
   std::string json = "{";
   uint64_t off = 0;
   for (const auto& [name, w] : tensors) {
@@ -48,6 +50,7 @@ std::vector<uint8_t> Safetensors(const std::vector<std::pair<std::string, std::v
   }
   json += "}";
   while (json.size() % 8 != 0) json += ' ';
+  json.append(header_pad, ' ');
   std::vector<uint8_t> b(8);
   for (int i = 0; i < 8; ++i) b[i] = static_cast<uint8_t>(static_cast<uint64_t>(json.size()) >> (8 * i));
   b.insert(b.end(), json.begin(), json.end());
@@ -266,6 +269,116 @@ TEST_F(LineageTest, PartlyMatchingFileWithShiftedTensorsBenefits) {
   ExpectContent("b.safetensors", b);
   Reopen();
   ExpectContent("b.safetensors", b);
+  ExpectFsckClean();
+}
+
+// torch.save aligns tensor records to 64 bytes, so a pickle that grows
+// across that alignment moves every tensor by 64 bytes. A file whose header
+// grew (its first chunk's base window then starts before the predecessor:
+// pack version 5) or shrank by 64 bytes is still a delta of its
+// predecessor, about as small as without the move, whether it is one
+// chunk or several; the next save, laid out alike, builds on it.
+struct LayoutShift {
+  int64_t shift;  // how much the header grew
+  size_t elems;
+};
+
+void PrintTo(const LayoutShift& s, std::ostream* os) { *os << "shift " << s.shift << ", " << s.elems << " f32"; }
+
+class LayoutShiftTest : public LineageTest, public ::testing::WithParamInterface<LayoutShift> {
+ protected:
+  uint32_t PackVersion(ObjectId pack) {
+    auto r = store_->OpenPack(pack);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? (*r)->header().version : 0;
+  }
+};
+
+TEST_P(LayoutShiftTest, MovedTensorsAreStillDeltas) {
+  const auto [shift, elems] = GetParam();
+  std::vector<std::vector<float>> w{Weights(elems, 21)};
+  std::mt19937 rng(5);
+  std::normal_distribution<float> step(0.f, 1e-5f);
+  for (int v = 1; v < 3; ++v) {
+    w.push_back(w.back());
+    for (size_t i = 0; i < elems / 2; ++i) w.back()[i] += step(rng);
+  }
+  const size_t pad_before = shift < 0 ? static_cast<size_t>(-shift) : 0;
+  const size_t pad_after = shift > 0 ? static_cast<size_t>(shift) : 0;
+  const std::vector<uint8_t> first = Safetensors({{"w", w[0]}}, pad_before);
+  const std::vector<std::vector<uint8_t>> moved = {first, Safetensors({{"w", w[1]}}, pad_after),
+                                                   Safetensors({{"w", w[2]}}, pad_after)};
+  ASSERT_EQ(static_cast<int64_t>(moved[1].size()), static_cast<int64_t>(first.size()) + shift);
+
+  FreshStoreWith({first, Safetensors({{"w", w[1]}}, pad_before)});
+  const FileUsage unmoved = UsageOf("v1");
+  ASSERT_EQ(unmoved.depth, 1u);
+
+  FreshStoreWith(moved);
+  const FileUsage f0 = UsageOf("v0"), f1 = UsageOf("v1"), f2 = UsageOf("v2");
+  EXPECT_EQ(f1.base, f0.pack);
+  EXPECT_EQ(f1.depth, 1u);
+  EXPECT_LE(f1.stored, unmoved.stored + unmoved.stored / 8 + 256) << "unmoved: " << unmoved.stored;
+  EXPECT_EQ(PackVersion(f1.pack), shift > 0 ? kPackLeadingBaseVersion : kPackPlainVersion);
+  EXPECT_NE(f2.base, 0u);
+  EXPECT_GE(f2.depth, 1u);
+  EXPECT_LE(f2.stored, unmoved.stored * 2);
+  for (size_t i = 0; i < moved.size(); ++i) ExpectContent("v" + std::to_string(i), moved[i]);
+  Reopen();
+  for (size_t i = 0; i < moved.size(); ++i) ExpectContent("v" + std::to_string(i), moved[i]);
+  ExpectFsckClean();
+  Delete("v0");  // the first file's pack stays for the deltas
+  ExpectContent("v1", moved[1]);
+  ExpectContent("v2", moved[2]);
+  ExpectSurvivorsThenCollectAll(moved);
+}
+
+INSTANTIATE_TEST_SUITE_P(OneChunkAndSeveral, LayoutShiftTest,
+                         ::testing::Values(LayoutShift{64, 4000}, LayoutShift{-64, 4000}, LayoutShift{64, 100000},
+                                           LayoutShift{-64, 100000}),
+                         [](const ::testing::TestParamInfo<LayoutShift>& p) {
+                           return std::string(p.param.shift > 0 ? "Grown" : "Shrunk") +
+                                  (p.param.elems * 4 < kChunk ? "OneChunk" : "SeveralChunks");
+                         });
+
+// Chunks that cost as much against the keyframe at the root of their chain
+// as against their predecessor (frozen layers next to a part drawn anew
+// each save) are coded against the keyframe, so they stay at depth 1. That
+// holds across a move after a delta: the chain is followed through the
+// windows of moved chunks too, down to the first file's keyframe.
+TEST_P(LayoutShiftTest, ChainsAcrossAMoveStillRootAtTheKeyframe) {
+  const auto [shift, elems] = GetParam();
+  const size_t pad_before = shift < 0 ? static_cast<size_t>(-shift) : 0;
+  const size_t pad_after = shift > 0 ? static_cast<size_t>(shift) : 0;
+  std::vector<std::vector<uint8_t>> v;
+  for (uint32_t i = 0; i < 4; ++i) {
+    std::vector<float> w = Weights(elems, 41);
+    const std::vector<float> head = Weights(elems / 8, 50 + i);
+    std::copy(head.begin(), head.end(), w.begin());
+    v.push_back(Safetensors({{"w", w}}, i < 2 ? pad_before : pad_after));  // moved from the third on
+  }
+  FreshStoreWith(v);
+  for (size_t i = 1; i < v.size(); ++i) {
+    const FileUsage f = UsageOf("v" + std::to_string(i));
+    EXPECT_EQ(f.depth, 1u) << "v" << i;
+    EXPECT_EQ(f.base, UsageOf("v0").pack) << "v" << i;
+    ExpectContent("v" + std::to_string(i), v[i]);
+  }
+  ExpectFsckClean();
+}
+
+// A base window may start before its base but never runs past its end: a
+// one-chunk file whose header grew and whose last tensor grew too has no
+// window in its predecessor, and is stored on its own, as before.
+TEST_F(LineageTest, BaseWindowNeverRunsPastTheBase) {
+  const std::vector<float> w = Weights(4000, 31);
+  const auto a = Safetensors({{"w", w}, {"tail", Weights(100, 32)}});
+  const auto b = Safetensors({{"w", w}, {"tail", Weights(120, 32)}}, 64);
+  Seal("a", a);
+  Seal("b", b);
+  EXPECT_EQ(UsageOf("b").depth, 0u);
+  EXPECT_EQ(UsageOf("b").base, 0u);
+  ExpectContent("b", b);
   ExpectFsckClean();
 }
 

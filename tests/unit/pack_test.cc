@@ -5,10 +5,12 @@
 
 #include <bit>
 #include <cstring>
+#include <map>
 #include <random>
 #include <set>
 
 #include "base/hash.h"
+#include "base/le.h"
 #include "store/env.h"
 #include "tests/unit/test_util.h"
 
@@ -65,10 +67,10 @@ class PackTest : public ::testing::Test {
     ASSIGN_OR_RETURN(UniqueFd fd, env_->OpenAt(AT_FDCWD, dir_.Sub(name), O_RDONLY));
     return PackReader::Open(env_, std::move(fd), name);
   }
-  Result<std::vector<uint8_t>> ReadAll(const PackReader& r) {
+  Result<std::vector<uint8_t>> ReadAll(const PackReader& r, BaseSource* bases = nullptr) {
     std::vector<uint8_t> out, chunk;
     for (uint64_t i = 0; i < r.chunks().size(); ++i) {
-      RETURN_IF_ERROR(r.ReadChunk(i, &chunk));
+      RETURN_IF_ERROR(r.ReadChunk(i, &chunk, bases));
       out.insert(out.end(), chunk.begin(), chunk.end());
     }
     return out;
@@ -92,6 +94,43 @@ class PackTest : public ::testing::Test {
 
   Env* env_ = Env::Default();
   TempDir dir_;
+};
+
+// Base packs held in memory, bounds-checked as the store checks them.
+class MemBases : public BaseSource {
+ public:
+  std::map<ObjectId, std::vector<uint8_t>> packs;
+  Status ReadPackRange(ObjectId pack, uint64_t offset, std::span<uint8_t> out) override {
+    auto it = packs.find(pack);
+    if (it == packs.end()) return Status::Error(ENOENT, "no pack " + std::to_string(pack));
+    if (offset > it->second.size() || it->second.size() - offset < out.size()) {
+      return Status::Corruption("range " + std::to_string(offset) + " is outside base pack");
+    }
+    std::memcpy(out.data(), it->second.data() + offset, out.size());
+    return Status::Ok();
+  }
+};
+
+// Stores chunk 0 as a ref to pack kBase at `offset` (negative: a leading window).
+class FirstChunkRef : public ChunkPlanner {
+ public:
+  static constexpr ObjectId kBase = 7;
+  explicit FirstChunkRef(int64_t offset) : offset_(offset) {}
+  std::optional<ChunkPlan> PlanRef(uint64_t offset, std::span<const uint8_t>, uint64_t,
+                                   std::span<const TensorRange>) override {
+    if (offset != 0) return std::nullopt;
+    ChunkPlan p{ChunkCodec::kRef, std::vector<uint8_t>(kBaseRefSize), kBase, 0};
+    le::Put64(p.payload, 0, kBase);
+    le::Put64(p.payload, 8, static_cast<uint64_t>(offset_));
+    return p;
+  }
+  std::optional<ChunkPlan> PlanDelta(uint64_t, std::span<const uint8_t>, std::span<const TensorRange>,
+                                     size_t) override {
+    return std::nullopt;
+  }
+
+ private:
+  int64_t offset_;
 };
 
 TEST_F(PackTest, EmptyFile) {
@@ -266,7 +305,71 @@ std::vector<uint8_t> FloatWeights(size_t n, uint64_t seed) {
   return b;
 }
 
-// New packs are version 4 (meta block, lossy chunks); versions 1 to 3 are still read.
+// A base window that starts before its base (a file whose tensors moved
+// back) reads zeros there, and only such a pack is version 5.
+TEST_F(PackTest, LeadingBaseWindowReadsZerosBeforeTheBase) {
+  MemBases bases;
+  const std::vector<uint8_t>& base = bases.packs[FirstChunkRef::kBase] = RandomBytes(6000, 21);
+  std::vector<uint8_t> content(64, 0);
+  content.insert(content.end(), base.begin(), base.begin() + 4096 - 64);
+  const std::vector<uint8_t> tail = RandomBytes(1000, 22);
+  content.insert(content.end(), tail.begin(), tail.end());
+  FirstChunkRef planner(-64);
+  test::WriteFileBytes(dir_.Sub("src"), content);
+  auto src = env_->OpenAt(AT_FDCWD, dir_.Sub("src"), O_RDONLY);
+  auto dst = env_->OpenAt(AT_FDCWD, dir_.Sub("p"), O_CREAT | O_TRUNC | O_RDWR, 0644);
+  ASSERT_TRUE(src.ok() && dst.ok());
+  Result<PackStats> st = WritePack(env_, src->get(), content.size(), dst->get(), 4096, {}, nullptr, {}, &planner);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  EXPECT_EQ(st->ref_chunks, 1u);
+  auto r = Open();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ((*r)->header().version, kPackLeadingBaseVersion);
+  EXPECT_EQ((*r)->chunks()[0].codec, ChunkCodec::kRef);
+  Result<std::vector<uint8_t>> back = ReadAll(**r, &bases);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, content);
+}
+
+// Malformed windows: one that starts a whole chunk or more before its base
+// is corruption; in a pack below version 5 a negative offset is past the
+// end of any base, an error as it always was.
+TEST_F(PackTest, MalformedLeadingBaseWindowsAreErrors) {
+  MemBases bases;
+  bases.packs[FirstChunkRef::kBase] = RandomBytes(6000, 23);
+  const std::vector<uint8_t> content = RandomBytes(5000, 24);
+  auto write = [&](int64_t offset) {
+    FirstChunkRef planner(offset);
+    test::WriteFileBytes(dir_.Sub("src"), content);
+    auto src = env_->OpenAt(AT_FDCWD, dir_.Sub("src"), O_RDONLY);
+    auto dst = env_->OpenAt(AT_FDCWD, dir_.Sub("p"), O_CREAT | O_TRUNC | O_RDWR, 0644);
+    ASSERT_TRUE(src.ok() && dst.ok());
+    ASSERT_TRUE(WritePack(env_, src->get(), content.size(), dst->get(), 4096, {}, nullptr, {}, &planner).ok());
+  };
+  std::vector<uint8_t> chunk;
+  for (int64_t lead : {int64_t{4096}, int64_t{5000}, int64_t{1} << 62}) {
+    SCOPED_TRACE(lead);
+    write(-lead);
+    auto r = Open();
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    const Status s = (*r)->ReadChunk(0, &chunk, &bases);
+    ASSERT_FALSE(s.ok());
+    EXPECT_EQ(s.code(), EIO) << s.ToString();
+    EXPECT_NE(s.message().find("offset -" + std::to_string(lead)), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("bytes before pack"), std::string::npos) << s.message();
+    EXPECT_TRUE(chunk.empty());
+  }
+  write(-64);
+  SetHeaderVersion(4);
+  auto r = Open();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const Status s = (*r)->ReadChunk(0, &chunk, &bases);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("is outside base pack"), std::string::npos) << s.message();
+}
+
+// New packs are version 4 (meta block, lossy chunks) unless they need 5;
+// versions 1 to 3 are still read.
 TEST_F(PackTest, NewPacksAreVersion4WithMeta) {
   std::vector<uint8_t> content = FloatWeights(3 * 1024, 16);
   const std::vector<TensorRange> tensors = {{0, content.size(), DType::kF32}};
@@ -274,7 +377,8 @@ TEST_F(PackTest, NewPacksAreVersion4WithMeta) {
   auto r = Open();
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ((*r)->header().version, 4u);
-  EXPECT_EQ(kPackFormatVersion, 4u);
+  EXPECT_EQ(kPackPlainVersion, 4u);
+  EXPECT_EQ(kPackFormatVersion, 5u);
   EXPECT_EQ(kPackMinReadableVersion, 1u);
   const PackMeta& m = (*r)->meta();
   ASSERT_EQ(m.tensors.size(), 1u);
@@ -359,13 +463,13 @@ TEST_F(PackTest, Version1PackWithTensorChunkIsRejected) {
 
 TEST_F(PackTest, UnknownVersionsAreRejected) {
   ASSERT_TRUE(Write(RandomBytes(5000, 15), 4096).ok());
-  for (uint32_t v : {5u, 0u, 0xffffffffu}) {
+  for (uint32_t v : {6u, 0u, 0xffffffffu}) {
     SetHeaderVersion(v);
     auto r = Open();
     ASSERT_FALSE(r.ok()) << "version " << v;
     EXPECT_EQ(r.status().code(), EIO);
     EXPECT_NE(r.status().message().find("format version " + std::to_string(v) +
-                                        " is not supported (this build reads 1 to 4)"),
+                                        " is not supported (this build reads 1 to 5)"),
               std::string::npos)
         << r.status().message();
   }

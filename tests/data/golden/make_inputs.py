@@ -104,6 +104,44 @@ def adam_state(m_w, v_w, m_b, v_b, step):
     }
 
 
+def data_offsets(path: Path) -> list[int]:
+    """Where each tensor's bytes start in a torch.save zip."""
+    import zipfile
+    out = []
+    with zipfile.ZipFile(path) as z, open(path, "rb") as f:
+        for i in z.infolist():
+            if "/data/" in i.filename:
+                f.seek(i.header_offset)
+                name_len, extra_len = struct.unpack("<HH", f.read(30)[26:30])
+                out.append(i.header_offset + 30 + name_len + extra_len)
+    return out
+
+
+def save_moved(out: Path, name: str, before: str, ck: dict):
+    """Saves `ck` with a note just long enough that every tensor sits 64
+    bytes further into the file than in `before` (torch.save aligns tensor
+    records to 64 bytes: the pickle grew across that alignment)."""
+    want = [o + 64 for o in data_offsets(out / before)]
+    for n in range(1, 200):
+        write_torch(out, name, dict(ck, note="n" * n))
+        if data_offsets(out / name) == want:
+            return
+    raise SystemExit(f"{name}: no note length moves every tensor by 64 bytes")
+
+
+def write_moved_successors(out: Path, step2, lossy2):
+    """From pack version 5: the next save of each lineage, its pickle grown
+    so that every tensor moved by 64 bytes; its first chunk's base window
+    starts before its predecessor."""
+    w, b = step2
+    w3 = w.copy()
+    w3[3::8] += normal((6, 64), 0.001)
+    save_moved(out, "step3.pt", "step2.pt", training_checkpoint(300, w3, b))
+    w, b, opt = lossy2
+    w = w - 1e-3 * opt["state"][0]["exp_avg"].numpy() * 0.05
+    save_moved(out, "lossy/ckpt3.pt", "lossy/ckpt2.pt", training_checkpoint(30, w.astype(np.float32), b, opt))
+
+
 def main():
     out = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parent / "inputs"
     out.mkdir(parents=True, exist_ok=True)
@@ -131,6 +169,7 @@ def main():
     w2 = w.copy()
     w2[::8] += normal((6, 64), 0.001)
     write_torch(out, "step2.pt", training_checkpoint(200, w2, b))
+    step_b = b
 
     # Lossy pair: a model with its Adam state (weights weighed by their own
     # second moments), then the next save, coded against the first's
@@ -145,6 +184,7 @@ def main():
     v_w = 0.999 * v_w + np.abs(normal((16, 64), 1e-8))
     opt = adam_state(m_w.astype(np.float32), v_w.astype(np.float32), m_b, v_b, 20)
     write_torch(out, "lossy/ckpt2.pt", training_checkpoint(20, w.astype(np.float32), b, opt))
+    write_moved_successors(out, (w2, step_b), (w.astype(np.float32), b, opt))
     for p in sorted(out.rglob("*")):
         if p.is_file():
             print(f"{p.relative_to(out)}: {p.stat().st_size} bytes")

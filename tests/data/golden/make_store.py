@@ -49,14 +49,19 @@ LOSSY_STEPS = [
     ("write", "lossy/ckpt1.pt"),              # lossy keyframe chunks
     ("write", "lossy/ckpt2.pt"),              # lossy chunks against ckpt1's reconstruction
 ]
+# v5: the next save of each lineage moved every tensor by 64 bytes (its
+# pickle grew): its first chunk's base window starts before its predecessor.
+MOVED_STEPS = [("write", "step3.pt")]
+MOVED_LOSSY_STEPS = [("write", "lossy/ckpt3.pt")]
 STEPS = {
     "v1": BASE_STEPS,
     "v2": BASE_STEPS,
     "v3": BASE_STEPS + DELTA_STEPS,
     "v4-lossy1": BASE_STEPS + DELTA_STEPS + LOSSY_STEPS,
     "v4": BASE_STEPS + DELTA_STEPS + LOSSY_STEPS,
+    "v5": BASE_STEPS + DELTA_STEPS + MOVED_STEPS + LOSSY_STEPS + MOVED_LOSSY_STEPS,
 }
-EXTRA_OPTIONS = {"v4-lossy1": ["device=cpu", "seal_workers=1"], "v4": ["device=cpu", "seal_workers=1"]}
+EXTRA_OPTIONS = {name: ["device=cpu", "seal_workers=1"] for name in ("v4-lossy1", "v4", "v5")}
 
 
 def sha256(data: bytes) -> str:
