@@ -16,8 +16,10 @@ inline constexpr char kPackMagic[8] = {'C', 'K', 'P', 'T', 'P', 'A', 'C', 'K'};
 inline constexpr char kPackFooterMagic[8] = {'C', 'K', 'P', 'T', 'E', 'N', 'D', '1'};
 // Version 2 added chunk codec kTensor; version 3 the meta block and the
 // chunk codecs kRef and kDelta; version 4 the chunk codec kLossy and the
-// meta block's lossy section. Versions 1 to 3 are still read.
-inline constexpr uint32_t kPackFormatVersion = 4;
+// meta block's lossy section; version 5 lossy chunks of version 2 (their
+// lossless bytes coded as one run, optionally against the base). Versions
+// 1 to 4 are still read.
+inline constexpr uint32_t kPackFormatVersion = 5;
 inline constexpr uint32_t kPackMinReadableVersion = 1;
 inline constexpr uint32_t kPackHeaderSize = 64;
 inline constexpr uint32_t kPackFooterSize = 32;

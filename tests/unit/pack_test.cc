@@ -267,14 +267,14 @@ std::vector<uint8_t> FloatWeights(size_t n, uint64_t seed) {
 }
 
 // New packs are version 4 (meta block, lossy chunks); versions 1 to 3 are still read.
-TEST_F(PackTest, NewPacksAreVersion4WithMeta) {
+TEST_F(PackTest, NewPacksAreVersion5WithMeta) {
   std::vector<uint8_t> content = FloatWeights(3 * 1024, 16);
   const std::vector<TensorRange> tensors = {{0, content.size(), DType::kF32}};
   ASSERT_TRUE(Write(content, 4096, "p", nullptr, UINT64_MAX, tensors).ok());
   auto r = Open();
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_EQ((*r)->header().version, 4u);
-  EXPECT_EQ(kPackFormatVersion, 4u);
+  EXPECT_EQ((*r)->header().version, 5u);
+  EXPECT_EQ(kPackFormatVersion, 5u);
   EXPECT_EQ(kPackMinReadableVersion, 1u);
   const PackMeta& m = (*r)->meta();
   ASSERT_EQ(m.tensors.size(), 1u);
@@ -359,13 +359,13 @@ TEST_F(PackTest, Version1PackWithTensorChunkIsRejected) {
 
 TEST_F(PackTest, UnknownVersionsAreRejected) {
   ASSERT_TRUE(Write(RandomBytes(5000, 15), 4096).ok());
-  for (uint32_t v : {5u, 0u, 0xffffffffu}) {
+  for (uint32_t v : {6u, 0u, 0xffffffffu}) {
     SetHeaderVersion(v);
     auto r = Open();
     ASSERT_FALSE(r.ok()) << "version " << v;
     EXPECT_EQ(r.status().code(), EIO);
     EXPECT_NE(r.status().message().find("format version " + std::to_string(v) +
-                                        " is not supported (this build reads 1 to 4)"),
+                                        " is not supported (this build reads 1 to 5)"),
               std::string::npos)
         << r.status().message();
   }

@@ -55,8 +55,10 @@ STEPS = {
     "v3": BASE_STEPS + DELTA_STEPS,
     "v4-lossy1": BASE_STEPS + DELTA_STEPS + LOSSY_STEPS,
     "v4": BASE_STEPS + DELTA_STEPS + LOSSY_STEPS,
+    "v5": BASE_STEPS + DELTA_STEPS + LOSSY_STEPS,
 }
-EXTRA_OPTIONS = {"v4-lossy1": ["device=cpu", "seal_workers=1"], "v4": ["device=cpu", "seal_workers=1"]}
+EXTRA_OPTIONS = {"v4-lossy1": ["device=cpu", "seal_workers=1"], "v4": ["device=cpu", "seal_workers=1"],
+                 "v5": ["device=cpu", "seal_workers=1"]}
 
 
 def sha256(data: bytes) -> str:
