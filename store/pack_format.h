@@ -17,12 +17,16 @@ inline constexpr char kPackFooterMagic[8] = {'C', 'K', 'P', 'T', 'E', 'N', 'D', 
 // Version 2 added chunk codec kTensor; version 3 the meta block and the
 // chunk codecs kRef and kDelta; version 4 the chunk codec kLossy and the
 // meta block's lossy section; version 5 base windows that start before
-// their base pack (BaseWindowLead). Versions 1 to 4 are still read.
+// their base pack (BaseWindowLeads) and lossy chunks of version 2 (their
+// lossless bytes coded as one run, optionally against the base). Versions
+// 1 to 4 are still read.
 inline constexpr uint32_t kPackFormatVersion = 5;
 inline constexpr uint32_t kPackMinReadableVersion = 1;
 inline constexpr uint32_t kPackLeadingBaseVersion = 5;
-// A pack with no leading base window is written as version 4, so that
-// builds from before version 5 still read every pack they could.
+inline constexpr uint32_t kPackLossyChunkV2Version = 5;
+// A pack with neither a leading base window nor a lossy chunk is written as
+// version 4, so that builds from before version 5 still read every pack
+// they could.
 inline constexpr uint32_t kPackPlainVersion = 4;
 inline constexpr uint32_t kPackHeaderSize = 64;
 inline constexpr uint32_t kPackFooterSize = 32;

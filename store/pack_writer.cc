@@ -113,11 +113,12 @@ class ChunkAppender {
       if (plan.base != 0 && std::find(meta.bases.begin(), meta.bases.end(), plan.base) == meta.bases.end()) {
         meta.bases.push_back(plan.base);
       }
-      leading_base_ = leading_base_ || (plan.base != 0 && BaseWindowLeads(le::Get64(s->out, 8)));
+      needs_v5_ = needs_v5_ || (plan.base != 0 && BaseWindowLeads(le::Get64(s->out, 8)));
       ++(e.codec == ChunkCodec::kRef     ? stats_->ref_chunks
          : e.codec == ChunkCodec::kDelta ? stats_->delta_chunks
                                          : stats_->lossy_chunks);
     }
+    needs_v5_ = needs_v5_ || e.codec == ChunkCodec::kLossy;  // lossy chunks are written as version 2
     meta.chunk_hash[i] = s->hash;
     e.offset = pos_;
     e.stored_len = static_cast<uint32_t>(s->out.size());
@@ -128,8 +129,9 @@ class ChunkAppender {
     return Status::Ok();
   }
   uint64_t pos() const { return pos_; }
-  // Whether a chunk's base window starts before its base (version 5).
-  bool leading_base() const { return leading_base_; }
+  // Whether a chunk's base window starts before its base, or a chunk is
+  // lossy (version 2 of the lossy chunk): both need pack version 5.
+  bool needs_v5() const { return needs_v5_; }
 
  private:
   Env* env_;
@@ -137,7 +139,7 @@ class ChunkAppender {
   PackStats* stats_;
   std::span<uint8_t> table_;
   uint64_t pos_ = kPackHeaderSize;
-  bool leading_base_ = false;
+  bool needs_v5_ = false;
 };
 
 Status Cancelled(const std::atomic<bool>* cancel) {
@@ -258,7 +260,7 @@ Result<PackStats> WritePack(Env* env, int src_fd, uint64_t size, int dst_fd, uin
   header.meta_len = static_cast<uint32_t>(meta_bytes.size());
   RETURN_IF_ERROR(env->PWriteAll(dst_fd, meta_bytes, pos));
   pos += meta_bytes.size();
-  header.version = appender.leading_base() ? kPackLeadingBaseVersion : kPackPlainVersion;
+  header.version = appender.needs_v5() ? kPackFormatVersion : kPackPlainVersion;
   EncodeHeader(header, hdr);
   RETURN_IF_ERROR(env->PWriteAll(dst_fd, hdr, 0));
 

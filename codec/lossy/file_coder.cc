@@ -370,7 +370,7 @@ Result<std::vector<ChunkSegment>> LossyCoder::Segments(uint64_t offset, uint64_t
 
 Status LossyCoder::CodeChunk(uint64_t offset, std::span<uint8_t> raw, std::span<const uint8_t> base,
                              std::vector<ChunkSegment>* segs, std::vector<uint8_t>* out, lossy::PieceScratch* scratch,
-                             const CodedPieces* coded) {
+                             const CodedPieces* coded, bool* lossless_against_base) {
   ASSIGN_OR_RETURN(*segs, Segments(offset, raw.size(), scratch, coded));
   {
     // Choices and blobs are only added during the CRC pass, which is over
@@ -390,7 +390,8 @@ Status LossyCoder::CodeChunk(uint64_t offset, std::span<uint8_t> raw, std::span<
       if (it != choices_.end()) s.choice = &it->second;
     }
   }
-  const Status st = lossy::EncodeLossyChunk(raw, base, offset, ranges_, *segs, topts_, out, scratch);
+  const Status st =
+      lossy::EncodeLossyChunk(raw, base, offset, ranges_, *segs, topts_, out, scratch, lossless_against_base);
   for (ChunkSegment& s : *segs) {
     if (scratch != nullptr && s.weight.capacity() > 0 && scratch->weights.size() < kPooledWeights) {
       scratch->weights.push_back(std::move(s.weight));
@@ -459,7 +460,7 @@ Result<std::optional<LossyChunk>> LossyCoder::Encode(uint64_t offset, std::span<
   const CodedPieces coded = TakeCoded(offset, raw.size());  // outlives segs' pointers into it
   LossyChunk c;
   std::vector<ChunkSegment> segs;
-  RETURN_IF_ERROR(CodeChunk(offset, raw, base, &segs, &c.payload, scratch, &coded));
+  RETURN_IF_ERROR(CodeChunk(offset, raw, base, &segs, &c.payload, scratch, &coded, &c.used_base));
   for (const ChunkSegment& s : segs) {
     if (!s.lossy) continue;
     Record(s);

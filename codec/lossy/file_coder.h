@@ -48,7 +48,7 @@ inline constexpr uint64_t kCodedPieceBudget = 48ull << 20;
 
 struct LossyChunk {
   std::vector<uint8_t> payload;  // after the base reference
-  bool used_base = false;        // some piece is predicted from the base bytes
+  bool used_base = false;        // some piece, or the lossless run, is coded against the base bytes
 };
 
 class LossyCoder {
@@ -127,7 +127,7 @@ class LossyCoder {
   void DescribeTargets();
   Status CodeChunk(uint64_t offset, std::span<uint8_t> raw, std::span<const uint8_t> base,
                    std::vector<lossy::ChunkSegment>* segs, std::vector<uint8_t>* out, lossy::PieceScratch* scratch,
-                   const CodedPieces* coded = nullptr);
+                   const CodedPieces* coded = nullptr, bool* lossless_against_base = nullptr);
   // After the CRC pass codes a chunk: keeps each piece's blob within the
   // budget, else its choice.
   void KeepCoded(uint64_t offset, std::vector<lossy::ChunkSegment>& segs);

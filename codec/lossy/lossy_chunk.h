@@ -7,8 +7,17 @@
 //
 //   u8      version (kLossyChunkVersion)
 //   varint  segment count
-//   per segment: u8 kind (0 lossless, 1 lossy), varint raw length, varint stored length
-//   segment payloads, in order; raw lengths sum to the chunk's length
+//   per segment: u8 kind (0 lossless, 1 lossy), varint raw length,
+//            lossy only: varint stored length
+//   u8      lossless coding (LosslessCoding)
+//   varint  stored length of the lossless run
+//   the lossless run: one tensor chunk blob of all lossless segments' bytes
+//            back to back (XORed with the base bytes at their positions
+//            under kXorBase)
+//   lossy piece payloads, in order; raw lengths sum to the chunk's length
+//
+// Version 1 (packs of format 4) stored every segment's length and coded
+// each lossless segment alone as its own tensor chunk blob; it is still read.
 #pragma once
 
 #include <cstdint>
@@ -22,7 +31,10 @@
 
 namespace ckptfs::lossy {
 
-inline constexpr uint8_t kLossyChunkVersion = 1;
+inline constexpr uint8_t kLossyChunkVersion = 2;
+inline constexpr uint8_t kLossyChunkVersionPerSegment = 1;
+// How the lossless run is coded (version 2).
+enum class LosslessCoding : uint8_t { kAlone = 0, kXorBase = 1 };
 // A segment's kind byte.
 enum class SegmentCoding : uint8_t { kLossless = 0, kLossy = 1 };
 
@@ -40,10 +52,10 @@ struct ChunkSegment {
   uint64_t begin = 0;
   uint64_t end = 0;
   bool lossy = false;
-  PieceSpec spec;             // lossy only
+  PieceSpec spec;                        // lossy only
   TensorRole role = TensorRole::kOther;  // lossy only: for statistics
-  std::vector<float> weight;  // lossy kValue only; empty: uniform
-  const PieceChoice* choice = nullptr;  // lossy only: code as chosen before (PieceInput::choice)
+  std::vector<float> weight;             // lossy kValue only; empty: uniform
+  const PieceChoice* choice = nullptr;   // lossy only: code as chosen before (PieceInput::choice)
   // Lossy only: decode this earlier result instead of coding (it must be
   // of the same elements against the same base); `choice` and `weight`
   // are then not needed.
@@ -58,7 +70,8 @@ struct ChunkSegment {
   // `coded_lossy` false when it had to be stored losslessly).
   PieceOutcome outcome;
   bool coded_lossy = false;
-  uint64_t stored = 0;  // bytes of its payload
+  // Bytes of its payload; an exact piece's share of the lossless run.
+  uint64_t stored = 0;
 };
 
 // Codes `raw` (file offset `chunk_offset`, `ranges`: the tensor ranges
@@ -66,13 +79,17 @@ struct ChunkSegment {
 // or empty) and rewrites `raw` in place with the reconstruction. Segments
 // must cover the chunk in order. Appends to `out`; with a null `out`, only
 // rewrites `raw` (and fills each lossy segment's outcome). `scratch`: the
-// caller's buffers for the pieces (null: fresh ones).
+// caller's buffers for the pieces (null: fresh ones). The lossless bytes
+// are coded against `base` when that is smaller, which needs the base as
+// much as a predicted piece does: `lossless_against_base`, when given,
+// says whether they were.
 Status EncodeLossyChunk(std::span<uint8_t> raw, std::span<const uint8_t> base, uint64_t chunk_offset,
                         std::span<const TensorRange> ranges, std::span<ChunkSegment> segments,
-                        const TensorChunkOptions& opts, std::vector<uint8_t>* out, PieceScratch* scratch = nullptr);
+                        const TensorChunkOptions& opts, std::vector<uint8_t>* out, PieceScratch* scratch = nullptr,
+                        bool* lossless_against_base = nullptr);
 
 // Decodes into exactly out.size() bytes. `base` is required (same size)
-// when any piece was coded against it.
+// when any piece, or the lossless run, was coded against it.
 Status DecodeLossyChunk(std::span<const uint8_t> stored, std::span<const uint8_t> base, std::span<uint8_t> out);
 
 }  // namespace ckptfs::lossy

@@ -2,9 +2,9 @@
 format version this code has written, made by the binary of that time.
 Today's build mounts a copy of each (never the checked-in tree: the mount
 runs recovery and tightens modes), reads every file back, and fsck finds
-it clean; and the v4 and v5 inputs, written again today, seal to the same
-pack bytes as those stores hold (ids and times aside), so a change that
-alters what the codecs store is caught.
+it clean; and the v5 inputs, written again today, seal to the same pack
+bytes as the v5 store holds (ids and times aside), so a change that alters
+what the codecs store is caught.
 """
 from __future__ import annotations
 
@@ -87,15 +87,13 @@ def _mismatch(name: str, path: str, old: Pack, a: bytes, b: bytes) -> str:
 
 
 @pytest.mark.parametrize("workers", [1, 3])
-@pytest.mark.parametrize("name", ["v4", "v5"])
-def test_inputs_seal_to_the_same_pack_bytes(name, workers, mount_factory):
+def test_v5_inputs_seal_to_the_same_pack_bytes(workers, mount_factory):
     """Packs are deterministic for the same input, written in the same order
     with the same options, except for what is random or a clock by design:
     object ids (the base ids in ref, delta and lossy chunks and in the meta
     block) and the meta block's sealed-at time, and the checksums over them.
-    Sealing workers code chunks at the same time but write the same bytes.
-    The stores whose versions this build still writes: v4 (every pack
-    without a leading base window) and v5."""
+    Sealing workers code chunks at the same time but write the same bytes."""
+    name = "v5"
     m = manifest(name)
     old_backing = GOLDEN / name / "store"
     fs = mount_factory(name="again", opts=m["mount_options"] + [f"seal_workers={workers}"])
