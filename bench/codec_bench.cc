@@ -326,12 +326,26 @@ FileLayout OnnxExternalLayoutOf(const std::string& path, const Bytes& data, cons
   return unknown;
 }
 
+// A chunk file of Orbax's legacy per-array zarr layout (use_ocdbt=False)
+// gets its layout from the .zarray beside it and its directory's name, as
+// the store's seal finds it (store/ocdbt_data.h, ZarrChunkLayoutFromSiblings).
+std::optional<FileLayout> ZarrChunkLayoutOf(const std::filesystem::path& path, const Bytes& data) {
+  if (!formats::LooksLikeZarrChunkName(path.filename().string())) return std::nullopt;
+  std::ifstream f(path.parent_path() / ".zarray", std::ios::binary);
+  if (!f) return std::nullopt;
+  std::string zarray((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  Result<FileLayout> l = formats::ZarrChunkFileLayout(zarray, std::filesystem::absolute(path).parent_path().filename(),
+                                                      path.filename().string(), data.size());
+  return l.ok() ? std::optional<FileLayout>(std::move(l).value()) : std::nullopt;
+}
+
 // A TF data shard's layout comes from the bundle index beside it, as the
 // store's seal finds it (store/tf_shards.h).
 FileLayout LayoutOf(const std::string& path, const Bytes& data) {
   FileLayout layout = DetectLayout(SpanSource(data));
   if (layout.format != "unknown") return layout;
   if (std::optional<FileLayout> o = OcdbtLayoutOf(path, data)) return *o;
+  if (std::optional<FileLayout> z = ZarrChunkLayoutOf(path, data)) return *z;
   std::vector<formats::NamedTfIndex> indexes;
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(std::filesystem::path(path).parent_path(), ec)) {

@@ -25,6 +25,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 METHODS = [("zstd3", "zstd -3"), ("zstd19", "zstd -19"), ("bytegroup", "bytegrp+zstd"), ("ckptfs", "ckptfs")]
 
 ORBAX_DATA = "%s/1/default/ocdbt.process_0/d/*"
+LEGACY_CHUNKS = "orbax-legacy-minilm/*/[0-9]*"
 # (row label, glob under the work dir, is "model+AdamW", is "bf16 weights")
 ROWS = [
     ("MiniLM pretrained, fp32, safetensors", "minilm-fp32.safetensors", False, False),
@@ -44,6 +45,9 @@ ROWS = [
     ("MiniLM pretrained, fp32, ONNX external data file", "onnx-ext/*.onnx.data", False, False),
     ("MiniLM pretrained, fp32, HDF5 Keras .weights.h5 layout", "minilm-fp32.weights.h5", False, False),
     ("MiniLM pretrained, fp32, HDF5 chunked (h5py chunks=True)", "minilm-fp32-chunked.h5", False, False),
+    ("MiniLM pretrained, fp32, Keras 3 .keras zip (stored)", "minilm-fp32.keras", False, False),
+    # One raw chunk file per array; codec_bench reads the .zarray beside each.
+    ("MiniLM pretrained, fp32, Orbax legacy zarr chunks (use_ocdbt=False)", LEGACY_CHUNKS, False, False),
 ]
 # Rows whose chunks arrive compressed: no tensor codec applies, so the
 # entropy-bound check is not theirs.
@@ -57,9 +61,8 @@ def ensure_workloads(work, rows):
         subprocess.run([py, os.path.join(ROOT, "bench", "make_codec_workloads.py"), work], check=True)
     framework = {"minilm-fp32.onnx", "tf-minilm/*.data-*", "minilm-fp32.msgpack", "onnx-ext/*.onnx.data",
                  "minilm-fp32.weights.h5", "minilm-fp32-chunked.h5", ORBAX_DATA % "orbax-minilm",
-                 ORBAX_DATA % "orbax-minilm-zstd"}
-    if want & framework and not (glob.glob(os.path.join(work, ORBAX_DATA % "orbax-minilm-zstd"))
-                                 and glob.glob(os.path.join(work, "minilm-fp32-chunked.h5"))):
+                 ORBAX_DATA % "orbax-minilm-zstd", "minilm-fp32.keras", LEGACY_CHUNKS}
+    if want & framework and not all(glob.glob(os.path.join(work, p)) for p in framework):
         subprocess.run([py, os.path.join(ROOT, "bench", "make_framework_workloads.py"), work], check=True)
 
 

@@ -16,6 +16,17 @@ Runs without torch, since TensorFlow and torch cannot share a process.
                                                 save_weights writes (layers/NAME/vars/I,
                                                 contiguous datasets, libhdf5 defaults)
   minilm-fp32-chunked.h5                        h5py, every matrix chunked (chunks=True)
+  minilm-fp32.keras                             Keras 3's model.save zip around that
+                                                .weights.h5: metadata.json, config.json,
+                                                model.weights.h5, in that order, all
+                                                ZIP_STORED (keras/src/saving/saving_lib.py
+                                                opens zipfile.ZipFile(f, "w"), whose default
+                                                is ZIP_STORED; keras 3.15.1's own save
+                                                checked)
+  orbax-legacy-minilm/                          orbax-checkpoint's legacy per-array zarr
+                                                layout (use_ocdbt=False, use_compression=
+                                                False): one dir per array, .zarray + raw
+                                                chunk file "0" / "0.0"
   onnx-ext/minilm-fp32.onnx, .onnx.data         onnx.save with save_as_external_data
 """
 import os
@@ -69,6 +80,23 @@ def hdf5_files(out, sd):
             f.create_dataset(k.replace(".", "/"), data=v, chunks=True if v.ndim > 1 else None)
 
 
+def keras_zip(out, sd):
+    import json
+    import zipfile
+    from importlib.metadata import version
+    layers = sorted({k.rsplit('.', 1)[0] for k in sd})
+    config = {"module": "keras", "class_name": "Functional", "config": {
+        "name": "minilm", "trainable": True,
+        "layers": [{"module": "keras.layers", "class_name": "Layer", "name": n, "config": {"name": n}} for n in layers]},
+        "registered_name": "Functional"}
+    metadata = {"keras_version": version("keras"), "date_saved": "2026-01-01@00:00:00"}
+    with zipfile.ZipFile(os.path.join(out, "minilm-fp32.keras"), "w") as zf:  # ZIP_STORED, as keras
+        zf.writestr("metadata.json", json.dumps(metadata))
+        zf.writestr("config.json", json.dumps(config))
+        with open(os.path.join(out, "minilm-fp32.weights.h5"), "rb") as f:
+            zf.writestr("model.weights.h5", f.read())
+
+
 def flax_msgpack(out, sd):
     from flax import serialization
     tree = {}
@@ -96,6 +124,8 @@ def orbax_checkpoint(out, sd):
                                     item_handlers=ocp.PyTreeCheckpointHandler(use_compression=compress))
         mgr.save(1, args=ocp.args.PyTreeSave({"params": tree}))
         mgr.wait_until_finished()
+    ck = ocp.Checkpointer(ocp.PyTreeCheckpointHandler(use_ocdbt=False, use_compression=False))
+    ck.save(os.path.abspath(os.path.join(out, "orbax-legacy-minilm")), args=ocp.args.PyTreeSave({"params": tree}))
 
 
 def main():
@@ -106,6 +136,7 @@ def main():
     flax_msgpack(out, sd)
     onnx_external(out, sd)
     hdf5_files(out, sd)
+    keras_zip(out, sd)
     tf_checkpoint(out, sd)
     orbax_checkpoint(out, sd)
 
