@@ -61,6 +61,11 @@ Status EncodeDeltaChunk(std::span<const uint8_t> raw, std::span<const uint8_t> b
 // Rebuilds exactly raw_out.size() bytes from a payload and the same base;
 // anything malformed is Corruption (never out-of-bounds reads/writes, on
 // arbitrary payload bytes).
+// `ranges` retyped for coding residuals (XOR or differences of `ranges`'
+// bytes): each element as the unsigned integers of its lanes (a complex
+// element's parts are lanes of their own).
+std::vector<TensorRange> ResidualRanges(std::span<const TensorRange> ranges);
+
 Status DecodeDeltaChunk(std::span<const uint8_t> payload, std::span<const uint8_t> base, std::span<uint8_t> raw_out);
 
 }  // namespace ckptfs

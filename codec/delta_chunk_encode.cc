@@ -45,15 +45,6 @@ DType UnsignedOfSize(unsigned w) {
   }
 }
 
-// Residuals are small integers and XOR noise, not floats: the plane codec's
-// float rotation would move each lane's top bit into the bottom plane and
-// smear the low bytes across planes, so the residual is coded as unsigned.
-std::vector<TensorRange> ResidualRanges(std::span<const TensorRange> ranges) {
-  std::vector<TensorRange> out(ranges.begin(), ranges.end());
-  for (TensorRange& r : out) r.dtype = UnsignedOfSize(LaneSize(r.dtype));
-  return out;
-}
-
 // The tensor pieces the tensor chunk codec will cut from the residual, less
 // 1-byte lanes (nothing to carry) and a trailing partial element.
 std::vector<DeltaPiece> IntDiffPieces(uint64_t chunk_offset, uint64_t len, std::span<const TensorRange> residual) {
@@ -192,6 +183,15 @@ Status EncodeSmaller(const DeltaInput& in, std::vector<uint8_t>* out) {
 }
 
 }  // namespace
+
+// Residuals are small integers and XOR noise, not floats: the plane codec's
+// float rotation would move each lane's top bit into the bottom plane and
+// smear the low bytes across planes, so the residual is coded as unsigned.
+std::vector<TensorRange> ResidualRanges(std::span<const TensorRange> ranges) {
+  std::vector<TensorRange> out(ranges.begin(), ranges.end());
+  for (TensorRange& r : out) r.dtype = UnsignedOfSize(LaneSize(r.dtype));
+  return out;
+}
 
 Status EncodeDeltaChunk(std::span<const uint8_t> raw, std::span<const uint8_t> base, uint64_t chunk_offset,
                         std::span<const TensorRange> ranges, const TensorChunkOptions& opts, std::vector<uint8_t>* out,

@@ -1,5 +1,6 @@
 #include <algorithm>
 
+#include "codec/delta_chunk.h"
 #include "codec/delta_pieces.h"
 #include "codec/lossless/byte_io.h"
 #include "codec/lossy/lossy_chunk.h"
@@ -64,16 +65,12 @@ LosslessRun GatherLossless(std::span<const uint8_t> raw, uint64_t chunk_offset, 
   return run;
 }
 
-// XOR residuals are bit noise, not numbers: coded as unsigned lanes of the
-// element's width (as codec/delta_chunk.h does), so that the float
-// transforms do not smear them across planes.
-std::vector<TensorRange> ResidualRanges(std::vector<TensorRange> ranges) {
-  for (TensorRange& r : ranges) {
-    const unsigned w = r.dtype == DType::kC64 ? 4 : r.dtype == DType::kC128 ? 8 : DTypeSize(r.dtype);
-    r.dtype = w == 1 ? DType::kU8 : w == 2 ? DType::kU16 : w == 4 ? DType::kU32 : DType::kU64;
-    r.row_length = 0;
-  }
-  return ranges;
+// XOR residuals are bit noise, not numbers: coded as the delta codec codes
+// its residuals (unsigned lanes), and without grid rows.
+std::vector<TensorRange> XorResidualRanges(std::span<const TensorRange> ranges) {
+  std::vector<TensorRange> out = ResidualRanges(ranges);
+  for (TensorRange& r : out) r.row_length = 0;
+  return out;
 }
 
 // Codes the lossless bytes alone, and against the base where every
@@ -96,7 +93,7 @@ Result<bool> EncodeLosslessRun(const LosslessRun& run, std::span<const uint8_t> 
     at += n;
   }
   std::vector<uint8_t> alt;
-  RETURN_IF_ERROR(EncodeTensorChunk(residual, 0, ResidualRanges(run.ranges), opts, &alt));
+  RETURN_IF_ERROR(EncodeTensorChunk(residual, 0, XorResidualRanges(run.ranges), opts, &alt));
   if (alt.size() >= blob->size()) return false;
   *blob = std::move(alt);
   return true;
