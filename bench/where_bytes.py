@@ -134,6 +134,16 @@ def attribute(regions, begin, end, stored, acc, lossless_tensors):
             acc[what] += stored * o / total
 
 
+def attribute_tensor_chunk(regions, b, p, file_pos, acc, label):
+    """A tensor chunk blob at b[p:], holding the file's bytes from file_pos
+    on: its descriptors, and each segment's stored bytes over its range."""
+    inner, r = segments(b, p)
+    acc["tensor-chunk descriptors"] += r - p
+    for _ik, iraw, ist in inner:
+        attribute(regions, file_pos, file_pos + iraw, ist, acc, label)
+        file_pos += iraw
+
+
 def analyse(backing, path, data):
     pack = Pack(pack_path(backing, stub_object(Path(backing) / "ns" / path)).read_bytes())
     regions = file_regions(data)
@@ -175,12 +185,7 @@ def analyse(backing, path, data):
                     for k, v in piece_parts(blob).items():
                         acc["lossy " + k] += v
                 elif st:
-                    inner, q = segments(blob, 0)
-                    acc["tensor-chunk descriptors"] += q
-                    ipos = pos
-                    for _ik, iraw, ist in inner:
-                        attribute(regions, ipos, ipos + iraw, ist, acc, "small tensors")
-                        ipos += iraw
+                    attribute_tensor_chunk(regions, blob, 0, pos, acc, "small tensors")
                 pos += raw
                 p += st
         elif codec == 5:  # delta
@@ -193,19 +198,9 @@ def analyse(backing, path, data):
                     _, q = varint(b, q)
                     q += 1
                 acc["base refs + chunk descriptors"] += q - 18
-            inner, r = segments(b, q)
-            acc["tensor-chunk descriptors"] += r - q
-            ipos = chunk
-            for _ik, iraw, ist in inner:
-                attribute(regions, ipos, ipos + iraw, ist, acc, "tensor residuals")
-                ipos += iraw
+            attribute_tensor_chunk(regions, b, q, chunk, acc, "tensor residuals")
         elif codec == 3:
-            inner, r = segments(b, 0)
-            acc["tensor-chunk descriptors"] += r
-            ipos = chunk
-            for _ik, iraw, ist in inner:
-                attribute(regions, ipos, ipos + iraw, ist, acc, "tensors (lossless)")
-                ipos += iraw
+            attribute_tensor_chunk(regions, b, 0, chunk, acc, "tensors (lossless)")
         else:
             attribute(regions, chunk, chunk + raw_len, stored, acc, f"codec {codec}")
         chunk += raw_len
