@@ -78,6 +78,24 @@ class LifetimeTest : public ::testing::Test {
   }
   bool PackExists(ObjectId id) { return store_->PackFileSize(id).ok(); }
   bool StagingExists(ObjectId id) { return store_->OpenStaging(id).ok(); }
+  // A sealed file of 20000 random bytes, looked up, opened and read whole
+  // (which opens its pack): a reader whose pages may be pushed.
+  struct OpenSealed {
+    ObjectId pack = 0;
+    Inode* inode = nullptr;
+    std::shared_ptr<FileContent> content;
+    std::vector<uint8_t> bytes;
+  };
+  OpenSealed OpenAndReadSealed(const char* name, uint64_t seed) {
+    const auto bytes = RandomBytes(20000, seed);
+    auto rec = MakeSealedFile(store_.get(), name, bytes);
+    EXPECT_TRUE(rec.ok()) << rec.status().ToString();
+    if (!rec.ok()) return {};
+    OpenSealed f{rec->object, Lookup(name), nullptr, bytes};
+    f.content = Open(f.inode);
+    EXPECT_EQ(ReadAll(*f.content, bytes.size()), bytes);
+    return f;
+  }
   static std::vector<uint8_t> ReadAll(FileContent& c, size_t n) {
     std::vector<uint8_t> out(n + 1);
     auto got = c.Read(0, out);
@@ -209,20 +227,16 @@ class RecordingOp : public DeferredOp {
 // keeps new ones out at once and says it must wait, and the rest of it runs
 // on DeferredOps' thread once the push in flight has landed.
 TEST_F(LifetimeTest, PagePushesOnlySealedContentWithoutWriters) {
-  const auto bytes = RandomBytes(20000, 8);
-  auto rec = MakeSealedFile(store_.get(), "p", bytes);
-  ASSERT_TRUE(rec.ok());
-  Inode* inode = Lookup("p");
-  auto content = Open(inode);
-  EXPECT_EQ(ReadAll(*content, bytes.size()), bytes);  // opens the pack
-  ASSERT_GT(content->BeginPagePush(rec->object), 0u);
-  EXPECT_EQ(content->BeginPagePush(rec->object + 1), 0u) << "another pack's bytes";
+  auto [pack, inode, content, bytes] = OpenAndReadSealed("p", 8);
+  ASSERT_NE(content, nullptr);
+  ASSERT_GT(content->BeginPagePush(pack), 0u);
+  EXPECT_EQ(content->BeginPagePush(pack + 1), 0u) << "another pack's bytes";
   EXPECT_FALSE(content->OnOpen(false).must_wait()) << "a readable open waits for nothing";
   content->OnRelease(false);
 
   FileContent::PushHold hold = content->OnOpen(true);  // returns with the push in flight
   ASSERT_TRUE(hold.must_wait());
-  EXPECT_EQ(content->BeginPagePush(rec->object), 0u) << "a push while a writable open is pending";
+  EXPECT_EQ(content->BeginPagePush(pack), 0u) << "a push while a writable open is pending";
   DeferredOps deferred;
   deferred.Start();
   auto op = std::make_unique<RecordingOp>(std::move(hold));
@@ -231,44 +245,40 @@ TEST_F(LifetimeTest, PagePushesOnlySealedContentWithoutWriters) {
   deferred.Push(std::move(op));
   waiting.get();
   EXPECT_NE(ran.wait_for(std::chrono::seconds(0)), std::future_status::ready) << "ran before the push landed";
-  EXPECT_EQ(content->BeginPagePush(rec->object), 0u) << "a push while a writable open is pending";
-  content->EndPagePush(rec->object, 0, true);
+  EXPECT_EQ(content->BeginPagePush(pack), 0u) << "a push while a writable open is pending";
+  content->EndPagePush(pack, 0, true);
   EXPECT_TRUE(ran.get());
-  EXPECT_EQ(content->BeginPagePush(rec->object), 0u) << "a push while a writer is open";
+  EXPECT_EQ(content->BeginPagePush(pack), 0u) << "a push while a writer is open";
   content->OnRelease(true);
-  const uint64_t cs = content->BeginPagePush(rec->object);
+  const uint64_t cs = content->BeginPagePush(pack);
   EXPECT_GT(cs, 0u);
-  content->EndPagePush(rec->object, 0, true);
+  content->EndPagePush(pack, 0, true);
 
   ASSERT_TRUE(content->Truncate(100).ok());  // staged now: its pages are not a pack's
-  EXPECT_EQ(content->BeginPagePush(rec->object), 0u);
+  EXPECT_EQ(content->BeginPagePush(pack), 0u);
   Release(inode, content);
 }
 
 // A truncate (SETATTR) has no writable handle to keep pushes out: its hold
 // does, and the truncate itself never waits (EAGAIN while a push is in flight).
 TEST_F(LifetimeTest, TruncateHoldsPagePushesOutWithoutWaiting) {
-  const auto bytes = RandomBytes(20000, 9);
-  auto rec = MakeSealedFile(store_.get(), "t", bytes);
-  ASSERT_TRUE(rec.ok());
-  Inode* inode = Lookup("t");
-  auto content = Open(inode);
-  EXPECT_EQ(ReadAll(*content, bytes.size()), bytes);
+  auto [pack, inode, content, bytes] = OpenAndReadSealed("t", 9);
+  ASSERT_NE(content, nullptr);
   {
     FileContent::PushHold idle = content->HoldPagePushes();
     EXPECT_FALSE(idle.must_wait());
-    EXPECT_EQ(content->BeginPagePush(rec->object), 0u) << "a push while a truncate is pending";
+    EXPECT_EQ(content->BeginPagePush(pack), 0u) << "a push while a truncate is pending";
   }
-  ASSERT_GT(content->BeginPagePush(rec->object), 0u);
+  ASSERT_GT(content->BeginPagePush(pack), 0u);
   FileContent::PushHold hold = content->HoldPagePushes();
   ASSERT_TRUE(hold.must_wait());
-  EXPECT_EQ(content->BeginPagePush(rec->object), 0u) << "a push while a truncate is pending";
+  EXPECT_EQ(content->BeginPagePush(pack), 0u) << "a push while a truncate is pending";
   EXPECT_EQ(content->Truncate(100).code(), EAGAIN);
-  content->EndPagePush(rec->object, 0, true);
+  content->EndPagePush(pack, 0, true);
   hold.Wait();
   ASSERT_TRUE(content->Truncate(100).ok());
   hold = FileContent::PushHold();
-  EXPECT_EQ(content->BeginPagePush(rec->object), 0u) << "staged: nothing to push";
+  EXPECT_EQ(content->BeginPagePush(pack), 0u) << "staged: nothing to push";
   auto rest = ReadAll(*content, 100);
   EXPECT_EQ(rest, std::vector<uint8_t>(bytes.begin(), bytes.begin() + 100));
   Release(inode, content);
@@ -277,13 +287,9 @@ TEST_F(LifetimeTest, TruncateHoldsPagePushesOutWithoutWaiting) {
 // At unmount DeferredOps answers what is queued (Cancel) and lets the
 // request in progress finish; one pushed after Stop is cancelled at once.
 TEST_F(LifetimeTest, DeferredOpsStopCancelsWhatIsQueued) {
-  const auto bytes = RandomBytes(20000, 10);
-  auto rec = MakeSealedFile(store_.get(), "s", bytes);
-  ASSERT_TRUE(rec.ok());
-  Inode* inode = Lookup("s");
-  auto content = Open(inode);
-  EXPECT_EQ(ReadAll(*content, bytes.size()), bytes);
-  ASSERT_GT(content->BeginPagePush(rec->object), 0u);
+  auto [pack, inode, content, bytes] = OpenAndReadSealed("s", 10);
+  ASSERT_NE(content, nullptr);
+  ASSERT_GT(content->BeginPagePush(pack), 0u);
   DeferredOps deferred;
   deferred.Start();
   auto first = std::make_unique<RecordingOp>(content->HoldPagePushes());
@@ -296,15 +302,15 @@ TEST_F(LifetimeTest, DeferredOpsStopCancelsWhatIsQueued) {
   first_waiting.get();
   std::thread stopper([&] { deferred.Stop(); });
   EXPECT_FALSE(second_ran.get()) << "a queued request was run, not cancelled";
-  content->EndPagePush(rec->object, 0, true);
+  content->EndPagePush(pack, 0, true);
   stopper.join();
   EXPECT_TRUE(first_ran.get()) << "the request in progress was not finished";
   auto late = std::make_unique<RecordingOp>(content->HoldPagePushes());
   std::future<bool> late_ran = late->ran();
   deferred.Push(std::move(late));
   EXPECT_FALSE(late_ran.get());
-  EXPECT_GT(content->BeginPagePush(rec->object), 0u) << "a hold outlived its request";
-  content->EndPagePush(rec->object, 0, true);
+  EXPECT_GT(content->BeginPagePush(pack), 0u) << "a hold outlived its request";
+  content->EndPagePush(pack, 0, true);
   Release(inode, content);
 }
 
