@@ -361,6 +361,8 @@ class Walker {
   Status WalkFixedArray(const ObjectInfo& o, const std::string& path, uint64_t chunk_bytes, uint64_t chunks);
   void AddRegion(const ObjectInfo& o, const std::string& name, const std::string& path, uint64_t addr, uint64_t len,
                  const std::vector<uint64_t>& shape);
+  bool ExtendLastChunk(const ObjectInfo& o, const std::string& path, uint64_t abs, uint64_t len,
+                       const std::vector<uint64_t>& shape);
   bool Budget() { return ++work_ <= kMaxEntries && !too_big_; }
 
   const ByteSource& src_;
@@ -504,6 +506,7 @@ void Walker::AddRegion(const ObjectInfo& o, const std::string& name, const std::
     too_big_ = true;
     return;
   }
+  if (ExtendLastChunk(o, path, *abs, len, shape)) return;
   TensorRegion r;
   r.name = name;
   r.label = path;
@@ -513,6 +516,23 @@ void Walker::AddRegion(const ObjectInfo& o, const std::string& name, const std::
   r.length = len;
   r.order = static_cast<uint32_t>(out_->tensors.size());
   out_->tensors.push_back(std::move(r));
+}
+
+// libhdf5 allocates a dataset written at once chunk after chunk, so its
+// chunks lie back to back in index order. Each coded as its own segment
+// costs a segment's set-up per chunk (chunks=True picks chunks of tens of
+// KB): one region per run of adjacent chunks instead, of shape
+// [n * chunk[0], chunk[1], ...], whose rows are still rows of a chunk.
+bool Walker::ExtendLastChunk(const ObjectInfo& o, const std::string& path, uint64_t abs, uint64_t len,
+                             const std::vector<uint64_t>& shape) {
+  if (out_->tensors.empty() || shape.empty()) return false;
+  TensorRegion& last = out_->tensors.back();
+  const bool adjacent = last.label == path && last.dtype == o.dtype && last.offset + last.length == abs;
+  if (!adjacent || last.shape.size() != shape.size() || !std::equal(shape.begin() + 1, shape.end(), last.shape.begin() + 1))
+    return false;
+  last.length += len;
+  last.shape[0] += shape[0];
+  return true;
 }
 
 std::string ChunkName(const std::string& path, std::span<const uint64_t> offsets) {
