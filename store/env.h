@@ -61,6 +61,11 @@ class Env {
   virtual Status Flock(int fd, int operation) = 0;
   // posix_fadvise(2). Advice only: callers may ignore a failure.
   virtual Status Fadvise(int fd, uint64_t off, uint64_t len, int advice) = 0;
+  // sync_file_range(2): starts (and with SYNC_FILE_RANGE_WAIT_* waits for)
+  // writeback of a range. Not a durability point (no metadata, no device
+  // flush): only Fsync/Fdatasync are. Used to keep long writes from filling
+  // the page cache (store/write_behind.h).
+  virtual Status SyncFileRange(int fd, uint64_t off, uint64_t len, unsigned flags) = 0;
   // Wall-clock time (CLOCK_REALTIME) in nanoseconds since the epoch, for
   // timestamps that are stored.
   virtual uint64_t WallTimeNs() = 0;

@@ -206,6 +206,14 @@ class PosixEnv final : public Env {
     return Status::Ok();
   }
 
+  Status SyncFileRange(int fd, uint64_t off, uint64_t len, unsigned flags) override {
+    if (RetryEintr([&] {
+          return ::sync_file_range(fd, static_cast<off64_t>(off), static_cast<off64_t>(len), flags);
+        }) != 0)
+      return ErrFd("sync_file_range", fd);
+    return Status::Ok();
+  }
+
   uint64_t WallTimeNs() override {
     timespec now{};
     ::clock_gettime(CLOCK_REALTIME, &now);

@@ -11,6 +11,7 @@
 
 #include "base/hash.h"
 #include "base/le.h"
+#include "store/write_behind.h"
 
 namespace ckptfs {
 namespace {
@@ -102,7 +103,7 @@ Status EncodeChunkAt(const PackSource& src, uint64_t i, ChunkPlanner* planner, C
 class ChunkAppender {
  public:
   ChunkAppender(Env* env, int fd, PackStats* stats, std::span<uint8_t> table)
-      : env_(env), fd_(fd), stats_(stats), table_(table) {}
+      : env_(env), fd_(fd), stats_(stats), table_(table), behind_(env, fd) {}
 
   Status Append(uint64_t i, ChunkSlot* s) {
     PackMeta& meta = stats_->meta;
@@ -125,6 +126,7 @@ class ChunkAppender {
     e.stored_checksum = Checksum64(s->out, kSeedChunkStored ^ i);
     if (!s->out.empty()) RETURN_IF_ERROR(env_->PWriteAll(fd_, s->out, pos_));
     pos_ += s->out.size();
+    behind_.Wrote(pos_);
     EncodeEntry(e, table_.subspan(i * kPackTableEntrySize, kPackTableEntrySize));
     return Status::Ok();
   }
@@ -140,6 +142,7 @@ class ChunkAppender {
   std::span<uint8_t> table_;
   uint64_t pos_ = kPackHeaderSize;
   bool needs_v5_ = false;
+  WriteBehind behind_;
 };
 
 Status Cancelled(const std::atomic<bool>* cancel) {

@@ -9,6 +9,7 @@
 
 #include "tests/unit/fault_env.h"
 #include "store/object_id.h"
+#include "store/write_behind.h"
 #include "tests/unit/test_util.h"
 
 namespace ckptfs {
@@ -156,6 +157,47 @@ TEST(EnvTest, PWriteAllAbsorbsShortWrites) {
   EXPECT_GT(env.calls(FaultEnv::kPWrite), 5u);  // 500, 250, 125, ...
   std::vector<uint8_t> back(1000);
   ASSERT_OK(env.PReadExact(fd->get(), back, 10));
+  EXPECT_EQ(back, data);
+}
+
+// Writes 4 windows in pieces that straddle them: each full window is
+// started once, and every one but the last two is waited for and dropped.
+TEST(WriteBehindTest, StartsEachWindowAndDropsAllButTheLastTwo) {
+  TempDir dir;
+  FaultEnv env;
+  auto fd = env.OpenAt(AT_FDCWD, dir.Sub("f"), O_CREAT | O_RDWR, 0600);
+  ASSERT_TRUE(fd.ok());
+  constexpr uint64_t kWindow = 64 << 10;
+  WriteBehind behind(&env, fd->get(), kWindow);
+  std::vector<uint8_t> data = test::RandomBytes(4 * kWindow + 1000, 2);
+  for (uint64_t pos = 0; pos < data.size(); pos += 40000) {
+    const uint64_t n = std::min<uint64_t>(40000, data.size() - pos);
+    ASSERT_OK(env.PWriteAll(fd->get(), std::span(data).subspan(pos, n), pos));
+    behind.Wrote(pos + n);
+  }
+  EXPECT_EQ(env.calls(FaultEnv::kSyncFileRange), 4u + 3u);  // 4 starts, 3 waits
+  EXPECT_EQ(env.calls(FaultEnv::kFadvise), 3u);
+  std::vector<uint8_t> back(data.size());
+  ASSERT_OK(env.PReadExact(fd->get(), back, 0));
+  EXPECT_EQ(back, data);
+}
+
+// It is advice: calls that fail change nothing about what is written.
+TEST(WriteBehindTest, FailedCallsLoseNothing) {
+  TempDir dir;
+  FaultEnv env;
+  env.FailNth(FaultEnv::kSyncFileRange, 1, EIO, /*sticky=*/true);
+  env.FailNth(FaultEnv::kFadvise, 1, EIO, /*sticky=*/true);
+  auto fd = env.OpenAt(AT_FDCWD, dir.Sub("f"), O_CREAT | O_RDWR, 0600);
+  ASSERT_TRUE(fd.ok());
+  WriteBehind behind(&env, fd->get(), 4096);
+  std::vector<uint8_t> data = test::RandomBytes(10 * 4096, 3);
+  ASSERT_OK(env.PWriteAll(fd->get(), data, 0));
+  behind.Wrote(data.size());
+  EXPECT_GE(env.injected(), 1u);
+  ASSERT_OK(env.Fdatasync(fd->get()));
+  std::vector<uint8_t> back(data.size());
+  ASSERT_OK(env.PReadExact(fd->get(), back, 0));
   EXPECT_EQ(back, data);
 }
 

@@ -87,6 +87,7 @@ class FaultEnv : public Env {
     kSyncFs,
     kFlock,
     kFadvise,
+    kSyncFileRange,
     kNumOps,
   };
 
@@ -95,7 +96,7 @@ class FaultEnv : public Env {
         "open",    "pread",   "pwrite",   "fsync",    "fdatasync", "ftruncate", "fstat",       "fstatat", "futimens",
         "rename",  "unlink",  "mkdir",    "symlink",  "readlink",  "link",      "mknod",       "fchmod",  "fchown",
         "utimens", "listdir", "fstatvfs", "setxattr", "getxattr",  "listxattr", "removexattr", "syncfs",
-        "flock",   "fadvise"};
+        "flock",   "fadvise", "sync_file_range"};
     return op >= 0 && op < kNumOps ? kNames[op] : "?";
   }
 
@@ -299,6 +300,12 @@ class FaultEnv : public Env {
   Status Fadvise(int fd, uint64_t off, uint64_t len, int advice) override {
     RETURN_IF_ERROR(Enter(kFadvise, false));
     return base_->Fadvise(fd, off, len, advice);
+  }
+  // Neither a mutation nor a durability point: the power-loss model keeps
+  // a file's content as of its last fsync/fdatasync whatever this wrote back.
+  Status SyncFileRange(int fd, uint64_t off, uint64_t len, unsigned flags) override {
+    RETURN_IF_ERROR(Enter(kSyncFileRange, false));
+    return base_->SyncFileRange(fd, off, len, flags);
   }
   uint64_t WallTimeNs() override {
     const uint64_t pinned = wall_time_ns_.load();
