@@ -2,6 +2,7 @@
 
 #include <array>
 #include <bit>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -28,18 +29,38 @@ Status Malformed(const std::string& what) { return Status::Corruption("lossy pie
 // element was pruned is data, and a branch on it mispredicts); the bits are
 // piece::Reconstruct's.
 template <DType T, Domain D>
-Status Rebuild(std::span<const uint8_t> symbols, unsigned k, const StoredLevels& lv, const uint8_t* base,
-               std::span<const uint8_t> esc, uint64_t n_esc, uint64_t* next_esc, std::span<uint8_t> out) {
+struct LevelTable {
   // Levels by symbol; symbol 0's entry is never selected.
   std::array<float, 256> add{};
   std::array<int64_t, 256> step{};
-  for (unsigned s = 1; s <= k; ++s) {
-    if constexpr (D == Domain::kValue) {
-      add[s] = lv.value[s - 1];
-    } else {
-      step[s] = lv.steps[s - 1];
+  LevelTable(unsigned k, const StoredLevels& lv) {
+    for (unsigned s = 1; s <= k; ++s) {
+      if constexpr (D == Domain::kValue) {
+        add[s] = lv.value[s - 1];
+      } else {
+        step[s] = lv.steps[s - 1];
+      }
     }
   }
+  // Element i of a symbol other than an escape.
+  uint32_t Element(unsigned sym, const uint8_t* base, size_t i) const {
+    const uint32_t pred = base != nullptr ? LoadBits(T, base, i) : 0;
+    uint32_t moved;
+    if constexpr (D == Domain::kValue) {
+      moved = FloatToBits(T, BitsToFloat(T, pred) + add[sym]);
+    } else {
+      moved = piece::ClampBits(T, static_cast<int64_t>(pred) + step[sym]);
+    }
+    // A mask, not `?:`: the compiler would turn that back into a branch.
+    const uint32_t keep = 0u - static_cast<uint32_t>(sym == 0);
+    return moved ^ ((moved ^ pred) & keep);
+  }
+};
+
+template <DType T, Domain D>
+Status Rebuild(std::span<const uint8_t> symbols, unsigned k, const StoredLevels& lv, const uint8_t* base,
+               std::span<const uint8_t> esc, uint64_t n_esc, uint64_t* next_esc, std::span<uint8_t> out) {
+  const LevelTable<T, D> table(k, lv);
   const size_t n = symbols.size();
   for (size_t i = 0; i < n; ++i) {
     const unsigned sym = symbols[i];
@@ -49,19 +70,73 @@ Status Rebuild(std::span<const uint8_t> symbols, unsigned k, const StoredLevels&
       if (*next_esc == n_esc) return Malformed("more escape symbols than escapes");
       bits = LoadBits(T, esc.data(), (*next_esc)++);
     } else {
-      const uint32_t pred = base != nullptr ? LoadBits(T, base, i) : 0;
-      uint32_t moved;
-      if constexpr (D == Domain::kValue) {
-        moved = FloatToBits(T, BitsToFloat(T, pred) + add[sym]);
-      } else {
-        moved = piece::ClampBits(T, static_cast<int64_t>(pred) + step[sym]);
-      }
-      // A mask, not `?:`: the compiler would turn that back into a branch.
-      const uint32_t keep = 0u - static_cast<uint32_t>(sym == 0);
-      bits = moved ^ ((moved ^ pred) & keep);
+      bits = table.Element(sym, base, i);
     }
     StoreBits(T, out.data(), i, bits);
   }
+  return Status::Ok();
+}
+
+// A piece without escapes whose symbols were checked to be at most k: the
+// same elements, without the escape branch in the loop.
+template <DType T, Domain D>
+void RebuildChecked(std::span<const uint8_t> symbols, unsigned k, const StoredLevels& lv, const uint8_t* base,
+                    std::span<uint8_t> out) {
+  const LevelTable<T, D> table(k, lv);
+  const size_t n = symbols.size();
+  for (size_t i = 0; i < n; ++i) StoreBits(T, out.data(), i, table.Element(symbols[i], base, i));
+}
+
+// What a piece's symbols hold, eight at a time (a byte loop compiles to a
+// scalar one): whether all are 0, and whether any is above k.
+struct SymbolSurvey {
+  bool all_zero = true;
+  bool any_above = false;
+};
+
+SymbolSurvey Survey(std::span<const uint8_t> symbols, unsigned k) {
+  SymbolSurvey out;
+  size_t i = 0;
+  if (k < 128) {
+    // A byte b > k has its high bit set in (b + 127 - k) | b. A carry out
+    // of a byte above 127 can only add to what is already found.
+    constexpr uint64_t kOnes = 0x0101010101010101ull, kHighs = 0x8080808080808080ull;
+    const uint64_t add = kOnes * (127 - k);
+    uint64_t any = 0, above = 0;
+    for (; i + 8 <= symbols.size(); i += 8) {
+      uint64_t x;
+      std::memcpy(&x, symbols.data() + i, 8);
+      any |= x;
+      above |= ((x + add) | x) & kHighs;
+    }
+    out.all_zero = any == 0;
+    out.any_above = above != 0;
+  }
+  for (; i < symbols.size(); ++i) {
+    out.all_zero = out.all_zero && symbols[i] == 0;
+    out.any_above = out.any_above || symbols[i] > k;
+  }
+  return out;
+}
+
+template <DType T, Domain D>
+Status RebuildPiece(std::span<const uint8_t> symbols, unsigned k, const StoredLevels& lv, const uint8_t* base,
+                    std::span<const uint8_t> esc, uint64_t n_esc, uint64_t* next_esc, std::span<uint8_t> out) {
+  if (n_esc != 0) return Rebuild<T, D>(symbols, k, lv, base, esc, n_esc, next_esc, out);
+  const SymbolSurvey survey = Survey(symbols, k);
+  // Every element kept its predecessor's bits (what a checkpoint that
+  // moved less than its budget since its base is made of): a copy.
+  if (survey.all_zero) {
+    if (base != nullptr) {
+      std::memcpy(out.data(), base, out.size());
+    } else {
+      std::memset(out.data(), 0, out.size());
+    }
+    return Status::Ok();
+  }
+  // An escape symbol or worse: the checking loop reports it.
+  if (survey.any_above) return Rebuild<T, D>(symbols, k, lv, base, esc, n_esc, next_esc, out);
+  RebuildChecked<T, D>(symbols, k, lv, base, out);
   return Status::Ok();
 }
 
@@ -113,18 +188,18 @@ Status DecodePiece(std::span<const uint8_t> blob, std::span<const uint8_t> base,
   switch (t) {
     case DType::kF32:
       st = d == Domain::kValue
-               ? Rebuild<DType::kF32, Domain::kValue>(symbols, k, lv, base_bytes, esc, n_esc, &next_esc, out)
-               : Rebuild<DType::kF32, Domain::kLogBits>(symbols, k, lv, base_bytes, esc, n_esc, &next_esc, out);
+               ? RebuildPiece<DType::kF32, Domain::kValue>(symbols, k, lv, base_bytes, esc, n_esc, &next_esc, out)
+               : RebuildPiece<DType::kF32, Domain::kLogBits>(symbols, k, lv, base_bytes, esc, n_esc, &next_esc, out);
       break;
     case DType::kF16:
       st = d == Domain::kValue
-               ? Rebuild<DType::kF16, Domain::kValue>(symbols, k, lv, base_bytes, esc, n_esc, &next_esc, out)
-               : Rebuild<DType::kF16, Domain::kLogBits>(symbols, k, lv, base_bytes, esc, n_esc, &next_esc, out);
+               ? RebuildPiece<DType::kF16, Domain::kValue>(symbols, k, lv, base_bytes, esc, n_esc, &next_esc, out)
+               : RebuildPiece<DType::kF16, Domain::kLogBits>(symbols, k, lv, base_bytes, esc, n_esc, &next_esc, out);
       break;
     default:
       st = d == Domain::kValue
-               ? Rebuild<DType::kBF16, Domain::kValue>(symbols, k, lv, base_bytes, esc, n_esc, &next_esc, out)
-               : Rebuild<DType::kBF16, Domain::kLogBits>(symbols, k, lv, base_bytes, esc, n_esc, &next_esc, out);
+               ? RebuildPiece<DType::kBF16, Domain::kValue>(symbols, k, lv, base_bytes, esc, n_esc, &next_esc, out)
+               : RebuildPiece<DType::kBF16, Domain::kLogBits>(symbols, k, lv, base_bytes, esc, n_esc, &next_esc, out);
       break;
   }
   RETURN_IF_ERROR(st);

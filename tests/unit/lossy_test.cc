@@ -151,6 +151,27 @@ TEST(LossyPiece, ClosedLoopDeltaIsCheaperThanAKeyframe) {
   EXPECT_FALSE(DecodePiece(delta.blob, {}, out).ok());
 }
 
+// A checkpoint that moved less than its budget since its base codes every
+// element as "keep the base's bits": decoding copies the base (a fast path)
+// and still gives exactly the encoder's reconstruction; one tiny move among
+// them takes the element loop again, for every element type.
+TEST(LossyPiece, UnmovedPiecesDecodeToTheirBase) {
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
+    const std::vector<float> w = Normal((1 << 14) + 3, 0.02f, 11);
+    const std::vector<uint8_t> base = Floats(w, t);
+    const PieceSpec spec{t, Domain::kValue, 0.05};
+    Coded same = Encode(spec, base, base);
+    EXPECT_TRUE(same.outcome.against_base) << DTypeName(t);
+    EXPECT_EQ(same.recon, base) << DTypeName(t);
+    ExpectDecodesToRecon(same, base);
+    std::vector<float> moved = w;
+    moved[7] += 1.0f;  // far beyond the budget: coded, not kept
+    Coded one = Encode(spec, Floats(moved, t), base);
+    EXPECT_NE(one.recon, base) << DTypeName(t);
+    ExpectDecodesToRecon(one, base);
+  }
+}
+
 TEST(LossyPiece, SensitivityWeightsDecideWhatIsPruned) {
   const size_t n = 1 << 14;
   const std::vector<float> v = Normal(n, 1.0f, 6);
