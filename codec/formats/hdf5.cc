@@ -528,8 +528,9 @@ bool Walker::ExtendLastChunk(const ObjectInfo& o, const std::string& path, uint6
   if (out_->tensors.empty() || shape.empty()) return false;
   TensorRegion& last = out_->tensors.back();
   const bool adjacent = last.label == path && last.dtype == o.dtype && last.offset + last.length == abs;
-  if (!adjacent || last.shape.size() != shape.size() || !std::equal(shape.begin() + 1, shape.end(), last.shape.begin() + 1))
-    return false;
+  const bool same_rows =
+      last.shape.size() == shape.size() && std::equal(shape.begin() + 1, shape.end(), last.shape.begin() + 1);
+  if (!adjacent || !same_rows) return false;
   last.length += len;
   last.shape[0] += shape[0];
   return true;
