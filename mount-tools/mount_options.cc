@@ -181,6 +181,13 @@ const MountOptionSpec kTable[] = {
      },
      "1: store each checkpoint as a delta against its predecessor and identical chunks once",
      [](const MountOptions& d) { return ShowBool(d.store.delta); }},
+    {"direct_reads", Takes::kValue, "0|1",
+     [](const OptionArg& a, MountOptions* o) {
+       return Into(ZeroOrOne(a, "1 (read packs with O_DIRECT) or 0 (through the page cache)"),
+                   &o->store.direct_pack_reads);
+     },
+     "1: read the chunks of packs with O_DIRECT where the backing file system allows it; 0: through the page cache",
+     [](const MountOptions& d) { return ShowBool(d.store.direct_pack_reads); }},
     {"keyframe_every", Takes::kValue, "K",
      [](const OptionArg& a, MountOptions* o) { return Into(IntIn(a, 0, 64), &o->store.keyframe_every); },
      "longest delta chain, 0..64; 0: dedup only",

@@ -10,8 +10,10 @@ namespace ckptfs {
 
 class DirPackObjects : public PackObjects {
  public:
-  // `packs_fd` is BACKING/packs/, held open by the caller for as long as this lives.
-  DirPackObjects(Env* env, int packs_fd) : env_(env), packs_fd_(packs_fd) {}
+  // `packs_fd` is BACKING/packs/, held open by the caller for as long as
+  // this lives. `direct_reads`: read large chunks with O_DIRECT.
+  DirPackObjects(Env* env, int packs_fd, bool direct_reads = true)
+      : env_(env), packs_fd_(packs_fd), direct_reads_(direct_reads) {}
 
   std::string Where(ObjectId id) const override;
   std::string Describe() const override { return "packs/"; }
@@ -27,6 +29,7 @@ class DirPackObjects : public PackObjects {
 
   Env* env_;
   int packs_fd_;
+  bool direct_reads_;
 };
 
 }  // namespace ckptfs

@@ -12,6 +12,7 @@
 
 #include "base/status.h"
 #include "base/unique_fd.h"
+#include "store/direct_read.h"
 #include "store/env.h"
 
 namespace ckptfs {
@@ -32,20 +33,27 @@ class PackBytes {
 // A pack file held open; reads go through Env.
 class FdPackBytes : public PackBytes {
  public:
-  FdPackBytes(Env* env, UniqueFd fd) : env_(env), fd_(std::move(fd)) {}
+  // `direct`: large reads bypass the page cache where the file system
+  // allows it (store/direct_read.h).
+  FdPackBytes(Env* env, UniqueFd fd, bool direct = true)
+      : env_(env), fd_(std::move(fd)), direct_(env, direct ? fd_.get() : -1) {}
   Result<uint64_t> Size() override {
     ASSIGN_OR_RETURN(struct stat st, env_->Fstat(fd_.get()));
     return static_cast<uint64_t>(st.st_size);
   }
-  Status ReadExact(std::span<uint8_t> out, uint64_t off) const override { return env_->PReadExact(fd_.get(), out, off); }
-  // The kernel reads it into the page cache.
+  Status ReadExact(std::span<uint8_t> out, uint64_t off) const override {
+    return direct_.Covers(out.size()) ? direct_.ReadExact(out, off) : env_->PReadExact(fd_.get(), out, off);
+  }
+  // The kernel reads it into the page cache (where a direct read would
+  // not look for it).
   void Prefetch(uint64_t off, uint64_t len) const override {
-    (void)env_->Fadvise(fd_.get(), off, len, POSIX_FADV_WILLNEED);
+    if (!direct_.Covers(len)) (void)env_->Fadvise(fd_.get(), off, len, POSIX_FADV_WILLNEED);
   }
 
  private:
   Env* env_;
   UniqueFd fd_;
+  DirectReader direct_;
 };
 
 }  // namespace ckptfs

@@ -325,7 +325,7 @@ Status Store::OpenPackObjects(const std::string& packs, const std::string& rados
   opts_.cluster.packs = packs;  // what the store recorded, also when the mount left it out
   rados_namespace_ = rados_namespace;
   if (packs == "dir") {
-    pack_objects_ = std::make_unique<DirPackObjects>(env_, packs_.get());
+    pack_objects_ = std::make_unique<DirPackObjects>(env_, packs_.get(), opts_.direct_pack_reads);
     return Status::Ok();
   }
   const std::string pool = packs.substr(std::string_view("rados:").size());

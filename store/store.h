@@ -66,6 +66,9 @@ struct StoreOptions {
   // Delete unneeded packs on a background thread (the daemon), so that an
   // unlink never waits for a cascade of pack deletions; otherwise inline.
   bool background_gc = false;
+  // Read packs' chunks with O_DIRECT (store/direct_read.h) where the file
+  // system allows it; false: through the page cache.
+  bool direct_pack_reads = true;
   // Lossy mode (codec/lossy/policy.h): the fidelity files get unless a
   // directory's user.ckptfs.policy says otherwise; 0 is lossless.
   double lossy = 0;

@@ -8,7 +8,9 @@
 #include <cstring>
 
 #include "tests/unit/fault_env.h"
+#include "store/direct_read.h"
 #include "store/object_id.h"
+#include "store/pack_bytes.h"
 #include "store/write_behind.h"
 #include "tests/unit/test_util.h"
 
@@ -199,6 +201,61 @@ TEST(WriteBehindTest, FailedCallsLoseNothing) {
   std::vector<uint8_t> back(data.size());
   ASSERT_OK(env.PReadExact(fd->get(), back, 0));
   EXPECT_EQ(back, data);
+}
+
+// A file of `n` random bytes in `dir`, opened read-only through `env`.
+UniqueFd RandomFile(FaultEnv* env, const TempDir& dir, const std::vector<uint8_t>& data) {
+  auto w = env->OpenAt(AT_FDCWD, dir.Sub("f"), O_CREAT | O_WRONLY, 0600);
+  EXPECT_TRUE(w.ok());
+  EXPECT_OK(env->PWriteAll(w->get(), data, 0));
+  auto r = env->OpenAt(AT_FDCWD, dir.Sub("f"), O_RDONLY);
+  EXPECT_TRUE(r.ok());
+  return std::move(*r);
+}
+
+// Offsets and lengths off the 4 KiB grid, up to the file's unaligned end.
+TEST(DirectReaderTest, UnalignedReadsMatchTheFile) {
+  TempDir dir;
+  FaultEnv env;
+  const std::vector<uint8_t> data = test::RandomBytes((1 << 20) + 777, 4);
+  UniqueFd fd = RandomFile(&env, dir, data);
+  DirectReader direct(&env, fd.get());
+  if (!direct.Covers(DirectReader::kMinDirectRead)) GTEST_SKIP() << "the file system under /tmp refuses O_DIRECT";
+  const std::pair<uint64_t, size_t> cases[] = {
+      {0, DirectReader::kMinDirectRead}, {1, 300000}, {4095, 500001}, {123456, data.size() - 123456}, {0, data.size()}};
+  for (auto [off, len] : cases) {
+    std::vector<uint8_t> out(len);
+    ASSERT_OK(direct.ReadExact(out, off));
+    EXPECT_TRUE(std::equal(out.begin(), out.end(), data.begin() + static_cast<ptrdiff_t>(off))) << off << "+" << len;
+  }
+}
+
+TEST(DirectReaderTest, ReadPastTheEndIsAnError) {
+  TempDir dir;
+  FaultEnv env;
+  const std::vector<uint8_t> data = test::RandomBytes(600000, 5);
+  UniqueFd fd = RandomFile(&env, dir, data);
+  DirectReader direct(&env, fd.get());
+  if (!direct.Covers(DirectReader::kMinDirectRead)) GTEST_SKIP() << "the file system under /tmp refuses O_DIRECT";
+  std::vector<uint8_t> out(300000);
+  Status s = direct.ReadExact(out, data.size() - 1000);
+  EXPECT_EQ(s.code(), EIO) << s.ToString();
+  EXPECT_NE(s.ToString().find("short read"), std::string::npos) << s.ToString();
+}
+
+// Where the file system refuses the O_DIRECT open, a pack file's reads
+// stay buffered and return the same bytes.
+TEST(DirectReaderTest, RefusedOpenLeavesReadsBuffered) {
+  TempDir dir;
+  FaultEnv env;
+  const std::vector<uint8_t> data = test::RandomBytes(700000, 6);
+  UniqueFd fd = RandomFile(&env, dir, data);
+  env.FailNth(FaultEnv::kOpen, 1, EINVAL);
+  FdPackBytes pack(&env, std::move(fd));
+  EXPECT_EQ(env.injected(), 1u);
+  std::vector<uint8_t> out(data.size() - 3);
+  ASSERT_OK(pack.ReadExact(out, 3));
+  EXPECT_TRUE(std::equal(out.begin(), out.end(), data.begin() + 3));
 }
 
 TEST(ObjectIdTest, HexRoundTrip) {

@@ -45,6 +45,7 @@ std::vector<SetterCase> SetterCases() {
       {"zstd_level=-7", [](const MountOptions& o) { EXPECT_EQ(o.store.encoder.zstd_level, -7); }},
       {"tensor_codec=0", [](const MountOptions& o) { EXPECT_FALSE(o.store.encoder.tensor_codec); }},
       {"delta=0", [](const MountOptions& o) { EXPECT_FALSE(o.store.delta); }},
+      {"direct_reads=0", [](const MountOptions& o) { EXPECT_FALSE(o.store.direct_pack_reads); }},
       {"keyframe_every=0", [](const MountOptions& o) { EXPECT_EQ(o.store.keyframe_every, 0u); }},
       {"lossy=0.05", [](const MountOptions& o) { EXPECT_DOUBLE_EQ(o.store.lossy, 0.05); }},
       {"lossy_scope=all", [](const MountOptions& o) { EXPECT_EQ(o.store.lossy_scope, lossy::LossyScope::kAll); }},
@@ -189,6 +190,7 @@ TEST(MountOptionsTest, BadSizesNameOptionAndRule) {
 TEST(MountOptionsTest, BadWordsSayWhatIsAccepted) {
   EXPECT_NE(ErrorOf("tensor_codec=2").find("option tensor_codec=2: use 1 ("), std::string::npos);
   EXPECT_NE(ErrorOf("delta=yes").find("option delta=yes: use 1 ("), std::string::npos);
+  EXPECT_NE(ErrorOf("direct_reads=2").find("option direct_reads=2: use 1 ("), std::string::npos);
   EXPECT_EQ(ErrorOf("log_level=shouty"), "option log_level=shouty: use trace, debug, info, warn, error or off");
   EXPECT_NE(ErrorOf("device=tpu").find("device=tpu: use auto"), std::string::npos);
   EXPECT_NE(ErrorOf("lossy_scope=npy").find("lossy scope \"npy\""), std::string::npos);

@@ -1,0 +1,59 @@
+#include "store/direct_read.h"
+
+#include <fcntl.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+
+namespace ckptfs {
+namespace {
+
+struct FreeDeleter {
+  void operator()(uint8_t* p) const { std::free(p); }
+};
+
+// O_DIRECT wants the buffer aligned as well as the offset and length. One
+// buffer per thread, grown as needed: the readers are the FUSE and
+// decode-ahead threads, each holding one chunk at a time.
+std::span<uint8_t> AlignedScratch(size_t n) {
+  thread_local std::unique_ptr<uint8_t, FreeDeleter> buf;
+  thread_local size_t cap = 0;
+  if (cap < n) {
+    void* p = std::aligned_alloc(DirectReader::kAlign, n);
+    if (p == nullptr) return {};
+    buf.reset(static_cast<uint8_t*>(p));
+    cap = n;
+  }
+  return {buf.get(), n};
+}
+
+}  // namespace
+
+DirectReader::DirectReader(Env* env, int fd) : env_(env) {
+  if (fd < 0) return;
+  Result<UniqueFd> d = env->OpenAt(AT_FDCWD, ProcFdPath(fd), O_RDONLY | O_DIRECT | O_CLOEXEC);
+  if (d.ok()) direct_ = std::move(*d);
+}
+
+Status DirectReader::ReadExact(std::span<uint8_t> out, uint64_t off) const {
+  const uint64_t begin = off / kAlign * kAlign;
+  const uint64_t end = (off + out.size() + kAlign - 1) / kAlign * kAlign;
+  std::span<uint8_t> buf = AlignedScratch(static_cast<size_t>(end - begin));
+  if (buf.empty())
+    return Status::Error(ENOMEM, "no memory for a direct read of " + std::to_string(end - begin) + " bytes");
+  // The last block may run past the end of the file: a short read is fine
+  // as long as it covers what was asked for.
+  ASSIGN_OR_RETURN(size_t got, env_->PRead(direct_.get(), buf, begin));
+  const uint64_t need = off + out.size() - begin;
+  if (got < need) {
+    return Status::Error(EIO, "short read from " + FdPathForLog(direct_.get()) + " at offset " + std::to_string(off) +
+                                  ": got " + std::to_string(got > off - begin ? got - (off - begin) : 0) + " of " +
+                                  std::to_string(out.size()) + " bytes");
+  }
+  std::memcpy(out.data(), buf.data() + (off - begin), out.size());
+  return Status::Ok();
+}
+
+}  // namespace ckptfs
