@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -46,13 +47,14 @@ Status DirectReader::ReadExact(std::span<uint8_t> out, uint64_t off) const {
   // The last block may run past the end of the file: a short read is fine
   // as long as it covers what was asked for.
   ASSIGN_OR_RETURN(size_t got, env_->PRead(direct_.get(), buf, begin));
-  const uint64_t need = off + out.size() - begin;
-  if (got < need) {
+  const uint64_t lead = off - begin;
+  if (got < lead + out.size()) {
+    const uint64_t got_asked = got - std::min<uint64_t>(got, lead);
     return Status::Error(EIO, "short read from " + FdPathForLog(direct_.get()) + " at offset " + std::to_string(off) +
-                                  ": got " + std::to_string(got > off - begin ? got - (off - begin) : 0) + " of " +
-                                  std::to_string(out.size()) + " bytes");
+                                  ": got " + std::to_string(got_asked) + " of " + std::to_string(out.size()) +
+                                  " bytes");
   }
-  std::memcpy(out.data(), buf.data() + (off - begin), out.size());
+  std::memcpy(out.data(), buf.data() + lead, out.size());
   return Status::Ok();
 }
 

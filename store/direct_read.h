@@ -28,7 +28,7 @@ class DirectReader {
   // stay buffered.
   DirectReader(Env* env, int fd);
 
-  // Whether ReadExact would read [off, off+len) with O_DIRECT.
+  // Whether a read of `len` bytes should come through ReadExact (O_DIRECT).
   bool Covers(size_t len) const { return direct_.get() >= 0 && len >= kMinDirectRead; }
   // Reads exactly out.size() bytes at `off` through the O_DIRECT handle,
   // by way of an aligned per-thread buffer. Callers check Covers first.
