@@ -34,6 +34,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -46,17 +47,29 @@ inline constexpr uint8_t kDeltaChunkVersion = 1;
 
 enum class DeltaKind : uint8_t { kXor = 1, kIntDiff = 2 };
 
+// What a delta must come in under to be kept: `share` of the chunk's size
+// coded on its own, which `standalone` computes when called (and returns
+// again, without coding twice, when called again). That costs as much as
+// coding the delta, so EncodeDeltaChunk calls it only where its sample
+// leaves the verdict open. share 0: no limit.
+struct DeltaLimit {
+  double share = 0;
+  const std::function<size_t()>* standalone = nullptr;
+
+  size_t Bytes() const;  // share x standalone size; SIZE_MAX without a limit
+};
+
 // Codes `raw` against `base` (same size) and appends the payload to `out`.
 // `ranges` (absolute file offsets, sorted; chunk starts at chunk_offset) say
 // which bytes are tensor elements of which dtype, exactly as
 // EncodeTensorChunk takes them. Picks the kind (XOR, or integer difference
 // of the element bits) that codes smaller, judged on a sample, then codes
-// the whole chunk with it. When the sample predicts a payload clearly above
-// `give_up_above` bytes, returns EFBIG without coding the chunk (the caller
-// would not keep it).
+// the whole chunk with it. A payload that is not under `limit` is EFBIG and
+// leaves `out` as it was; so is one the sample predicts clearly above it,
+// without coding the chunk.
 Status EncodeDeltaChunk(std::span<const uint8_t> raw, std::span<const uint8_t> base, uint64_t chunk_offset,
                         std::span<const TensorRange> ranges, const TensorChunkOptions& opts, std::vector<uint8_t>* out,
-                        size_t give_up_above = SIZE_MAX);
+                        const DeltaLimit& limit = {});
 
 // Rebuilds exactly raw_out.size() bytes from a payload and the same base;
 // anything malformed is Corruption (never out-of-bounds reads/writes, on

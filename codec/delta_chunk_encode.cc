@@ -81,8 +81,9 @@ struct DeltaInput {
   std::span<const uint8_t> raw;
   std::span<const uint8_t> base;
   uint64_t chunk_offset = 0;
-  std::span<const TensorRange> ranges;  // retyped (ResidualRanges)
-  std::span<const DeltaPiece> pieces;   // IntDiffPieces
+  std::span<const TensorRange> ranges;       // retyped (ResidualRanges)
+  std::span<const TensorRange> file_ranges;  // as the caller gave them
+  std::span<const DeltaPiece> pieces;        // IntDiffPieces
   const TensorChunkOptions* opts = nullptr;
 };
 
@@ -150,6 +151,8 @@ Status EncodeKind(DeltaKind kind, const DeltaInput& in, std::vector<uint8_t>* ou
   return s;
 }
 
+uint64_t SliceStart(uint64_t len, uint64_t i) { return (len - kSampleSlice) * i / (kSampleSlices - 1); }
+
 // Coded size of `kind`'s residual over the sample slices.
 Result<uint64_t> SampleSize(DeltaKind kind, const DeltaInput& in) {
   thread_local std::vector<uint8_t> coded;
@@ -157,11 +160,28 @@ Result<uint64_t> SampleSize(DeltaKind kind, const DeltaInput& in) {
   std::span<uint8_t> residual = ResidualScratch(len);
   uint64_t total = 0;
   for (uint64_t i = 0; i < kSampleSlices; ++i) {
-    const uint64_t b = (len - kSampleSlice) * i / (kSampleSlices - 1);
+    const uint64_t b = SliceStart(len, i);
     const uint64_t e = b + kSampleSlice;
     MakeResidual(kind, in, b, e, residual.data() + b);
     coded.clear();
     RETURN_IF_ERROR(EncodeTensorChunk(residual.subspan(b, e - b), in.chunk_offset + b, in.ranges, *in.opts, &coded));
+    total += coded.size();
+  }
+  return total;
+}
+
+// Coded size of the chunk's own bytes over the sample slices, as
+// EncodeChunk would code them (0 where the tensor codec refuses them).
+uint64_t SampleStandaloneSize(const DeltaInput& in) {
+  thread_local std::vector<uint8_t> coded;
+  uint64_t total = 0;
+  for (uint64_t i = 0; i < kSampleSlices; ++i) {
+    const uint64_t b = SliceStart(in.raw.size(), i);
+    coded.clear();
+    if (!EncodeTensorChunk(in.raw.subspan(b, kSampleSlice), in.chunk_offset + b, in.file_ranges, *in.opts, &coded)
+             .ok()) {
+      return 0;
+    }
     total += coded.size();
   }
   return total;
@@ -182,6 +202,67 @@ Status EncodeSmaller(const DeltaInput& in, std::vector<uint8_t>* out) {
   return Status::Ok();
 }
 
+// The sample's verdict on a chunk bigger than the sample.
+struct SampleVerdict {
+  DeltaKind kind = DeltaKind::kXor;
+  double delta = 0;       // predicted payload size of that kind
+  double standalone = 0;  // predicted size of the chunk coded on its own; 0: not sampled
+};
+
+// Coding the chunk on its own costs as much as coding the delta, so a delta
+// the sample puts far under the limit is coded and kept without it. On
+// tensor bytes the sample predicts both sizes within a few percent; these
+// margins leave room for several times that, and past them the exact limit
+// decides as before.
+constexpr double kSureShare = 0.85;  // predicted delta under this share of the predicted limit: code it
+constexpr double kSureKeep = 0.9;    // ... and keep it if it came in under this share of it
+// A delta predicted this far over the limit is not coded at all.
+constexpr double kGiveUpMargin = 1.15;
+
+Result<SampleVerdict> SampleKinds(const DeltaInput& in, double share) {
+  ASSIGN_OR_RETURN(const uint64_t xor_size, SampleSize(DeltaKind::kXor, in));
+  ASSIGN_OR_RETURN(const uint64_t diff_size, SampleSize(DeltaKind::kIntDiff, in));
+  // The sample is a few slices of a chunk whose statistics are even (tensor
+  // bytes): scaled up, it predicts the whole chunk.
+  const double scale = static_cast<double>(in.raw.size()) / static_cast<double>(kSampleSlices * kSampleSlice);
+  SampleVerdict v;
+  v.kind = diff_size < xor_size ? DeltaKind::kIntDiff : DeltaKind::kXor;
+  v.delta = static_cast<double>(std::min(xor_size, diff_size)) * scale;
+  // A chunk never codes bigger than itself: sample it only where it could
+  // make the verdict sure.
+  if (share > 0 && v.delta < kSureShare * share * static_cast<double>(in.raw.size())) {
+    v.standalone = static_cast<double>(SampleStandaloneSize(in)) * scale;
+  }
+  return v;
+}
+
+Status NotUnder(size_t size, size_t limit, const char* what) {
+  return Status::Error(EFBIG, std::string("delta ") + what + " " + std::to_string(size) + " bytes, not under the " +
+                                  std::to_string(limit) + " it must beat");
+}
+
+Status EncodeUnderLimit(const DeltaInput& in, const DeltaLimit& limit, std::vector<uint8_t>* out) {
+  const size_t start = out->size();
+  if (in.pieces.empty() || in.raw.size() <= kSampleSlices * kSampleSlice) {
+    // Without int-diff pieces both residuals are the same bytes.
+    RETURN_IF_ERROR(in.pieces.empty() ? EncodeKind(DeltaKind::kXor, in, out) : EncodeSmaller(in, out));
+    const size_t exact = limit.Bytes();
+    return out->size() - start < exact ? Status::Ok() : NotUnder(out->size() - start, exact, "of");
+  }
+  ASSIGN_OR_RETURN(const SampleVerdict v, SampleKinds(in, limit.share));
+  const double sure_limit = limit.share * v.standalone;
+  const bool sure = v.delta < kSureShare * sure_limit;
+  size_t exact = sure ? SIZE_MAX : limit.Bytes();
+  if (exact != SIZE_MAX && v.delta > kGiveUpMargin * static_cast<double>(exact)) {
+    return NotUnder(static_cast<size_t>(v.delta), exact, "predicted at");
+  }
+  RETURN_IF_ERROR(EncodeKind(v.kind, in, out));
+  const size_t size = out->size() - start;
+  if (sure && static_cast<double>(size) < kSureKeep * sure_limit) return Status::Ok();
+  if (sure) exact = limit.Bytes();
+  return size < exact ? Status::Ok() : NotUnder(size, exact, "of");
+}
+
 }  // namespace
 
 // Residuals are small integers and XOR noise, not floats: the plane codec's
@@ -193,30 +274,25 @@ std::vector<TensorRange> ResidualRanges(std::span<const TensorRange> ranges) {
   return out;
 }
 
+size_t DeltaLimit::Bytes() const {
+  if (share <= 0 || standalone == nullptr) return SIZE_MAX;
+  return static_cast<size_t>(share * static_cast<double>((*standalone)()));
+}
+
 Status EncodeDeltaChunk(std::span<const uint8_t> raw, std::span<const uint8_t> base, uint64_t chunk_offset,
                         std::span<const TensorRange> ranges, const TensorChunkOptions& opts, std::vector<uint8_t>* out,
-                        size_t give_up_above) {
+                        const DeltaLimit& limit) {
   if (raw.size() != base.size()) {
     return Status::InvalidArgument("delta chunk of " + std::to_string(raw.size()) + " bytes against a base of " +
                                    std::to_string(base.size()));
   }
   const std::vector<TensorRange> residual_ranges = ResidualRanges(ranges);
   const std::vector<DeltaPiece> pieces = IntDiffPieces(chunk_offset, raw.size(), residual_ranges);
-  const DeltaInput in{raw, base, chunk_offset, residual_ranges, pieces, &opts};
-  // Without int-diff pieces both residuals are the same bytes.
-  if (pieces.empty()) return EncodeKind(DeltaKind::kXor, in, out);
-  if (raw.size() <= kSampleSlices * kSampleSlice) return EncodeSmaller(in, out);
-  ASSIGN_OR_RETURN(const uint64_t xor_size, SampleSize(DeltaKind::kXor, in));
-  ASSIGN_OR_RETURN(const uint64_t diff_size, SampleSize(DeltaKind::kIntDiff, in));
-  // The sample is a few slices of a chunk whose statistics are even (tensor
-  // bytes): scaled up with a margin, it says when a delta cannot pay.
-  const double predicted = static_cast<double>(std::min(xor_size, diff_size)) * static_cast<double>(raw.size()) /
-                           static_cast<double>(kSampleSlices * kSampleSlice);
-  if (give_up_above != SIZE_MAX && predicted > 1.15 * static_cast<double>(give_up_above)) {
-    return Status::Error(EFBIG, "delta predicted at " + std::to_string(static_cast<uint64_t>(predicted)) +
-                                    " bytes, above the " + std::to_string(give_up_above) + " it must beat");
-  }
-  return EncodeKind(diff_size < xor_size ? DeltaKind::kIntDiff : DeltaKind::kXor, in, out);
+  const DeltaInput in{raw, base, chunk_offset, residual_ranges, ranges, pieces, &opts};
+  const size_t start = out->size();
+  Status s = EncodeUnderLimit(in, limit, out);
+  if (!s.ok()) out->resize(start);
+  return s;
 }
 
 }  // namespace ckptfs

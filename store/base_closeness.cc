@@ -71,7 +71,11 @@ size_t ClosestBase(const ByteSource& file, std::span<const TensorRange> ranges,
   for (size_t c = 0; c < candidates.size(); ++c) {
     if (!bases.ReadPackRange(candidates[c].pack, *candidates[c].base_offset[*r] + within, theirs).ok()) continue;
     const double d = SampleDistance(t.dtype, mine, theirs);
-    if (d < best_distance) best = c, best_distance = d;
+    // Between equally close ones (copies of one save, a lossless file and
+    // its lossy twin that reconstructs exactly), the shallower chain costs
+    // every read and every delta planned against it less.
+    const bool shallower = d == best_distance && candidates[c].depth < candidates[best].depth;
+    if (d < best_distance || shallower) best = c, best_distance = d;
   }
   return best;
 }

@@ -22,8 +22,9 @@ inline constexpr double kCloseCandidateShare = 0.9;
 inline constexpr size_t kMaxComparedBases = 8;
 
 // The index in `candidates` of the one whose bytes are closest to `file`'s,
-// sampled in the largest tensor all of them hold; 0 (the first, best by
-// layout) when they cannot be compared or are equally close.
+// sampled in the largest tensor all of them hold; among equally close ones
+// the one with the shallowest delta chain, then the first (best by layout);
+// 0 when they cannot be compared.
 size_t ClosestBase(const ByteSource& file, std::span<const TensorRange> ranges,
                    std::span<const BaseChoice> candidates, BaseSource& bases);
 

@@ -114,10 +114,7 @@ ChunkPlan DeltaPlanner::RefPlan(ChunkCodec codec, ObjectId base, uint64_t base_o
   return p;
 }
 
-size_t DeltaPlanner::DeltaSizeLimit(size_t standalone, uint8_t depth) {
-  const double keep = std::max(0.1, 1.0 - 0.2 * depth);
-  return static_cast<size_t>(static_cast<double>(standalone) * keep);
-}
+double DeltaPlanner::DeltaKeep(uint8_t depth) { return std::max(0.1, 1.0 - 0.2 * depth); }
 
 std::optional<ChunkPlan> DeltaPlanner::PlanRef(uint64_t offset, std::span<const uint8_t> raw, uint64_t content_hash,
                                                std::span<const TensorRange> ranges) {
@@ -199,34 +196,35 @@ std::optional<std::pair<ObjectId, uint64_t>> DeltaPlanner::BaseOffset(uint64_t o
 }
 
 std::optional<ChunkPlan> DeltaPlanner::PlanDelta(uint64_t offset, std::span<const uint8_t> raw,
-                                                 std::span<const TensorRange> ranges, size_t standalone_size) {
+                                                 std::span<const TensorRange> ranges,
+                                                 const std::function<size_t()>& standalone_size) {
   if (!LoadBaseBytes(offset, raw, ranges)) return std::nullopt;
   std::optional<ChunkPlan> plan;
   if (base_depth_ + 1u <= keyframe_every_) {  // otherwise a keyframe: the chain stops here
     const uint8_t depth = static_cast<uint8_t>(base_depth_ + 1);
     plan = DeltaAgainst(base_pack_, *base_off_, depth, offset, raw, base_bytes_, ranges,
-                        DeltaSizeLimit(standalone_size, depth));
+                        {DeltaKeep(depth), &standalone_size});
   }
   if (base_depth_ == 0) return plan;
   // Parts that barely change (pickles, frozen layers) code as small against
   // the chain's keyframe as against the predecessor: take the keyframe when it
   // costs little more, so such chunks never build deep chains.
-  std::optional<ChunkPlan> rooted = PlanAgainstKeyframe(offset, raw, ranges, DeltaSizeLimit(standalone_size, 1));
+  std::optional<ChunkPlan> rooted = PlanAgainstKeyframe(offset, raw, ranges, {DeltaKeep(1), &standalone_size});
   if (rooted && (!plan || rooted->payload.size() <= plan->payload.size() + plan->payload.size() / 4)) return rooted;
   return plan;
 }
 
 std::optional<ChunkPlan> DeltaPlanner::DeltaAgainst(ObjectId pack, uint64_t pack_offset, uint8_t depth, uint64_t offset,
                                                     std::span<const uint8_t> raw, std::span<const uint8_t> base,
-                                                    std::span<const TensorRange> ranges, size_t limit) {
+                                                    std::span<const TensorRange> ranges, const DeltaLimit& limit) {
   ChunkPlan plan = RefPlan(ChunkCodec::kDelta, pack, pack_offset, depth);
   if (!EncodeDeltaChunk(raw, base, offset, ranges, topts_, &plan.payload, limit).ok()) return std::nullopt;
-  if (plan.payload.size() >= limit) return std::nullopt;
   return plan;
 }
 
 std::optional<ChunkPlan> DeltaPlanner::PlanAgainstKeyframe(uint64_t offset, std::span<const uint8_t> raw,
-                                                           std::span<const TensorRange> ranges, size_t limit) {
+                                                           std::span<const TensorRange> ranges,
+                                                           const DeltaLimit& limit) {
   ObjectId pack = base_pack_;
   uint64_t pack_offset = *base_off_;
   // Follow the references of the chunks the window lies in down to a chunk

@@ -5,10 +5,12 @@
 // stop at `keyframe_every` deltas, so a read decodes at most that many.
 #pragma once
 
+#include <functional>
 #include <span>
 #include <vector>
 
 #include "codec/chunk_codec.h"
+#include "codec/delta_chunk.h"
 #include "codec/lossy/file_coder.h"
 #include "store/base_handoff.h"
 #include "store/leading_pass.h"
@@ -39,13 +41,14 @@ class DeltaPlanner : public ChunkPlanner {
   std::optional<ChunkPlan> PlanRef(uint64_t offset, std::span<const uint8_t> raw, uint64_t content_hash,
                                    std::span<const TensorRange> ranges) override;
   std::optional<ChunkPlan> PlanDelta(uint64_t offset, std::span<const uint8_t> raw, std::span<const TensorRange> ranges,
-                                     size_t standalone_size) override;
+                                     const std::function<size_t()>& standalone_size) override;
 
   // A read of a chunk at delta depth d decodes d + 1 chunks, so the deeper
   // a delta, the more it must save: 20% at depth 1, 40% at depth 2, ... and
   // 90% from depth 5 on (near-identical chunks, such as frozen layers, stay
-  // deltas at any depth). The largest payload kept at `depth`.
-  static size_t DeltaSizeLimit(size_t standalone, uint8_t depth);
+  // deltas at any depth). The share of the standalone size a delta at
+  // `depth` must come in under.
+  static double DeltaKeep(uint8_t depth);
 
   // The predecessor, when one was found (0 otherwise).
   ObjectId base_pack() const { return base_ ? base_->pack : 0; }
@@ -77,10 +80,10 @@ class DeltaPlanner : public ChunkPlanner {
   // A delta against the keyframe at the root of the chain the predecessor's
   // chunk belongs to (BaseSource::BaseOfChunk), if under `limit`.
   std::optional<ChunkPlan> PlanAgainstKeyframe(uint64_t offset, std::span<const uint8_t> raw,
-                                               std::span<const TensorRange> ranges, size_t limit);
+                                               std::span<const TensorRange> ranges, const DeltaLimit& limit);
   std::optional<ChunkPlan> DeltaAgainst(ObjectId pack, uint64_t pack_offset, uint8_t depth, uint64_t offset,
                                         std::span<const uint8_t> raw, std::span<const uint8_t> base,
-                                        std::span<const TensorRange> ranges, size_t limit);
+                                        std::span<const TensorRange> ranges, const DeltaLimit& limit);
   // Which pack holds the predecessor's bytes of this chunk and where,
   // judged by the tensor that covers most of it: a window of the chunk's
   // length, which may start before the pack but not run past its end.

@@ -82,10 +82,13 @@ class ChunkPlanner {
   // coding the chunk unnecessary), or nothing.
   virtual std::optional<ChunkPlan> PlanRef(uint64_t offset, std::span<const uint8_t> raw, uint64_t content_hash,
                                            std::span<const TensorRange> ranges) = 0;
-  // A kDelta that beats `standalone_size` (the chunk coded on its own) by
-  // enough to pay for its read cost, or nothing.
+  // A kDelta that beats the chunk coded on its own by enough to pay for its
+  // read cost, or nothing. `standalone_size` codes the chunk on its own and
+  // returns the coded size (once: later calls return the same size); it
+  // costs as much as a delta, so a planner calls it only when it must.
   virtual std::optional<ChunkPlan> PlanDelta(uint64_t offset, std::span<const uint8_t> raw,
-                                             std::span<const TensorRange> ranges, size_t standalone_size) = 0;
+                                             std::span<const TensorRange> ranges,
+                                             const std::function<size_t()>& standalone_size) = 0;
   // Lossy mode, asked before anything else: may rewrite `raw` into the
   // file's reconstructed bytes (quantized tensors, patched zip CRCs), which
   // are what the pack then holds, and returns the kLossy plan for chunks

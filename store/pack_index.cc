@@ -178,7 +178,9 @@ std::vector<BaseChoice> PackIndex::FindBaseCandidates(std::span<const TensorRang
     const bool named = new_named && AnyNamed(e.meta.tensors);
     BaseChoice choice =
         MatchTensors(id, e.logical_size, e.meta.tensors, named ? wanted_named : wanted, named, ranges.size());
-    if (choice.matched_bytes > 0) out.push_back(std::move(choice));
+    if (choice.matched_bytes == 0) continue;
+    choice.depth = e.meta.max_depth();
+    out.push_back(std::move(choice));
   }
   // Most matched first; among equals, the most recent (stable: `recent` order).
   std::stable_sort(out.begin(), out.end(),

@@ -33,6 +33,7 @@ struct BaseChoice {
     uint64_t logical_size = 0;
   };
   std::vector<Other> other;
+  uint8_t depth = 0;  // the deepest delta chain among the pack's chunks
 };
 
 class PackIndex {

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <system_error>
 #include <thread>
@@ -62,6 +63,23 @@ struct PackSource {
   std::span<const TensorRange> tensors;
 };
 
+// Codes a chunk no plan covers yet: as a delta where `planner` finds one that
+// pays, else on its own (which the planner may ask for first, as the size a
+// delta must beat; it is coded once either way).
+void CodeUnplanned(const PackSource& src, uint64_t off, std::span<const uint8_t> raw,
+                   std::span<const TensorRange> ranges, ChunkPlanner* planner, ChunkSlot* s) {
+  bool coded = false;
+  const std::function<size_t()> code_alone = [&] {
+    if (!coded) {
+      s->entry.codec = EncodeChunk(raw, *src.opts, &s->out, off, ranges);
+      coded = true;
+    }
+    return s->out.size();
+  };
+  if (planner != nullptr) s->plan = planner->PlanDelta(off, raw, ranges, code_alone);
+  if (!s->plan) code_alone();
+}
+
 // Reads chunk i and codes it: a plan against other packs when the planner
 // has one, else on its own. Leaves offset and stored checksum to the appender.
 Status EncodeChunkAt(const PackSource& src, uint64_t i, ChunkPlanner* planner, ChunkSlot* s) {
@@ -85,10 +103,7 @@ Status EncodeChunkAt(const PackSource& src, uint64_t i, ChunkPlanner* planner, C
   // Zero chunks cost nothing on their own: never make them depend on a base.
   const bool plannable = !s->plan && planner != nullptr && !IsAllZero(raw);
   if (plannable) s->plan = planner->PlanRef(off, raw, s->hash, ranges);
-  if (!s->plan) {
-    s->entry.codec = EncodeChunk(raw, *src.opts, &s->out, off, ranges);
-    if (plannable) s->plan = planner->PlanDelta(off, raw, ranges, s->out.size());
-  }
+  if (!s->plan) CodeUnplanned(src, off, raw, ranges, plannable ? planner : nullptr, s);
   if (s->plan) {
     s->entry.codec = s->plan->codec;
     s->out.swap(s->plan->payload);

@@ -10,6 +10,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -382,6 +383,84 @@ TEST(DeltaChunkTest, PerturbedF32Sizes) {
                 plain.size(), plain.size() / double(p.raw.size()), x, x / double(p.raw.size()), d,
                 d / double(p.raw.size()), KindOf(payload) == DeltaKind::kIntDiff ? "int-diff" : "xor");
   }
+}
+
+// ---- the limit ----------------------------------------------------------------------
+
+// A 1 MiB chunk of f32 weights nudged by `rel`, and what it codes to alone.
+struct LimitCase {
+  TensorPair p;
+  std::vector<TensorRange> r;
+  size_t alone = 0;
+  int asked = 0;  // calls of `standalone`
+  std::function<size_t()> standalone = [this] {
+    ++asked;
+    return alone;
+  };
+  explicit LimitCase(double rel) : p(MakeTensor(DType::kF32, (1 << 20) / 4, 71, rel)) {
+    r = {{0, p.raw.size(), DType::kF32}};
+    Bytes coded;
+    EXPECT_OK(EncodeTensorChunk(p.raw, 0, r, {}, &coded));
+    alone = coded.size();
+  }
+  LimitCase(const LimitCase&) = delete;
+  Status Encode(double share, Bytes* out) {
+    return EncodeDeltaChunk(p.raw, p.base, 0, r, {}, out, {share, &standalone});
+  }
+};
+
+// Coding the chunk alone costs as much as the delta: a delta the sample puts
+// far under the limit is kept without it, and is the payload it would be
+// without a limit.
+TEST(DeltaChunkTest, DeltaFarUnderTheLimitNeverCodesTheChunkAlone) {
+  LimitCase c(1e-4);
+  Bytes out;
+  ASSERT_OK(c.Encode(0.8, &out));
+  EXPECT_EQ(c.asked, 0);
+  EXPECT_LT(out.size() * 2, c.alone);
+  EXPECT_EQ(out, EncodeDelta(c.p.raw, c.p.base, 0, c.r));
+}
+
+// Near the limit the exact size decides: kept under it, EFBIG at or above
+// it, with `out` as it was.
+TEST(DeltaChunkTest, DeltaNearTheLimitIsJudgedByTheExactSize) {
+  LimitCase c(1e-4);
+  const size_t delta = EncodeDelta(c.p.raw, c.p.base, 0, c.r).size();
+  const double at = static_cast<double>(delta) / static_cast<double>(c.alone);
+  Bytes out = {9};
+  ASSERT_OK(c.Encode(at * 1.05, &out));
+  EXPECT_EQ(c.asked, 1);
+  EXPECT_EQ(out.size(), delta + 1);
+  out = {9};
+  Status s = c.Encode(at * 0.95, &out);
+  EXPECT_EQ(s.code(), EFBIG) << s.ToString();
+  EXPECT_EQ(out, Bytes{9});
+}
+
+// A delta the sample puts clearly above the limit is not coded at all.
+TEST(DeltaChunkTest, DeltaFarAboveTheLimitGivesUpEarly) {
+  LimitCase c(1e-4);
+  Bytes out;
+  Status s = c.Encode(0.05, &out);
+  EXPECT_EQ(s.code(), EFBIG) << s.ToString();
+  EXPECT_NE(s.message().find("predicted"), std::string::npos) << s.ToString();
+  EXPECT_EQ(c.asked, 1);
+  EXPECT_TRUE(out.empty());
+}
+
+// Without a sample (a chunk no bigger than it) the exact size decides.
+TEST(DeltaChunkTest, SmallChunkAsksForTheExactSize) {
+  TensorPair p = MakeTensor(DType::kF32, 4096, 72, 1e-4);
+  const std::vector<TensorRange> r = {{0, p.raw.size(), DType::kF32}};
+  int asked = 0;
+  const std::function<size_t()> alone = [&] {
+    ++asked;
+    return p.raw.size();
+  };
+  Bytes out;
+  ASSERT_OK(EncodeDeltaChunk(p.raw, p.base, 0, r, {}, &out, {0.8, &alone}));
+  EXPECT_EQ(asked, 1);
+  EXPECT_EQ(out, EncodeDelta(p.raw, p.base, 0, r));
 }
 
 // ---- malformed payloads --------------------------------------------------------------

@@ -9,10 +9,13 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <random>
 
 #include "cache/chunk_cache.h"
+#include "codec/formats/layout.h"
 #include "store/base_closeness.h"
+#include "store/pack_index.h"
 #include "store/store.h"
 #include "tests/unit/fault_env.h"
 #include "tests/unit/test_util.h"
@@ -234,6 +237,64 @@ TEST_F(LineageTest, ShardsOfEqualLayoutFindTheirOwnRanksPredecessor) {
     EXPECT_LT(UsageOf(name).stored * 2, UsageOf("s1_r" + std::to_string(r)).stored) << name;
   }
   ExpectFsckClean();
+}
+
+// Packs held in memory as their logical bytes.
+class MemPacks : public BaseSource {
+ public:
+  std::map<ObjectId, std::vector<uint8_t>> packs;
+  Status ReadPackRange(ObjectId pack, uint64_t offset, std::span<uint8_t> out) override {
+    const std::vector<uint8_t>& b = packs.at(pack);
+    if (offset > b.size() || b.size() - offset < out.size()) return Status::Corruption("outside the pack");
+    std::memcpy(out.data(), b.data() + offset, out.size());
+    return Status::Ok();
+  }
+};
+
+BaseChoice Candidate(ObjectId pack, uint64_t size, uint8_t depth) {
+  BaseChoice c{pack, size, size, {uint64_t{0}}, {}};
+  c.depth = depth;
+  return c;
+}
+
+// Between predecessors equally close where they are compared (copies of one
+// save; a lossless file and its lossy twin that reconstructs it exactly),
+// the shallower chain is the base, whichever comes first; a closer one
+// still wins over a shallower one.
+TEST(BaseClosenessTest, EquallyCloseCandidatesPreferTheShallowerChain) {
+  std::vector<float> w = Weights(8192, 301), far = w;
+  for (float& x : far) x += 1e-3f;
+  const std::vector<uint8_t> file(reinterpret_cast<const uint8_t*>(w.data()),
+                                  reinterpret_cast<const uint8_t*>(w.data() + w.size()));
+  MemPacks bases;
+  bases.packs[1] = bases.packs[2] = file;
+  bases.packs[3].assign(reinterpret_cast<const uint8_t*>(far.data()),
+                        reinterpret_cast<const uint8_t*>(far.data() + far.size()));
+  const std::vector<TensorRange> ranges = {{0, file.size(), DType::kF32}};
+  const SpanSource src(file);
+  const uint64_t n = file.size();
+  EXPECT_EQ(ClosestBase(src, ranges, std::vector{Candidate(1, n, 1), Candidate(2, n, 0)}, bases), 1u);
+  EXPECT_EQ(ClosestBase(src, ranges, std::vector{Candidate(2, n, 0), Candidate(1, n, 1)}, bases), 0u);
+  EXPECT_EQ(ClosestBase(src, ranges, std::vector{Candidate(1, n, 2), Candidate(2, n, 2)}, bases), 0u);
+  EXPECT_EQ(ClosestBase(src, ranges, std::vector{Candidate(3, n, 0), Candidate(1, n, 3)}, bases), 1u);
+}
+
+// Candidates carry the deepest chain among their pack's chunks.
+TEST(BaseClosenessTest, CandidatesCarryTheirDeepestChain) {
+  PackIndex index;
+  const std::vector<TensorRange> ranges = {{0, 8 * kChunk, DType::kF32}};
+  PackMeta keyframe, twin;
+  keyframe.tensors = twin.tensors = ranges;
+  keyframe.chunk_hash = twin.chunk_hash = std::vector<uint64_t>(8, 0);
+  keyframe.chunk_depth = std::vector<uint8_t>(8, 0);
+  twin.chunk_depth = {0, 2, 1, 0, 0, 0, 0, 0};
+  index.Add(1, keyframe, 8 * kChunk, kChunk);
+  index.Add(2, twin, 8 * kChunk, kChunk);
+  index.AddRoot(1);  // files name them
+  index.AddRoot(2);
+  const std::vector<BaseChoice> c = index.FindBaseCandidates(ranges, 0.9, 8);
+  ASSERT_EQ(c.size(), 2u);
+  for (const BaseChoice& b : c) EXPECT_EQ(b.depth, b.pack == 2 ? 2u : 0u) << b.pack;
 }
 
 TEST(BaseClosenessTest, SampleDistanceByElementType) {

@@ -125,13 +125,61 @@ class FirstChunkRef : public ChunkPlanner {
     return p;
   }
   std::optional<ChunkPlan> PlanDelta(uint64_t, std::span<const uint8_t>, std::span<const TensorRange>,
-                                     size_t) override {
+                                     const std::function<size_t()>&) override {
     return std::nullopt;
   }
 
  private:
   int64_t offset_;
 };
+
+// Asks for the chunk's standalone size twice per chunk, then declines.
+class AskingPlanner : public ChunkPlanner {
+ public:
+  std::vector<size_t> sizes;
+  std::optional<ChunkPlan> PlanRef(uint64_t, std::span<const uint8_t>, uint64_t,
+                                   std::span<const TensorRange>) override {
+    return std::nullopt;
+  }
+  std::optional<ChunkPlan> PlanDelta(uint64_t, std::span<const uint8_t>, std::span<const TensorRange>,
+                                     const std::function<size_t()>& standalone_size) override {
+    sizes.push_back(standalone_size());
+    sizes.push_back(standalone_size());
+    return std::nullopt;
+  }
+};
+
+// A planner that asks for the standalone size gets the size the chunk is
+// stored at, however often it asks, and the chunks are stored as they are
+// without a planner.
+TEST_F(PackTest, StandaloneSizeIsTheStoredSize) {
+  const std::vector<uint8_t> content = test::MixedContent(4096, 31);
+  ASSERT_TRUE(Write(content, 4096, "plain").ok());
+  AskingPlanner planner;
+  test::WriteFileBytes(dir_.Sub("src"), content);
+  auto src = env_->OpenAt(AT_FDCWD, dir_.Sub("src"), O_RDONLY);
+  auto dst = env_->OpenAt(AT_FDCWD, dir_.Sub("p"), O_CREAT | O_TRUNC | O_RDWR, 0644);
+  ASSERT_TRUE(src.ok() && dst.ok());
+  Result<PackStats> st = WritePack(env_, src->get(), content.size(), dst->get(), 4096, {}, nullptr, {}, &planner);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  auto plain = Open("plain"), planned = Open();
+  ASSERT_TRUE(plain.ok() && planned.ok());
+  const auto& chunks = (*planned)->chunks();
+  size_t asked = 0;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    EXPECT_EQ(chunks[i].codec, (*plain)->chunks()[i].codec) << i;
+    if (chunks[i].codec == ChunkCodec::kZero) continue;  // never planned
+    ASSERT_LT(asked + 1, planner.sizes.size());
+    EXPECT_EQ(planner.sizes[asked], chunks[i].stored_len) << i;
+    EXPECT_EQ(planner.sizes[asked + 1], chunks[i].stored_len) << i;
+    asked += 2;
+  }
+  EXPECT_EQ(asked, planner.sizes.size());
+  EXPECT_EQ((*planned)->stored_size(), (*plain)->stored_size());
+  Result<std::vector<uint8_t>> back = ReadAll(**planned);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, content);
+}
 
 TEST_F(PackTest, EmptyFile) {
   RoundTrip({}, 4096);
