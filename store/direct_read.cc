@@ -22,10 +22,11 @@ std::span<uint8_t> AlignedScratch(size_t n) {
   thread_local std::unique_ptr<uint8_t, FreeDeleter> buf;
   thread_local size_t cap = 0;
   if (cap < n) {
-    void* p = std::aligned_alloc(DirectReader::kAlign, n);
+    const size_t rounded = (n + DirectReader::kAlign - 1) / DirectReader::kAlign * DirectReader::kAlign;
+    void* p = std::aligned_alloc(DirectReader::kAlign, rounded);
     if (p == nullptr) return {};
     buf.reset(static_cast<uint8_t*>(p));
-    cap = n;
+    cap = rounded;
   }
   return {buf.get(), n};
 }
@@ -39,23 +40,32 @@ DirectReader::DirectReader(Env* env, int fd) : env_(env) {
 }
 
 Status DirectReader::ReadExact(std::span<uint8_t> out, uint64_t off) const {
+  std::span<uint8_t> room = AlignedScratch(RoomFor(out.size()));
+  if (room.empty()) {
+    return Status::Error(ENOMEM, "no memory for a direct read of " + std::to_string(RoomFor(out.size())) + " bytes");
+  }
+  ASSIGN_OR_RETURN(const std::span<const uint8_t> got, ReadIn(room, off, out.size()));
+  std::memcpy(out.data(), got.data(), out.size());
+  return Status::Ok();
+}
+
+Result<std::span<const uint8_t>> DirectReader::ReadIn(std::span<uint8_t> room, uint64_t off, size_t len) const {
   const uint64_t begin = off / kAlign * kAlign;
-  const uint64_t end = (off + out.size() + kAlign - 1) / kAlign * kAlign;
-  std::span<uint8_t> buf = AlignedScratch(static_cast<size_t>(end - begin));
-  if (buf.empty())
-    return Status::Error(ENOMEM, "no memory for a direct read of " + std::to_string(end - begin) + " bytes");
+  const uint64_t end = (off + len + kAlign - 1) / kAlign * kAlign;
+  if (room.size() < end - begin || reinterpret_cast<uintptr_t>(room.data()) % kAlign != 0) {
+    return Status::InvalidArgument("direct read of " + std::to_string(len) + " bytes into " +
+                                   std::to_string(room.size()) + " unaligned or too few bytes");
+  }
   // The last block may run past the end of the file: a short read is fine
   // as long as it covers what was asked for.
-  ASSIGN_OR_RETURN(size_t got, env_->PRead(direct_.get(), buf, begin));
+  ASSIGN_OR_RETURN(size_t got, env_->PRead(direct_.get(), room.first(end - begin), begin));
   const uint64_t lead = off - begin;
-  if (got < lead + out.size()) {
+  if (got < lead + len) {
     const uint64_t got_asked = got - std::min<uint64_t>(got, lead);
     return Status::Error(EIO, "short read from " + FdPathForLog(direct_.get()) + " at offset " + std::to_string(off) +
-                                  ": got " + std::to_string(got_asked) + " of " + std::to_string(out.size()) +
-                                  " bytes");
+                                  ": got " + std::to_string(got_asked) + " of " + std::to_string(len) + " bytes");
   }
-  std::memcpy(out.data(), buf.data() + lead, out.size());
-  return Status::Ok();
+  return std::span<const uint8_t>(room.data() + lead, len);
 }
 
 }  // namespace ckptfs

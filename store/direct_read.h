@@ -34,6 +34,14 @@ class DirectReader {
   // by way of an aligned per-thread buffer. Callers check Covers first.
   Status ReadExact(std::span<uint8_t> out, uint64_t off) const;
 
+  // Bytes ReadIn needs for a read of `len`: the read is widened to the
+  // kAlign grid on both sides.
+  static size_t RoomFor(size_t len) { return len + 2 * kAlign; }
+  // Reads exactly `len` bytes at `off` into `room` (kAlign-aligned, at
+  // least RoomFor(len) bytes) and returns where in it they landed: no copy
+  // out of a bounce buffer. Callers check Covers first.
+  Result<std::span<const uint8_t>> ReadIn(std::span<uint8_t> room, uint64_t off, size_t len) const;
+
  private:
   Env* env_;
   UniqueFd direct_;

@@ -28,6 +28,15 @@ class PackBytes {
   // Asks for [off, off+len) to be read ahead, so that a ReadExact of it
   // soon after finds it at hand. Advice only.
   virtual void Prefetch(uint64_t off, uint64_t len) const = 0;
+
+  // The same read into `room` (aligned to DirectReader::kAlign, at least
+  // RoomFor(len) bytes), returning where in it the bytes landed: a source
+  // that reads on an alignment grid keeps them where they came in.
+  virtual size_t RoomFor(size_t len) const { return len; }
+  virtual Result<std::span<const uint8_t>> ReadIn(std::span<uint8_t> room, uint64_t off, size_t len) const {
+    RETURN_IF_ERROR(ReadExact(room.first(len), off));
+    return std::span<const uint8_t>(room.first(len));
+  }
 };
 
 // A pack file held open; reads go through Env.
@@ -48,6 +57,10 @@ class FdPackBytes : public PackBytes {
   // not look for it).
   void Prefetch(uint64_t off, uint64_t len) const override {
     if (!direct_.Covers(len)) (void)env_->Fadvise(fd_.get(), off, len, POSIX_FADV_WILLNEED);
+  }
+  size_t RoomFor(size_t len) const override { return direct_.Covers(len) ? DirectReader::RoomFor(len) : len; }
+  Result<std::span<const uint8_t>> ReadIn(std::span<uint8_t> room, uint64_t off, size_t len) const override {
+    return direct_.Covers(len) ? direct_.ReadIn(room, off, len) : PackBytes::ReadIn(room, off, len);
   }
 
  private:

@@ -5,7 +5,9 @@
 #include <sys/xattr.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 
 #include "tests/unit/fault_env.h"
 #include "store/direct_read.h"
@@ -228,6 +230,34 @@ TEST(DirectReaderTest, UnalignedReadsMatchTheFile) {
     ASSERT_OK(direct.ReadExact(out, off));
     EXPECT_TRUE(std::equal(out.begin(), out.end(), data.begin() + static_cast<ptrdiff_t>(off))) << off << "+" << len;
   }
+}
+
+// ReadIn leaves the bytes where the aligned read put them; a room that is
+// unaligned or too small is refused before any read.
+TEST(DirectReaderTest, ReadInLandsTheBytesInTheRoom) {
+  TempDir dir;
+  FaultEnv env;
+  const std::vector<uint8_t> data = test::RandomBytes((1 << 20) + 333, 7);
+  UniqueFd fd = RandomFile(&env, dir, data);
+  FdPackBytes pack(&env, std::move(fd));
+  const std::pair<uint64_t, size_t> cases[] = {{0, 300000}, {4097, 500001}, {777, data.size() - 777}, {5, 100}};
+  for (auto [off, len] : cases) {
+    struct Free {
+      void operator()(uint8_t* p) const { std::free(p); }
+    };
+    const size_t room_len = (pack.RoomFor(len) + 4095) / 4096 * 4096;
+    std::unique_ptr<uint8_t, Free> room(static_cast<uint8_t*>(std::aligned_alloc(4096, room_len)));
+    Result<std::span<const uint8_t>> got = pack.ReadIn({room.get(), pack.RoomFor(len)}, off, len);
+    ASSERT_OK(got.status());
+    ASSERT_EQ(got->size(), len);
+    EXPECT_GE(got->data(), room.get());
+    EXPECT_TRUE(std::equal(got->begin(), got->end(), data.begin() + static_cast<ptrdiff_t>(off))) << off << "+" << len;
+  }
+  UniqueFd again = RandomFile(&env, dir, data);
+  DirectReader direct(&env, again.get());
+  if (!direct.Covers(DirectReader::kMinDirectRead)) GTEST_SKIP() << "the file system under /tmp refuses O_DIRECT";
+  std::vector<uint8_t> small(DirectReader::RoomFor(300000) - 1);
+  EXPECT_EQ(direct.ReadIn(small, 0, 300000).status().code(), EINVAL);
 }
 
 TEST(DirectReaderTest, ReadPastTheEndIsAnError) {
