@@ -26,12 +26,12 @@ class PackTest : public ::testing::Test {
   // Writes `content` as a pack at dir/name; returns the stats.
   Result<PackStats> Write(const std::vector<uint8_t>& content, uint32_t chunk_size, const std::string& name = "p",
                           const std::atomic<bool>* cancel = nullptr, uint64_t size_override = UINT64_MAX,
-                          std::span<const TensorRange> tensors = {}) {
+                          std::span<const TensorRange> tensors = {}, ChunkPlanner* planner = nullptr) {
     test::WriteFileBytes(dir_.Sub("src"), content);
     ASSIGN_OR_RETURN(UniqueFd src, env_->OpenAt(AT_FDCWD, dir_.Sub("src"), O_RDONLY));
     ASSIGN_OR_RETURN(UniqueFd dst, env_->OpenAt(AT_FDCWD, dir_.Sub(name), O_CREAT | O_TRUNC | O_RDWR, 0644));
     uint64_t size = size_override == UINT64_MAX ? content.size() : size_override;
-    return WritePack(env_, src.get(), size, dst.get(), chunk_size, {}, cancel, tensors);
+    return WritePack(env_, src.get(), size, dst.get(), chunk_size, {}, cancel, tensors, planner);
   }
   // Rewrites the header's version field (offset 8) and its checksum (offset
   // 56: XXH3-64 of bytes 0..55, seed kSeedHeader), as store/pack_writer.cc writes them.
@@ -156,11 +156,7 @@ TEST_F(PackTest, StandaloneSizeIsTheStoredSize) {
   const std::vector<uint8_t> content = test::MixedContent(4096, 31);
   ASSERT_TRUE(Write(content, 4096, "plain").ok());
   AskingPlanner planner;
-  test::WriteFileBytes(dir_.Sub("src"), content);
-  auto src = env_->OpenAt(AT_FDCWD, dir_.Sub("src"), O_RDONLY);
-  auto dst = env_->OpenAt(AT_FDCWD, dir_.Sub("p"), O_CREAT | O_TRUNC | O_RDWR, 0644);
-  ASSERT_TRUE(src.ok() && dst.ok());
-  Result<PackStats> st = WritePack(env_, src->get(), content.size(), dst->get(), 4096, {}, nullptr, {}, &planner);
+  Result<PackStats> st = Write(content, 4096, "p", nullptr, UINT64_MAX, {}, &planner);
   ASSERT_TRUE(st.ok()) << st.status().ToString();
   auto plain = Open("plain"), planned = Open();
   ASSERT_TRUE(plain.ok() && planned.ok());
@@ -363,11 +359,7 @@ TEST_F(PackTest, LeadingBaseWindowReadsZerosBeforeTheBase) {
   const std::vector<uint8_t> tail = RandomBytes(1000, 22);
   content.insert(content.end(), tail.begin(), tail.end());
   FirstChunkRef planner(-64);
-  test::WriteFileBytes(dir_.Sub("src"), content);
-  auto src = env_->OpenAt(AT_FDCWD, dir_.Sub("src"), O_RDONLY);
-  auto dst = env_->OpenAt(AT_FDCWD, dir_.Sub("p"), O_CREAT | O_TRUNC | O_RDWR, 0644);
-  ASSERT_TRUE(src.ok() && dst.ok());
-  Result<PackStats> st = WritePack(env_, src->get(), content.size(), dst->get(), 4096, {}, nullptr, {}, &planner);
+  Result<PackStats> st = Write(content, 4096, "p", nullptr, UINT64_MAX, {}, &planner);
   ASSERT_TRUE(st.ok()) << st.status().ToString();
   EXPECT_EQ(st->ref_chunks, 1u);
   auto r = Open();
@@ -388,11 +380,7 @@ TEST_F(PackTest, MalformedLeadingBaseWindowsAreErrors) {
   const std::vector<uint8_t> content = RandomBytes(5000, 24);
   auto write = [&](int64_t offset) {
     FirstChunkRef planner(offset);
-    test::WriteFileBytes(dir_.Sub("src"), content);
-    auto src = env_->OpenAt(AT_FDCWD, dir_.Sub("src"), O_RDONLY);
-    auto dst = env_->OpenAt(AT_FDCWD, dir_.Sub("p"), O_CREAT | O_TRUNC | O_RDWR, 0644);
-    ASSERT_TRUE(src.ok() && dst.ok());
-    ASSERT_TRUE(WritePack(env_, src->get(), content.size(), dst->get(), 4096, {}, nullptr, {}, &planner).ok());
+    ASSERT_TRUE(Write(content, 4096, "p", nullptr, UINT64_MAX, {}, &planner).ok());
   };
   std::vector<uint8_t> chunk;
   for (int64_t lead : {int64_t{4096}, int64_t{5000}, int64_t{1} << 62}) {
