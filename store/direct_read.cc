@@ -5,33 +5,30 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <memory>
 #include <string>
 
 namespace ckptfs {
 namespace {
 
-struct FreeDeleter {
-  void operator()(uint8_t* p) const { std::free(p); }
-};
-
 // O_DIRECT wants the buffer aligned as well as the offset and length. One
 // buffer per thread, grown as needed: the readers are the FUSE and
 // decode-ahead threads, each holding one chunk at a time.
 std::span<uint8_t> AlignedScratch(size_t n) {
-  thread_local std::unique_ptr<uint8_t, FreeDeleter> buf;
-  thread_local size_t cap = 0;
-  if (cap < n) {
-    const size_t rounded = (n + DirectReader::kAlign - 1) / DirectReader::kAlign * DirectReader::kAlign;
-    void* p = std::aligned_alloc(DirectReader::kAlign, rounded);
-    if (p == nullptr) return {};
-    buf.reset(static_cast<uint8_t*>(p));
-    cap = rounded;
-  }
-  return {buf.get(), n};
+  thread_local AlignedBuffer buf;
+  return buf.Get(n);
 }
 
 }  // namespace
+
+std::span<uint8_t> AlignedBuffer::Get(size_t n) {
+  if (n > cap_) {
+    const size_t rounded = (n + DirectReader::kAlign - 1) / DirectReader::kAlign * DirectReader::kAlign;
+    bytes_.reset(static_cast<uint8_t*>(std::aligned_alloc(DirectReader::kAlign, rounded)));
+    cap_ = bytes_ ? rounded : 0;
+    if (!bytes_) return {};
+  }
+  return {bytes_.get(), n};
+}
 
 DirectReader::DirectReader(Env* env, int fd) : env_(env) {
   if (fd < 0) return;

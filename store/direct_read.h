@@ -9,6 +9,8 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
+#include <memory>
 #include <span>
 
 #include "base/status.h"
@@ -16,6 +18,22 @@
 #include "store/env.h"
 
 namespace ckptfs {
+
+// A growable buffer aligned for O_DIRECT (DirectReader::kAlign). Its bytes
+// are not zeroed: a vector's resize up would memset what a read then
+// overwrites.
+class AlignedBuffer {
+ public:
+  // The first n bytes, grown (contents lost) as needed; empty when out of memory.
+  std::span<uint8_t> Get(size_t n);
+
+ private:
+  struct Free {
+    void operator()(uint8_t* p) const { std::free(p); }
+  };
+  std::unique_ptr<uint8_t, Free> bytes_;
+  size_t cap_ = 0;
+};
 
 class DirectReader {
  public:

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <array>
 #include <condition_variable>
-#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <system_error>
@@ -36,33 +35,10 @@ ChunkEntry DecodeEntry(std::span<const uint8_t> in) {
 }
 
 // Stored bytes are read into a per-thread buffer: one chunk per FUSE worker
-// thread at most, instead of an allocation per read. Not a vector: its
-// resize up after a smaller chunk zeroes the bytes the read overwrites at
-// once (a memset of up to a chunk per decode). Aligned, so that a direct
-// read (store/direct_read.h) lands in it without a bounce buffer.
-class StoredBuffer {
- public:
-  // Empty when out of memory.
-  std::span<uint8_t> Get(size_t n) {
-    if (n > cap_) {
-      const size_t rounded = (n + DirectReader::kAlign - 1) / DirectReader::kAlign * DirectReader::kAlign;
-      bytes_.reset(static_cast<uint8_t*>(std::aligned_alloc(DirectReader::kAlign, rounded)));
-      cap_ = bytes_ ? rounded : 0;
-      if (!bytes_) return {};
-    }
-    return {bytes_.get(), n};
-  }
-
- private:
-  struct Free {
-    void operator()(uint8_t* p) const { std::free(p); }
-  };
-  std::unique_ptr<uint8_t, Free> bytes_;
-  size_t cap_ = 0;
-};
-
-StoredBuffer& ScratchBuffer() {
-  thread_local StoredBuffer buf;
+// thread at most, instead of an allocation per read. Aligned, so that a
+// direct read (store/direct_read.h) lands in it without a bounce buffer.
+AlignedBuffer& ScratchBuffer() {
+  thread_local AlignedBuffer buf;
   return buf;
 }
 
@@ -304,7 +280,7 @@ Status PackReader::ReadChunkInto(uint64_t index, std::span<uint8_t> out, BaseSou
   // Chunks stored against a base read that base first, which may recurse
   // into this thread's scratch buffer: they keep their payload locally.
   const bool needs_base = StoredAgainstBase(e.codec);
-  StoredBuffer local;
+  AlignedBuffer local;
   const std::span<uint8_t> room = (needs_base ? local : ScratchBuffer()).Get(source_->RoomFor(e.stored_len));
   if (room.empty() && e.stored_len > 0) {
     return Status::Error(ENOMEM, ctx + ": no memory for " + std::to_string(e.stored_len) + " stored bytes");

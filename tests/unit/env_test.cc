@@ -5,9 +5,7 @@
 #include <sys/xattr.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
-#include <memory>
 
 #include "tests/unit/fault_env.h"
 #include "store/direct_read.h"
@@ -232,21 +230,6 @@ TEST(DirectReaderTest, UnalignedReadsMatchTheFile) {
   }
 }
 
-// A buffer aligned for O_DIRECT.
-class AlignedBytes {
- public:
-  explicit AlignedBytes(size_t n)
-      : n_(n), p_(static_cast<uint8_t*>(std::aligned_alloc(DirectReader::kAlign, (n + 4095) / 4096 * 4096))) {}
-  std::span<uint8_t> span() { return {p_.get(), n_}; }
-
- private:
-  struct Free {
-    void operator()(uint8_t* p) const { std::free(p); }
-  };
-  size_t n_;
-  std::unique_ptr<uint8_t, Free> p_;
-};
-
 // ReadIn leaves the bytes where the aligned read put them; a room that is
 // unaligned or too small is refused before any read.
 TEST(DirectReaderTest, ReadInLandsTheBytesInTheRoom) {
@@ -257,20 +240,22 @@ TEST(DirectReaderTest, ReadInLandsTheBytesInTheRoom) {
   FdPackBytes pack(&env, std::move(fd));
   const std::pair<uint64_t, size_t> cases[] = {{0, 300000}, {4097, 500001}, {777, data.size() - 777}, {5, 100}};
   for (auto [off, len] : cases) {
-    AlignedBytes room(pack.RoomFor(len));
-    Result<std::span<const uint8_t>> got = pack.ReadIn(room.span(), off, len);
+    AlignedBuffer buf;
+    const std::span<uint8_t> room = buf.Get(pack.RoomFor(len));
+    Result<std::span<const uint8_t>> got = pack.ReadIn(room, off, len);
     ASSERT_OK(got.status());
     ASSERT_EQ(got->size(), len);
-    EXPECT_GE(got->data(), room.span().data());
+    EXPECT_GE(got->data(), room.data());
     EXPECT_TRUE(std::equal(got->begin(), got->end(), data.begin() + static_cast<ptrdiff_t>(off))) << off << "+" << len;
   }
   UniqueFd again = RandomFile(&env, dir, data);
   DirectReader direct(&env, again.get());
   if (!direct.Covers(DirectReader::kMinDirectRead)) GTEST_SKIP() << "the file system under /tmp refuses O_DIRECT";
-  AlignedBytes room(DirectReader::RoomFor(300000));
-  EXPECT_EQ(direct.ReadIn(room.span().subspan(1), 0, 300000).status().code(), EINVAL);  // unaligned
-  EXPECT_EQ(direct.ReadIn(room.span().first(300000), 0, 300000).status().code(), EINVAL);  // under the 4 KiB grid
-  ASSERT_OK(direct.ReadIn(room.span(), 0, 300000).status());
+  AlignedBuffer buf;
+  const std::span<uint8_t> room = buf.Get(DirectReader::RoomFor(300000));
+  EXPECT_EQ(direct.ReadIn(room.subspan(1), 0, 300000).status().code(), EINVAL);     // unaligned
+  EXPECT_EQ(direct.ReadIn(room.first(300000), 0, 300000).status().code(), EINVAL);  // under the 4 KiB grid
+  ASSERT_OK(direct.ReadIn(room, 0, 300000).status());
 }
 
 TEST(DirectReaderTest, ReadPastTheEndIsAnError) {
