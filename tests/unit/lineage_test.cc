@@ -9,7 +9,6 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
-#include <map>
 #include <random>
 
 #include "cache/chunk_cache.h"
@@ -239,18 +238,6 @@ TEST_F(LineageTest, ShardsOfEqualLayoutFindTheirOwnRanksPredecessor) {
   ExpectFsckClean();
 }
 
-// Packs held in memory as their logical bytes.
-class MemPacks : public BaseSource {
- public:
-  std::map<ObjectId, std::vector<uint8_t>> packs;
-  Status ReadPackRange(ObjectId pack, uint64_t offset, std::span<uint8_t> out) override {
-    const std::vector<uint8_t>& b = packs.at(pack);
-    if (offset > b.size() || b.size() - offset < out.size()) return Status::Corruption("outside the pack");
-    std::memcpy(out.data(), b.data() + offset, out.size());
-    return Status::Ok();
-  }
-};
-
 BaseChoice Candidate(ObjectId pack, uint64_t size, uint8_t depth) {
   BaseChoice c{pack, size, size, {uint64_t{0}}, {}};
   c.depth = depth;
@@ -266,7 +253,7 @@ TEST(BaseClosenessTest, EquallyCloseCandidatesPreferTheShallowerChain) {
   for (float& x : far) x += 1e-3f;
   const std::vector<uint8_t> file(reinterpret_cast<const uint8_t*>(w.data()),
                                   reinterpret_cast<const uint8_t*>(w.data() + w.size()));
-  MemPacks bases;
+  test::MemBases bases;
   bases.packs[1] = bases.packs[2] = file;
   bases.packs[3].assign(reinterpret_cast<const uint8_t*>(far.data()),
                         reinterpret_cast<const uint8_t*>(far.data() + far.size()));

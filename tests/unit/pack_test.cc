@@ -18,6 +18,7 @@ namespace ckptfs {
 namespace {
 
 using test::CompressibleBytes;
+using test::MemBases;
 using test::RandomBytes;
 using test::TempDir;
 
@@ -94,21 +95,6 @@ class PackTest : public ::testing::Test {
 
   Env* env_ = Env::Default();
   TempDir dir_;
-};
-
-// Base packs held in memory, bounds-checked as the store checks them.
-class MemBases : public BaseSource {
- public:
-  std::map<ObjectId, std::vector<uint8_t>> packs;
-  Status ReadPackRange(ObjectId pack, uint64_t offset, std::span<uint8_t> out) override {
-    auto it = packs.find(pack);
-    if (it == packs.end()) return Status::Error(ENOENT, "no pack " + std::to_string(pack));
-    if (offset > it->second.size() || it->second.size() - offset < out.size()) {
-      return Status::Corruption("range " + std::to_string(offset) + " is outside base pack");
-    }
-    std::memcpy(out.data(), it->second.data() + offset, out.size());
-    return Status::Ok();
-  }
 };
 
 // Stores chunk 0 as a ref to pack kBase at `offset` (negative: a leading window).

@@ -5,6 +5,7 @@
 
 #include <bit>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -219,6 +220,16 @@ std::vector<uint8_t> NpyF32(std::span<const uint8_t> f32) {
   b.insert(b.end(), hdr.begin(), hdr.end());
   b.insert(b.end(), f32.begin(), f32.end());
   return b;
+}
+
+Status MemBases::ReadPackRange(ObjectId pack, uint64_t offset, std::span<uint8_t> out) {
+  auto it = packs.find(pack);
+  if (it == packs.end()) return Status::Error(ENOENT, "no pack " + std::to_string(pack));
+  if (offset > it->second.size() || it->second.size() - offset < out.size()) {
+    return Status::Corruption("range " + std::to_string(offset) + " is outside base pack");
+  }
+  std::memcpy(out.data(), it->second.data() + offset, out.size());
+  return Status::Ok();
 }
 
 }  // namespace ckptfs::test

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -108,6 +109,14 @@ std::vector<uint8_t> NpyF32(std::span<const uint8_t> f32);
 // Training-like .npy versions of one float32 tensor (`seed` draws it): each
 // nudges half of the weights, so each is stored as deltas of the last.
 std::vector<std::vector<uint8_t>> NpyVersions(int n, size_t elems, uint32_t seed);
+
+// Base packs held in memory as their logical bytes, bounds-checked as the
+// store checks them.
+class MemBases : public BaseSource {
+ public:
+  std::map<ObjectId, std::vector<uint8_t>> packs;
+  Status ReadPackRange(ObjectId pack, uint64_t offset, std::span<uint8_t> out) override;
+};
 
 // Creates ns/<name> STAGED with `bytes` in a fresh staging file, all fsync'd.
 // Returns the stub record.
