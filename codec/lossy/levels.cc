@@ -138,6 +138,28 @@ LevelFit LevelFitter::Fit(size_t k, int iterations) const {
   return fit;
 }
 
+LevelFit LevelFitter::FitUniform(double step) const {
+  LevelFit fit;
+  if (bins_.empty() || !(step > 0)) return fit;
+  if (!(std::max(std::abs(means_.front()), std::abs(means_.back())) / step < 0x1p52)) return fit;
+  // The means ascend, so each bin's multiple is the last one or a new one.
+  int64_t last = 0;
+  for (size_t bi = 0; bi < bins_.size(); ++bi) {
+    const int64_t j = std::llround(means_[bi] / step);
+    const double c = static_cast<double>(j) * step;
+    const Bin& b = bins_[bi];
+    fit.error += b.wrr - 2 * c * b.wr + c * c * b.w;
+    if (fit.levels.empty() || j != last) {
+      fit.levels.push_back(c);
+      fit.counts.push_back(0);
+      last = j;
+    }
+    fit.counts.back() += b.count;
+  }
+  fit.error = std::max(0.0, fit.error);
+  return fit;
+}
+
 double LevelFitter::CodedEnergy(std::span<const double> levels) const {
   const std::vector<double> bounds = LevelBounds(levels);
   double out = 0;

@@ -77,6 +77,18 @@ class LevelFitter {
   explicit LevelFitter(const ResidualHistogram& h);
   // k levels minimising the weighted squared error of the histogram's values.
   LevelFit Fit(size_t k, int iterations = 16) const;
+  // An entropy-coded uniform quantizer: levels at the multiples of `step`
+  // that values fall nearest to (the others are left out; zero, where the
+  // predictor is, among them). At the same error it needs fewer bits than
+  // the same number of Lloyd levels once the indices are entropy-coded
+  // (Lloyd places levels for a fixed count, not for the fewest bits).
+  // Levels at multiples rather than at their values' means keep the
+  // nearest level of every value the multiple it was estimated at, and
+  // they do not shrink what they code (they may inflate it).
+  // Every occupied multiple is a level, however many: the caller checks the count.
+  LevelFit FitUniform(double step) const;
+  // The distance between the lowest and the highest value (0 when empty).
+  double Span() const { return bins_.empty() ? 0.0 : means_.back() - means_.front(); }
   // Scales fit's levels up (never down) until the values, each at its
   // nearest level, keep their weighted energy (within 1%, at most
   // kEnergyRounds scalings), then recomputes its counts and error.

@@ -5,7 +5,8 @@
 //   - the least sensitive residuals are pruned (the element keeps its
 //     predicted value), the most sensitive are kept at full precision
 //     (escapes), and the rest snap to non-uniform levels fitted by
-//     weighted k-means;
+//     weighted k-means, or to a uniform grid (entropy-coded, it beats
+//     k-means levels at the same error on weights' deltas);
 //   - a search picks the prune share, escape share and level count whose
 //     estimated size is smallest while the error stays within the target;
 //   - level indices are rANS-coded; index 0 means "unchanged from the

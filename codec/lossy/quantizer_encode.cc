@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <bit>
+#include <climits>
 #include <cmath>
 #include <limits>
 #include <numeric>
 #include <optional>
+#include <utility>
 
 #include "codec/compute_device.h"
 #include "codec/element_ops.h"
@@ -37,6 +39,10 @@ constexpr double kPruneShares[] = {0.05, 0.2, 0.4, 0.6, 0.8, 0.95};
 constexpr double kEscapeShares[] = {0.0, 0.002, 0.02};
 // Fits are estimates from a histogram; leave room for the exact check.
 constexpr double kFitSlack = 0.95;
+// The uniform quantizer's step is searched between this share of the
+// residuals' span and the whole span, in this many halvings of the ratio.
+constexpr double kUniformFinest = 1e-4;
+constexpr int kUniformBisections = 12;
 // A base whose element cannot predict (non-finite; in the log domain also
 // negative) where the element itself is fine makes that element an escape,
 // stored at full width. A base with more than one such element in this many
@@ -189,6 +195,13 @@ struct Cut {
   double pruned_err = 0;
   uint64_t pruned = 0, escaped = 0;
 };
+
+// The index of a level at exactly zero, or UINT_MAX (a uniform
+// quantizer's levels include zero; Lloyd levels hardly ever do).
+unsigned ZeroLevel(std::span<const double> levels) {
+  const auto it = std::find(levels.begin(), levels.end(), 0.0);
+  return it == levels.end() ? UINT_MAX : static_cast<unsigned>(it - levels.begin());
+}
 
 class Search {
  public:
@@ -383,15 +396,61 @@ class Search {
         lo = mid + 1;
       }
     }
-    if (!found) return std::nullopt;
-    std::vector<uint64_t> counts = found->counts;
-    counts.push_back(cut.pruned);
+    std::optional<LevelFit> uniform = UniformFit(fitter, room, min_levels);
+    if (!found && !uniform) return std::nullopt;
+    const double lloyd_bits = found ? EstimatedBits(cut, *found) : kInf;
+    const double uniform_bits = uniform ? EstimatedBits(cut, *uniform) : kInf;
+    LevelFit& chosen = uniform_bits < lloyd_bits ? *uniform : *found;
+    p.est_bits = std::min(lloyd_bits, uniform_bits);
+    p.levels = std::move(chosen.levels);
+    return p;
+  }
+
+  double EstimatedBits(const Cut& cut, const LevelFit& fit) const {
+    std::vector<uint64_t> counts = fit.counts;
+    uint64_t unchanged = cut.pruned;  // the predictor's symbol (AssignElements)
+    const unsigned zero = spec_.domain == Domain::kValue ? ZeroLevel(fit.levels) : UINT_MAX;
+    if (zero != UINT_MAX) unchanged += std::exchange(counts[zero], 0);
+    counts.push_back(unchanged);
     counts.push_back(cut.escaped + forced_);
     const double elem_bits = 8.0 * DTypeSize(spec_.dtype);
-    p.est_bits =
-        EntropyBits(counts) + static_cast<double>(cut.escaped + forced_) * elem_bits + 32.0 * found->levels.size();
-    p.levels = std::move(found->levels);
-    return p;
+    return EntropyBits(counts) + static_cast<double>(cut.escaped + forced_) * elem_bits + 32.0 * fit.levels.size();
+  }
+
+  // The coarsest uniform quantizer (FitUniform) whose estimated error fits
+  // `room`, with at least `min_levels` and at most kMaxLevels levels. Its
+  // step is found by bisection, so its error lands near the room, where the
+  // fewest Lloyd levels from kLevelCounts fall short of it by up to a step
+  // of that list. None in the log domain, whose levels are stored as whole
+  // steps, nor where the energy is to be kept (Adam's m): a coarse grid
+  // inflates it (1.23x on a Gaussian at 0.5), which would amplify the
+  // momentum at every restore as shrinking it damps it, and levels moved
+  // to keep it are no longer a uniform grid.
+  std::optional<LevelFit> UniformFit(const LevelFitter& fitter, double room, unsigned min_levels) const {
+    const double span = fitter.Span();
+    if (spec_.domain != Domain::kValue || spec_.preserve_energy || !(span > 0) || !std::isfinite(span))
+      return std::nullopt;
+    const auto fits = [&](double step, LevelFit* out) {
+      LevelFit fit = fitter.FitUniform(step);
+      if (fit.levels.empty() || fit.error > room) return false;
+      *out = std::move(fit);
+      return true;
+    };
+    double fine = span * kUniformFinest, coarse = span;
+    LevelFit best;
+    if (!fits(fine, &best)) return std::nullopt;
+    for (int i = 0; i < kUniformBisections; ++i) {
+      const double mid = std::sqrt(fine * coarse);
+      LevelFit fit;
+      if (fits(mid, &fit)) {
+        fine = mid;
+        best = std::move(fit);
+      } else {
+        coarse = mid;
+      }
+    }
+    if (best.levels.size() > kMaxLevels || best.levels.size() < min_levels) return std::nullopt;
+    return best;
   }
 
   static constexpr uint8_t kNoInterval = 0xFF;
@@ -437,6 +496,7 @@ uint64_t AssignElements(const PieceInput& in, const Analysis& a, std::span<const
   const uint8_t* xs = in.x.data();
   const uint8_t* base = a.against_base ? in.base.data() : nullptr;
   const double unit = std::ldexp(1.0, -static_cast<int>(MantissaBits(T)));
+  const unsigned zero_level = D == Domain::kValue ? ZeroLevel(p.levels) : UINT_MAX;
   uint64_t pruned = 0;
   // MeasureError's sums, term for term in the same order, while the
   // elements are at hand (one pass over them fewer).
@@ -453,7 +513,10 @@ uint64_t AssignElements(const PieceInput& in, const Analysis& a, std::span<const
     } else if (qc == kForced || qc >= p.escape_from || k == 0) {
       sym = k + 1;
     } else {
-      sym = 1 + static_cast<unsigned>(nearest.empty() ? nearest_level(a.r[i]) : nearest[i]);
+      const unsigned j = static_cast<unsigned>(nearest.empty() ? nearest_level(a.r[i]) : nearest[i]);
+      // A level at exactly zero reconstructs the predictor: the predictor's
+      // own symbol says the same, so the two share one probability.
+      sym = j == zero_level ? 0 : 1 + j;
     }
     uint32_t out = sym == k + 1 ? x : Reconstruct(T, D, pred, sym, lv);
     // A level can push a value past the largest finite one: keep it exact.
