@@ -197,9 +197,12 @@ struct Cut {
   uint64_t pruned = 0, escaped = 0;
 };
 
-// The index of a level at exactly zero, or UINT_MAX (a uniform
-// quantizer's levels include zero; Lloyd levels hardly ever do).
-unsigned ZeroLevel(std::span<const double> levels) {
+// The index of the level coded with the "unchanged" symbol, or UINT_MAX:
+// a value-domain level at exactly zero reconstructs the predictor (a
+// uniform quantizer's levels include zero; Lloyd levels hardly ever do).
+// The search's estimate and AssignElements must agree on it.
+unsigned UnchangedLevel(Domain domain, std::span<const double> levels) {
+  if (domain != Domain::kValue) return UINT_MAX;
   const auto it = std::find(levels.begin(), levels.end(), 0.0);
   return it == levels.end() ? UINT_MAX : static_cast<unsigned>(it - levels.begin());
 }
@@ -402,17 +405,16 @@ class Search {
     if (!found && !uniform) return std::nullopt;
     const double lloyd_bits = found ? EstimatedBits(cut, *found) : kInf;
     const double uniform_bits = uniform ? EstimatedBits(cut, *uniform) : kInf;
-    LevelFit& chosen = uniform_bits < lloyd_bits ? *uniform : *found;
-    p.est_bits = std::min(lloyd_bits, uniform_bits);
     p.uniform = uniform_bits < lloyd_bits;
-    p.levels = std::move(chosen.levels);
+    p.est_bits = p.uniform ? uniform_bits : lloyd_bits;
+    p.levels = std::move(p.uniform ? uniform->levels : found->levels);
     return p;
   }
 
   double EstimatedBits(const Cut& cut, const LevelFit& fit) const {
     std::vector<uint64_t> counts = fit.counts;
     uint64_t unchanged = cut.pruned;  // the predictor's symbol (AssignElements)
-    const unsigned zero = spec_.domain == Domain::kValue ? ZeroLevel(fit.levels) : UINT_MAX;
+    const unsigned zero = UnchangedLevel(spec_.domain, fit.levels);
     if (zero != UINT_MAX) unchanged += std::exchange(counts[zero], 0);
     counts.push_back(unchanged);
     counts.push_back(cut.escaped + forced_);
@@ -499,7 +501,7 @@ uint64_t AssignElements(const PieceInput& in, const Analysis& a, std::span<const
   const uint8_t* xs = in.x.data();
   const uint8_t* base = a.against_base ? in.base.data() : nullptr;
   const double unit = std::ldexp(1.0, -static_cast<int>(MantissaBits(T)));
-  const unsigned zero_level = D == Domain::kValue ? ZeroLevel(p.levels) : UINT_MAX;
+  const unsigned zero_level = UnchangedLevel(D, p.levels);
   uint64_t pruned = 0;
   // MeasureError's sums, term for term in the same order, while the
   // elements are at hand (one pass over them fewer).
