@@ -208,6 +208,35 @@ TEST(LossyLevels, UniformFitTakesTheOccupiedMultiples) {
   EXPECT_TRUE(LevelFitter(h).FitUniform(0.0).levels.empty());
 }
 
+// Why m's levels are scaled (docs/LOSSY.md, "Optimizer state"): levels at
+// their values' means make the error orthogonal to the reconstruction, so
+// the coded energy is the values' energy less the error (1 − e² of it at
+// relative error e); PreserveEnergy scales them until it is the values'.
+TEST(LossyLevels, MeanLevelsShrinkTheEnergyAndPreserveEnergyRestoresIt) {
+  ResidualHistogram h(-5.0, 5.0, 0.1, 4096);
+  const std::vector<float> v = Normal(1 << 15, 1.0f, 34);
+  double in = 0;
+  for (float f : v) {
+    const double x = std::clamp<double>(f, -5.0, 5.0);
+    h.Add(x, 1.0);
+    in += x * x;
+  }
+  auto coded_energy = [](const LevelFit& fit) {
+    double e = 0;
+    for (size_t i = 0; i < fit.levels.size(); ++i) e += static_cast<double>(fit.counts[i]) * fit.levels[i] * fit.levels[i];
+    return e;
+  };
+  const LevelFitter fitter(h);
+  LevelFit fit = fitter.Fit(4);
+  ASSERT_EQ(fit.levels.size(), 4u);
+  const double e2 = fit.error / in;  // about 0.12 for 4 Lloyd-Max levels of a Gaussian
+  ASSERT_GT(e2, 0.05);
+  EXPECT_NEAR(coded_energy(fit) / in, 1.0 - e2, 0.01);
+  fitter.PreserveEnergy(&fit);
+  EXPECT_NEAR(coded_energy(fit) / in, 1.0, 0.02);
+  EXPECT_GT(fit.error / in, e2);  // kept energy costs error
+}
+
 // A checkpoint that moved less than its budget since its base codes every
 // element as "keep the base's bits": decoding copies the base (a fast path)
 // and still gives exactly the encoder's reconstruction; one tiny move among
