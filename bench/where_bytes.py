@@ -76,11 +76,13 @@ def in_run(spans, a, b):
 
 def piece_parts(b):
     """A lossy piece's bytes: header+levels, rANS tables, symbols, escapes."""
-    dt, dom = b[1], b[2]
+    dt, dom, flags = b[1], b[2], b[3]
     _n, p = varint(b, 4)
     k = b[p]
     p += 1
-    if dom == 0:
+    if flags & 2:  # piece version 2: a uniform grid, f32 step and first multiple
+        _, p = varint(b, p + 4)
+    elif dom == 0:
         p += 4 * k
     else:
         for _ in range(k):
@@ -91,14 +93,15 @@ def piece_parts(b):
     r = p
     n, r = varint(b, r)
     words = 0
-    if n and b[r] == 1:
+    if n and b[r] in (1, 2):  # rANS with 8 states, or (mode 2) one
+        states = 8 if b[r] == 1 else 1
         r += 1
         d = b[r + 1] + 1
         r += 2 + (d if d <= 32 else 32)
         for _ in range(d - 1):
             _, r = varint(b, r)
-        r += 32
-        for _ in range(8):
+        r += 4 * states
+        for _ in range(states):
             w, r = varint(b, r)
             words += w
     tables = rans_len - 2 * words

@@ -168,6 +168,33 @@ Status DecodePayload(const DecodeTables& t, uint32_t states[kStates], const uint
   return Status::Ok();
 }
 
+// Mode 2: one state, one stream, read symbol by symbol (short inputs only).
+Status DecodeOneState(ByteReader& r, const DecodeTables& t, std::span<uint8_t> out) {
+  uint32_t x = 0;
+  uint64_t words = 0;
+  RETURN_IF_ERROR(r.U32(&x, "rANS state"));
+  if (x < kL) return Status::Corruption("rANS initial state out of range");
+  RETURN_IF_ERROR(r.Varint(&words, "rANS stream length"));
+  if (words > r.remaining() / 2 || 2 * words != r.remaining())
+    return Status::Corruption("rANS stream length does not match the blob");
+  std::span<const uint8_t> stream;
+  RETURN_IF_ERROR(r.Bytes(2 * words, &stream, "rANS stream"));
+  const uint8_t* p = stream.data();
+  const uint8_t* const end = p + stream.size();
+  const uint32_t mask = (1u << t.scale_bits) - 1;
+  for (uint8_t& o : out) {
+    o = Step(x, t.slot.data(), mask, t.scale_bits);
+    if (x < kL) {
+      if (end - p < 2) return Status::Corruption("rANS stream ends early");
+      x = (x << 16) | LoadU16(p);
+      p += 2;
+    }
+  }
+  if (p != end) return Status::Corruption("rANS stream has unread bytes");
+  if (x != kL) return Status::Corruption("rANS final state mismatch (payload corrupt)");
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<uint64_t> RansDecodedSize(std::span<const uint8_t> blob) {
@@ -198,10 +225,12 @@ Status RansDecode(std::span<const uint8_t> blob, std::span<uint8_t> out) {
     std::memset(out.data(), sym, out.size());
     return Status::Ok();
   }
-  if (mode != kModeRans) return Status::Corruption("unknown rANS mode " + std::to_string(mode));
+  if (mode != kModeRans && mode != kModeRansOneState)
+    return Status::Corruption("unknown rANS mode " + std::to_string(mode));
 
   DecodeTables tables;
   RETURN_IF_ERROR(ReadTables(&r, &tables));
+  if (mode == kModeRansOneState) return DecodeOneState(r, tables, out);
   uint32_t states[kStates];
   for (int k = 0; k < kStates; ++k) {
     RETURN_IF_ERROR(r.U32(&states[k], "rANS state"));

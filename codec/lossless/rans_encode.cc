@@ -125,7 +125,75 @@ void WriteFrequencies(const std::array<uint32_t, 256>& freq, unsigned distinct, 
 // Cost, in bits times count, of coding a symbol of count c with frequency f.
 inline double CodeCost(uint64_t c, uint32_t f) { return -static_cast<double>(c) * std::log2(static_cast<double>(f)); }
 
+// The mode, scale, symbol set and frequencies; fills `syms` for the encoder.
+void WriteTables(uint8_t mode, unsigned scale, const std::array<uint32_t, 256>& freq, unsigned distinct,
+                 EncSymbol syms[256], std::vector<uint8_t>* out) {
+  PutByte(out, mode);
+  PutByte(out, static_cast<uint8_t>(scale));
+  PutByte(out, static_cast<uint8_t>(distinct - 1));
+  WriteSymbolSet(freq, distinct, out);
+  WriteFrequencies(freq, distinct, out);
+  uint32_t start = 0;
+  for (int s = 0; s < 256; ++s) {
+    if (freq[s] != 0) syms[s] = MakeEncSymbol(freq[s], start, scale);
+    start += freq[s];
+  }
+}
+
+size_t VarintSize(uint64_t v) { return static_cast<size_t>(std::bit_width(v | 1) + 6) / 7; }
+
+// Bytes of the tables plus the payload's ideal size at each scale the
+// format allows: the finest scale codes closest to the entropy, but a
+// short input pays more for its larger frequencies than it saves.
+unsigned CompactScale(const Histogram& h, uint64_t n, unsigned distinct) {
+  unsigned best = kRansMaxScaleBits;
+  double best_bytes = 0;
+  for (unsigned scale = kRansMinScaleBits; scale <= kRansMaxScaleBits; ++scale) {
+    const std::array<uint32_t, 256> f = NormalizeFrequencies(h, n, scale);
+    double bytes = 0;
+    unsigned listed = 0;
+    for (unsigned s = 0; s < 256; ++s) {
+      if (f[s] == 0) continue;
+      if (++listed < distinct) bytes += static_cast<double>(VarintSize(f[s] - 1));
+      bytes += (static_cast<double>(h[s]) * scale + CodeCost(h[s], f[s])) / 8;
+    }
+    if (scale == kRansMinScaleBits || bytes < best_bytes) best = scale, best_bytes = bytes;
+  }
+  return best;
+}
+
+// Mode 2's state and stream: the symbols coded backwards into one state.
+void EncodeOneState(std::span<const uint8_t> in, const EncSymbol* syms, unsigned scale, std::vector<uint8_t>* out) {
+  std::vector<uint16_t> buf(in.size() + 2);  // a word per symbol at most, and EncPut's spare slot
+  uint16_t* ptr = buf.data() + buf.size();
+  uint32_t x = kL;
+  for (size_t i = in.size(); i > 0; --i) {
+    const EncSymbol& e = syms[in[i - 1]];
+    if (x >= e.x_max) {
+      *--ptr = static_cast<uint16_t>(x);
+      x >>= 16;
+    }
+    x = ((x / e.freq) << scale) + (x % e.freq) + e.start;
+  }
+  const size_t words = static_cast<size_t>(buf.data() + buf.size() - ptr);
+  PutU32(out, x);
+  PutVarint(out, words);
+  PutWords(ptr, words, out);
+}
+
 }  // namespace
+
+void RansEncodeCompact(std::span<const uint8_t> in, std::vector<uint8_t>* out) {
+  const size_t n = in.size();
+  const Histogram h = ByteHistogram(in);
+  const unsigned distinct = n == 0 ? 0 : DistinctSymbols(h);
+  if (n > kRansOneStateMax || distinct < 2) return RansEncode(in, out, &h);
+  PutVarint(out, n);
+  const unsigned scale = CompactScale(h, n, distinct);
+  EncSymbol syms[256];
+  WriteTables(kModeRansOneState, scale, NormalizeFrequencies(h, n, scale), distinct, syms, out);
+  EncodeOneState(in, syms, scale, out);
+}
 
 std::array<uint32_t, 256> NormalizeFrequencies(const Histogram& h, uint64_t total, unsigned scale_bits) {
   const uint32_t target = 1u << scale_bits;
@@ -178,19 +246,9 @@ void RansEncode(std::span<const uint8_t> in, std::vector<uint8_t>* out, const Hi
   }
 
   const unsigned scale = ScaleBitsFor(n);
-  std::array<uint32_t, 256> freq = NormalizeFrequencies(*hist, n, scale);
-  PutByte(out, kModeRans);
-  PutByte(out, static_cast<uint8_t>(scale));
-  PutByte(out, static_cast<uint8_t>(distinct - 1));
-  WriteSymbolSet(freq, distinct, out);
-  WriteFrequencies(freq, distinct, out);
-
+  const std::array<uint32_t, 256> freq = NormalizeFrequencies(*hist, n, scale);
   EncSymbol syms[256];
-  uint32_t start = 0;
-  for (int s = 0; s < 256; ++s) {
-    if (freq[s] != 0) syms[s] = MakeEncSymbol(freq[s], start, scale);
-    start += freq[s];
-  }
+  WriteTables(kModeRans, scale, freq, distinct, syms, out);
 
   // One word stream per state, so the decoder's states share no read
   // pointer; each symbol emits at most one 16-bit word into its stream.

@@ -14,6 +14,8 @@ inline constexpr uint32_t kL = 1u << 16;
 inline constexpr int kStates = 8;
 inline constexpr uint8_t kModeRun = 0;
 inline constexpr uint8_t kModeRans = 1;
+// As kModeRans with one state instead of eight (RansEncodeCompact).
+inline constexpr uint8_t kModeRansOneState = 2;
 inline constexpr unsigned kListedSymbolsMax = 32;
 
 }  // namespace ckptfs::lossless::rans

@@ -97,7 +97,7 @@ void FisherWeights(const uint8_t* bytes, size_t n, bool weight, std::vector<floa
 
 LossyCoder::LossyCoder(const ByteSource& file, const FileLayout& layout, std::span<const TensorRange> ranges,
                        const LossyPolicy& policy, const TensorChunkOptions& topts, SiblingSource* siblings)
-    : file_(file), fidelity_(policy.fidelity), topts_(topts), ranges_(ranges), step_budget_(policy.step_budget) {
+    : file_(file), fidelity_(policy.fidelity), step_budget_(policy.step_budget), topts_(topts), ranges_(ranges) {
   info_.fidelity = static_cast<float>(fidelity_);
   info_.scope = policy.scope;
   // Several param_groups: the smallest learning rate and epsilon, which

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "codec/dtype.h"
@@ -15,6 +16,11 @@
 namespace ckptfs::lossy::piece {
 
 inline constexpr uint8_t kFlagAgainstBase = 1;
+inline constexpr uint8_t kFlagUniformGrid = 2;  // version 2, kValue
+
+// Multiples of a grid's first level beyond this are refused: the levels
+// must stay exact in a double and far from overflowing an int64.
+inline constexpr int64_t kMaxGridMultiple = int64_t{1} << 40;
 
 inline uint64_t ZigZag(int64_t v) { return (static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63); }
 inline int64_t UnZigZag(uint64_t v) { return static_cast<int64_t>(v >> 1) ^ -static_cast<int64_t>(v & 1); }
@@ -27,7 +33,13 @@ inline uint32_t ClampBits(DType t, int64_t bits) {
 struct StoredLevels {
   std::vector<float> value;
   std::vector<int64_t> steps;
+  std::optional<UniformGrid> grid;  // value holds its levels, stored as the grid
 };
+
+// Level i of a grid of k levels, as both sides compute it.
+inline float GridLevel(const UniformGrid& g, unsigned i) {
+  return static_cast<float>(static_cast<double>(g.step) * static_cast<double>(g.first + static_cast<int64_t>(i)));
+}
 
 // The element a symbol decodes to: the encoder's reconstruction. The
 // decoder (quantizer_decode.cc, Rebuild) computes the same per element

@@ -16,14 +16,18 @@
 // of non-negative values (second moments), a piecewise-linear log2.
 //
 // Blob (little-endian, LEB128 varints), documented in docs/FORMAT.md:
-//   u8 version | u8 dtype | u8 domain | u8 flags (bit 0: against the base)
-//   varint n | u8 K | K levels (kValue: f32; kLogBits: zigzag varint)
+//   u8 version | u8 dtype | u8 domain | u8 flags (bit 0: against the base;
+//   bit 1, version 2 and kValue only: the levels are a uniform grid)
+//   varint n | u8 K | K levels (kValue: f32; kLogBits: zigzag varint), or
+//   for a grid: f32 step | zigzag varint first multiple (level i is
+//   step·(first + i), rounded to f32)
 //   varint escapes | varint rANS length | rANS blob of n symbols
 //   escapes x element bytes (verbatim)
 // Symbols: 0 = predictor, 1..K = predictor + level, K+1 = next escape.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -36,7 +40,8 @@ class ComputeDevice;
 
 namespace ckptfs::lossy {
 
-inline constexpr uint8_t kPieceVersion = 1;
+// Version 2 added the uniform grid flag; version 1 pieces are still read.
+inline constexpr uint8_t kPieceVersion = 2;
 inline constexpr unsigned kMaxLevels = 250;
 
 enum class Domain : uint8_t { kValue = 0, kLogBits = 1 };
@@ -69,12 +74,20 @@ struct PieceSpec {
 // What the search chose for a piece, so that the same input can be coded
 // again without searching (the zip CRC pass codes each piece before the
 // pack is written; LossyCoder keeps the choices for the second time).
+// Levels at the consecutive multiples of `step` from `first` on, stored as
+// these two numbers instead of one f32 per level.
+struct UniformGrid {
+  float step = 0;
+  int64_t first = 0;
+};
+
 struct PieceChoice {
   bool exact = false;  // no lossy code met the target: the piece is stored losslessly
   bool against_base = false;
   uint32_t prune_below = 0;
   uint32_t escape_from = UINT32_MAX;
   std::vector<double> levels;
+  std::optional<UniformGrid> grid;  // how `levels` are stored, when they are a grid
   double error = 0;
 };
 

@@ -2,6 +2,7 @@
 
 #include <array>
 #include <bit>
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@ namespace {
 
 using lossless::ByteReader;
 using piece::kFlagAgainstBase;
+using piece::kFlagUniformGrid;
 using piece::StoredLevels;
 using piece::UnZigZag;
 
@@ -140,18 +142,50 @@ Status RebuildPiece(std::span<const uint8_t> symbols, unsigned k, const StoredLe
   return Status::Ok();
 }
 
+// The k levels after a piece's header: listed, or a uniform grid's step
+// and first multiple.
+Status ReadLevels(ByteReader& r, Domain d, bool grid, unsigned k, StoredLevels* lv) {
+  if (grid) {
+    uint32_t bits = 0;
+    uint64_t z = 0;
+    RETURN_IF_ERROR(r.U32(&bits, "grid step"));
+    RETURN_IF_ERROR(r.Varint(&z, "grid's first multiple"));
+    const UniformGrid g{std::bit_cast<float>(bits), UnZigZag(z)};
+    const int64_t limit = piece::kMaxGridMultiple;
+    if (k == 0 || !(g.step > 0) || !std::isfinite(g.step) || g.first < -limit || g.first > limit - k)
+      return Malformed("bad uniform grid");
+    for (unsigned i = 0; i < k; ++i) lv->value.push_back(piece::GridLevel(g, i));
+    lv->grid = g;
+    return Status::Ok();
+  }
+  for (unsigned i = 0; i < k; ++i) {
+    if (d == Domain::kValue) {
+      uint32_t bits = 0;
+      RETURN_IF_ERROR(r.U32(&bits, "level"));
+      lv->value.push_back(std::bit_cast<float>(bits));
+    } else {
+      uint64_t z = 0;
+      RETURN_IF_ERROR(r.Varint(&z, "level"));
+      lv->steps.push_back(UnZigZag(z));
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status DecodePiece(std::span<const uint8_t> blob, std::span<const uint8_t> base, std::span<uint8_t> out) {
   ByteReader r(blob);
   uint8_t version = 0, dt = 0, dom = 0, flags = 0, k = 0;
   RETURN_IF_ERROR(r.Byte(&version, "version"));
-  if (version != kPieceVersion) return Malformed("unknown version " + std::to_string(version));
+  if (version != 1 && version != kPieceVersion) return Malformed("unknown version " + std::to_string(version));
   RETURN_IF_ERROR(r.Byte(&dt, "dtype"));
   RETURN_IF_ERROR(r.Byte(&dom, "domain"));
   RETURN_IF_ERROR(r.Byte(&flags, "flags"));
   const DType t = static_cast<DType>(dt);
-  if (!LossyDTypeSupported(t) || dom > 1 || (flags & ~kFlagAgainstBase) != 0) return Malformed("bad header");
+  // Version 1 knew only kFlagAgainstBase; a grid stores value levels only.
+  const uint8_t known = version == 1 || dom != 0 ? kFlagAgainstBase : kFlagAgainstBase | kFlagUniformGrid;
+  if (!LossyDTypeSupported(t) || dom > 1 || (flags & ~known) != 0) return Malformed("bad header");
   const Domain d = static_cast<Domain>(dom);
   const size_t es = DTypeSize(t);
   uint64_t n = 0;
@@ -162,17 +196,7 @@ Status DecodePiece(std::span<const uint8_t> blob, std::span<const uint8_t> base,
   RETURN_IF_ERROR(r.Byte(&k, "level count"));
   if (k > kMaxLevels) return Malformed("too many levels");
   StoredLevels lv;
-  for (unsigned i = 0; i < k; ++i) {
-    if (d == Domain::kValue) {
-      uint32_t bits = 0;
-      RETURN_IF_ERROR(r.U32(&bits, "level"));
-      lv.value.push_back(std::bit_cast<float>(bits));
-    } else {
-      uint64_t z = 0;
-      RETURN_IF_ERROR(r.Varint(&z, "level"));
-      lv.steps.push_back(UnZigZag(z));
-    }
-  }
+  RETURN_IF_ERROR(ReadLevels(r, d, (flags & kFlagUniformGrid) != 0, k, &lv));
   uint64_t n_esc = 0, rans_len = 0;
   RETURN_IF_ERROR(r.Varint(&n_esc, "escape count"));
   RETURN_IF_ERROR(r.Varint(&rans_len, "symbol stream length"));

@@ -26,6 +26,7 @@ using lossless::PutU32;
 using lossless::PutVarint;
 using piece::ClampBits;
 using piece::kFlagAgainstBase;
+using piece::kFlagUniformGrid;
 using piece::Reconstruct;
 using piece::StoredLevels;
 using piece::ZigZag;
@@ -160,8 +161,19 @@ struct Plan {
   uint32_t escape_from = UINT32_MAX;  // q class at or above this: escaped
   std::vector<double> levels;
   double est_bits = kInf;
-  bool uniform = false;  // levels from UniformFit
+  std::optional<UniformGrid> grid;  // levels from UniformFit
 };
+
+// A uniform grid's levels with their counts, as UniformFit found them.
+struct GridFit {
+  LevelFit fit;
+  UniformGrid grid;
+};
+
+// Bits a piece's levels take in the blob.
+double LevelBits(const LevelFit& fit, const std::optional<UniformGrid>& grid) {
+  return grid ? 48.0 : 32.0 * static_cast<double>(fit.levels.size());
+}
 
 double EntropyBits(std::span<const uint64_t> counts) {
   uint64_t total = 0;
@@ -401,16 +413,19 @@ class Search {
         lo = mid + 1;
       }
     }
-    std::optional<LevelFit> uniform = allow_uniform ? UniformFit(fitter, room, min_levels) : std::nullopt;
+    std::optional<GridFit> uniform = allow_uniform ? UniformFit(fitter, room, min_levels) : std::nullopt;
     if (!found && !uniform) return std::nullopt;
-    const double lloyd_bits = found ? EstimatedBits(cut, *found) : kInf;
-    const double uniform_bits = uniform ? EstimatedBits(cut, *uniform) : kInf;
-    p.uniform = uniform_bits < lloyd_bits;
-    p.est_bits = p.uniform ? uniform_bits : lloyd_bits;
-    p.levels = std::move(p.uniform ? uniform->levels : found->levels);
+    const double lloyd_bits = found ? EstimatedBits(cut, *found) + LevelBits(*found, std::nullopt) : kInf;
+    const double uniform_bits =
+        uniform ? EstimatedBits(cut, uniform->fit) + LevelBits(uniform->fit, uniform->grid) : kInf;
+    const bool grid = uniform_bits < lloyd_bits;
+    p.est_bits = grid ? uniform_bits : lloyd_bits;
+    p.levels = std::move(grid ? uniform->fit.levels : found->levels);
+    if (grid) p.grid = uniform->grid;
     return p;
   }
 
+  // The symbols' and escapes' bits (the levels' are LevelBits).
   double EstimatedBits(const Cut& cut, const LevelFit& fit) const {
     std::vector<uint64_t> counts = fit.counts;
     uint64_t unchanged = cut.pruned;  // the predictor's symbol (AssignElements)
@@ -419,7 +434,7 @@ class Search {
     counts.push_back(unchanged);
     counts.push_back(cut.escaped + forced_);
     const double elem_bits = 8.0 * DTypeSize(spec_.dtype);
-    return EntropyBits(counts) + static_cast<double>(cut.escaped + forced_) * elem_bits + 32.0 * fit.levels.size();
+    return EntropyBits(counts) + static_cast<double>(cut.escaped + forced_) * elem_bits;
   }
 
   // The coarsest uniform quantizer (FitUniform) whose estimated error fits
@@ -431,12 +446,15 @@ class Search {
   // inflates it (1.23x on a Gaussian at 0.5), which would amplify the
   // momentum at every restore as shrinking it damps it, and levels moved
   // to keep it are no longer a uniform grid.
-  std::optional<LevelFit> UniformFit(const LevelFitter& fitter, double room, unsigned min_levels) const {
+  std::optional<GridFit> UniformFit(const LevelFitter& fitter, double room, unsigned min_levels) const {
     const double span = fitter.Span();
     if (spec_.domain != Domain::kValue || spec_.preserve_energy || !(span > 0) || !std::isfinite(span))
       return std::nullopt;
+    // Steps are f32, as the blob stores them.
     const auto fits = [&](double step, LevelFit* out) {
-      LevelFit fit = fitter.FitUniform(step);
+      const float f = static_cast<float>(step);
+      if (!(f > 0) || !std::isfinite(f)) return false;
+      LevelFit fit = fitter.FitUniform(f);
       if (fit.levels.empty() || fit.error > room) return false;
       *out = std::move(fit);
       return true;
@@ -454,8 +472,26 @@ class Search {
         coarse = mid;
       }
     }
-    if (best.levels.size() > kMaxLevels || best.levels.size() < min_levels) return std::nullopt;
-    return best;
+    return Consecutive(best, static_cast<float>(fine), min_levels);
+  }
+
+  // FitUniform keeps the occupied multiples only; the blob stores a grid
+  // as every multiple from the lowest to the highest (the empty ones cost
+  // the symbols nothing).
+  static std::optional<GridFit> Consecutive(const LevelFit& fit, float step, unsigned min_levels) {
+    const double lo = std::round(fit.levels.front() / step), hi = std::round(fit.levels.back() / step);
+    const double limit = static_cast<double>(piece::kMaxGridMultiple);
+    if (!(std::abs(lo) <= limit && std::abs(hi) <= limit)) return std::nullopt;
+    const int64_t first = static_cast<int64_t>(lo);
+    const uint64_t k = static_cast<uint64_t>(static_cast<int64_t>(hi) - first) + 1;
+    if (k > kMaxLevels || k < min_levels) return std::nullopt;
+    GridFit g{{}, UniformGrid{step, first}};
+    g.fit.error = fit.error;
+    g.fit.counts.assign(k, 0);
+    for (unsigned i = 0; i < k; ++i) g.fit.levels.push_back(piece::GridLevel(g.grid, i));
+    for (size_t i = 0; i < fit.levels.size(); ++i)
+      g.fit.counts[static_cast<size_t>(std::llround(fit.levels[i] / step) - first)] += fit.counts[i];
+    return g;
   }
 
   static constexpr uint8_t kNoInterval = 0xFF;
@@ -472,8 +508,10 @@ class Search {
   std::vector<ResidualHistogram> hists_;  // one per interval
 };
 
-StoredLevels StoreLevels(const PieceSpec& spec, std::span<const double> levels) {
+StoredLevels StoreLevels(const PieceSpec& spec, std::span<const double> levels,
+                         const std::optional<UniformGrid>& grid) {
   StoredLevels s;
+  s.grid = grid;
   const double per_unit = std::ldexp(1.0, static_cast<int>(MantissaBits(spec.dtype)));
   for (double l : levels) {
     if (spec.domain == Domain::kValue) {
@@ -596,11 +634,15 @@ void WriteBlob(const PieceSpec& spec, const Analysis& a, const StoredLevels& lv,
   PutByte(out, kPieceVersion);
   PutByte(out, static_cast<uint8_t>(spec.dtype));
   PutByte(out, static_cast<uint8_t>(spec.domain));
-  PutByte(out, a.against_base ? kFlagAgainstBase : 0);
+  PutByte(out, static_cast<uint8_t>((a.against_base ? kFlagAgainstBase : 0) | (lv.grid ? kFlagUniformGrid : 0)));
   PutVarint(out, a.n);
   const size_t k = spec.domain == Domain::kValue ? lv.value.size() : lv.steps.size();
   PutByte(out, static_cast<uint8_t>(k));
-  for (size_t i = 0; i < k; ++i) {
+  if (lv.grid) {
+    PutU32(out, std::bit_cast<uint32_t>(lv.grid->step));
+    PutVarint(out, ZigZag(lv.grid->first));
+  }
+  for (size_t i = 0; i < k && !lv.grid; ++i) {
     if (spec.domain == Domain::kValue) {
       PutU32(out, std::bit_cast<uint32_t>(lv.value[i]));
     } else {
@@ -609,7 +651,7 @@ void WriteBlob(const PieceSpec& spec, const Analysis& a, const StoredLevels& lv,
   }
   PutVarint(out, c.escapes.size());
   std::vector<uint8_t> rans;
-  lossless::RansEncode(c.symbols, &rans);
+  lossless::RansEncodeCompact(c.symbols, &rans);
   PutVarint(out, rans.size());
   out->insert(out->end(), rans.begin(), rans.end());
   const size_t es = DTypeSize(spec.dtype);
@@ -629,7 +671,8 @@ Result<PieceOutcome> Recode(const PieceSpec& spec, const PieceInput& in, const A
   plan.prune_below = choice.prune_below;
   plan.escape_from = choice.escape_from;
   plan.levels = choice.levels;
-  const StoredLevels lv = StoreLevels(spec, plan.levels);
+  plan.grid = choice.grid;
+  const StoredLevels lv = StoreLevels(spec, plan.levels, plan.grid);
   Coded c = Assign(spec, in, a, qclass, plan, lv, recon, scratch);
   c.outcome.error = choice.error;
   if (out != nullptr) WriteBlob(spec, a, lv, c, out);
@@ -696,12 +739,16 @@ Result<PieceOutcome> EncodePiece(const PieceSpec& spec, const PieceInput& in, st
   for (int attempt = 0; attempt < 5; ++attempt) {
     if (!plan) plan = search.Best(min_levels, allow_uniform);
     if (!plan) break;
-    const StoredLevels lv = StoreLevels(spec, plan->levels);
+    const StoredLevels lv = StoreLevels(spec, plan->levels, plan->grid);
     Coded c = Assign(spec, in, a, qclass, *plan, lv, recon, scratch);  // measures the error too
     if (c.outcome.error <= spec.target) {
       if (out != nullptr) WriteBlob(spec, a, lv, c, out);
-      c.outcome.choice = PieceChoice{false, a.against_base, plan->prune_below, plan->escape_from,
-                                     std::move(plan->levels), c.outcome.error};
+      c.outcome.choice = PieceChoice{.against_base = a.against_base,
+                                     .prune_below = plan->prune_below,
+                                     .escape_from = plan->escape_from,
+                                     .levels = std::move(plan->levels),
+                                     .grid = plan->grid,
+                                     .error = c.outcome.error};
       return c.outcome;
     }
     // The histogram fit was optimistic. A uniform grid gives way to the
@@ -709,7 +756,7 @@ Result<PieceOutcome> EncodePiece(const PieceSpec& spec, const PieceInput& in, st
     // for twice its levels would ask the k-means fit for as many, far more
     // than it needs (a 4% larger MiniLM fine-tune on the panel). Else ask
     // for more levels.
-    if (plan->uniform) {
+    if (plan->grid) {
       allow_uniform = false;
     } else {
       min_levels = static_cast<unsigned>(plan->levels.size()) * 2 + 2;

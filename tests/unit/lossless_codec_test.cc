@@ -205,6 +205,49 @@ TEST(RansTest, TruncatedAndFlippedBlobsFailSafely) {
   EXPECT_FALSE(RansDecode(blob, wrong_size).ok());
 }
 
+// RansEncodeCompact: one state (mode 2) up to kRansOneStateMax symbols,
+// then the eight-state blob; every size round-trips through RansDecode,
+// and a short input costs no more than RansEncode's blob.
+TEST(RansTest, CompactBlobsRoundTripAndAreNoLarger) {
+  std::mt19937_64 rng(13);
+  for (int iter = 0; iter < 80; ++iter) {
+    const size_t n = iter < 40 ? static_cast<size_t>(iter) : rng() % (2 * kRansOneStateMax);
+    const std::vector<uint8_t> in = iter % 3 == 0 ? RandomBytes(n, iter) : SkewedBytes(n, 0.05 + iter % 9 / 10.0, iter);
+    std::vector<uint8_t> compact, plain, out(n, 0xAA);
+    RansEncodeCompact(in, &compact);
+    RansEncode(in, &plain);
+    ASSERT_TRUE(RansDecode(compact, out).ok()) << "n " << n;
+    EXPECT_EQ(out, in) << "n " << n;
+    if (n > kRansOneStateMax) {
+      EXPECT_EQ(compact, plain) << "n " << n;
+    } else if (n > 64) {
+      EXPECT_LE(compact.size() + 20, plain.size()) << "n " << n;  // seven states and their lengths fewer
+    }
+  }
+}
+
+TEST(RansTest, TruncatedAndFlippedOneStateBlobsFailSafely) {
+  const std::vector<uint8_t> in = SkewedBytes(3000, 0.2, 8);
+  std::vector<uint8_t> blob;
+  RansEncodeCompact(in, &blob);
+  ASSERT_EQ(blob[2], 2) << "mode";  // after the two-byte symbol count
+  std::vector<uint8_t> out(in.size());
+  for (size_t len = 0; len < blob.size(); ++len) {
+    EXPECT_FALSE(RansDecode(std::span<const uint8_t>(blob).first(len), out).ok()) << "len " << len;
+  }
+  std::vector<uint8_t> longer = blob;
+  longer.push_back(0);
+  EXPECT_FALSE(RansDecode(longer, out).ok());
+  std::mt19937_64 rng(10);
+  int detected = 0;
+  for (int i = 0; i < 2000; ++i) {
+    std::vector<uint8_t> bad = blob;
+    bad[rng() % bad.size()] ^= static_cast<uint8_t>(1 + rng() % 255);
+    detected += !RansDecode(bad, out).ok();
+  }
+  EXPECT_GT(detected, 1900);
+}
+
 // ---- plane codec ------------------------------------------------------------
 
 TEST(PlaneCodecTest, RoundTripsEveryDTypeAndOddSizes) {

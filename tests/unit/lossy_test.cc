@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <random>
@@ -24,6 +25,7 @@
 #include "codec/lossy/float_bits.h"
 #include "codec/lossy/levels.h"
 #include "codec/lossy/lossy_chunk.h"
+#include "codec/lossy/piece_format.h"
 #include "codec/lossy/policy.h"
 #include "codec/lossy/quantizer.h"
 #include "codec/lossy/siblings.h"
@@ -170,17 +172,58 @@ TEST(LossyPiece, WeightDeltasTakeAUniformGrid) {
     EXPECT_LE(MeasureError(spec, x, c.recon), 0.003);
     const std::vector<double>& levels = c.outcome.choice.levels;
     ASSERT_GE(levels.size(), 8u);
-    double unit = 0;  // the smallest gap between levels is the step
-    for (size_t i = 1; i < levels.size(); ++i) {
-      const double gap = levels[i] - levels[i - 1];
-      unit = unit == 0 ? gap : std::min(unit, gap);
-    }
-    for (double l : levels) EXPECT_NEAR(l / unit, std::round(l / unit), 1e-6) << l;
-    EXPECT_EQ(std::find(levels.begin(), levels.end(), 0.0) != levels.end(), !prune);
+    // Every multiple of the step from the first level on, as the blob stores them.
+    ASSERT_TRUE(c.outcome.choice.grid.has_value());
+    const UniformGrid g = *c.outcome.choice.grid;
+    for (unsigned i = 0; i < levels.size(); ++i) EXPECT_EQ(levels[i], piece::GridLevel(g, i)) << i;
+    EXPECT_EQ(c.blob[3] & piece::kFlagUniformGrid, piece::kFlagUniformGrid);
+    // Unpruned, the elements near zero keep the base through the grid's zero.
+    if (!prune) EXPECT_NE(std::find(levels.begin(), levels.end(), 0.0), levels.end());
     size_t unchanged = 0;
     for (size_t i = 0; i < x.size(); i += 4) unchanged += std::memcmp(&c.recon[i], &base[i], 4) == 0;
     EXPECT_GT(unchanged, x.size() / 4 / 20) << "prune " << prune;
   }
+}
+
+// Piece version 2 differs from version 1 only where the grid flag is set:
+// a listed-levels piece written as version 1 still decodes, to the same
+// bits. A grid in a version 1 piece, on log-domain levels, or with a step
+// or first multiple no encoder writes is corrupt, not a crash.
+TEST(LossyPiece, VersionOnePiecesDecodeAndBadGridsAreCorrupt) {
+  const std::vector<uint8_t> x = Floats(Normal(1 << 12, 1.0f, 35));
+  PieceSpec m{DType::kF32, Domain::kValue, 0.2};
+  m.preserve_energy = true;  // k-means levels, listed
+  Coded listed = Encode(m, x);
+  ASSERT_EQ(listed.blob[0], kPieceVersion);
+  ASSERT_EQ(listed.blob[3] & piece::kFlagUniformGrid, 0);
+  listed.blob[0] = 1;
+  ExpectDecodesToRecon(listed);
+
+  std::vector<float> w = Normal(1 << 12, 0.02f, 36), next(w.size());
+  for (size_t i = 0; i < w.size(); ++i) next[i] = w[i] + 0.001f * static_cast<float>(i % 7);
+  const std::vector<uint8_t> base = Floats(w);
+  const Coded grid = Encode(PieceSpec{DType::kF32, Domain::kValue, 0.01}, Floats(next), base);
+  ASSERT_TRUE(grid.outcome.choice.grid.has_value());
+  ExpectDecodesToRecon(grid, base);
+  const size_t step_at = 4 + 2 + 1;  // version, dtype, domain, flags | varint n (4096: 2 bytes) | K
+  auto corrupt = [&](const std::string& what, const std::function<void(std::vector<uint8_t>&)>& edit) {
+    std::vector<uint8_t> b = grid.blob, out(x.size());
+    edit(b);
+    const Status st = DecodePiece(b, base, out);
+    EXPECT_EQ(st.code(), Status::Corruption("").code()) << what << ": " << st.ToString();
+  };
+  corrupt("version 1 with a grid", [](auto& b) { b[0] = 1; });
+  corrupt("grid of log-domain levels", [](auto& b) { b[2] = 1; });
+  corrupt("zero step", [&](auto& b) { std::fill_n(b.begin() + step_at, 4, 0); });
+  corrupt("NaN step", [&](auto& b) { le::Put32(b, step_at, 0x7FC00000u); });
+  corrupt("first multiple past the limit", [&](auto& b) {
+    std::vector<uint8_t> far;
+    lossless::PutVarint(&far, piece::ZigZag(piece::kMaxGridMultiple));
+    size_t len = 1;
+    while (b[step_at + 4 + len - 1] & 0x80) ++len;
+    b.erase(b.begin() + step_at + 4, b.begin() + step_at + 4 + len);
+    b.insert(b.begin() + step_at + 4, far.begin(), far.end());
+  });
 }
 
 TEST(LossyLevels, UniformFitTakesTheOccupiedMultiples) {
