@@ -60,8 +60,10 @@ STEPS = {
     "v4-lossy1": BASE_STEPS + DELTA_STEPS + LOSSY_STEPS,
     "v4": BASE_STEPS + DELTA_STEPS + LOSSY_STEPS,
     "v5": BASE_STEPS + DELTA_STEPS + MOVED_STEPS + LOSSY_STEPS + MOVED_LOSSY_STEPS,
+    # Lossy piece version 2 inside pack version 5 (docs/FORMAT.md).
+    "v5-piece2": BASE_STEPS + DELTA_STEPS + MOVED_STEPS + LOSSY_STEPS + MOVED_LOSSY_STEPS,
 }
-EXTRA_OPTIONS = {name: ["device=cpu", "seal_workers=1"] for name in ("v4-lossy1", "v4", "v5")}
+EXTRA_OPTIONS = {name: ["device=cpu", "seal_workers=1"] for name in ("v4-lossy1", "v4", "v5", "v5-piece2")}
 
 
 def sha256(data: bytes) -> str:
