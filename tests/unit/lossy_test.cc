@@ -226,12 +226,18 @@ TEST(LossyPiece, VersionOnePiecesDecodeAndBadGridsAreCorrupt) {
   });
 }
 
+// Normal values clamped to ±bound, the range of the histograms they go in.
+std::vector<double> ClampedNormal(size_t n, float sigma, uint32_t seed, double bound) {
+  std::vector<double> x;
+  for (float f : Normal(n, sigma, seed)) x.push_back(std::clamp<double>(f, -bound, bound));
+  return x;
+}
+
 TEST(LossyLevels, UniformFitTakesTheOccupiedMultiples) {
   ResidualHistogram h(-3.0, 3.0, 0.1, 4096);
-  const std::vector<float> v = Normal(1 << 14, 0.7f, 33);
+  const std::vector<double> v = ClampedNormal(1 << 14, 0.7f, 33, 3.0);
   double wrr = 0;
-  for (float f : v) {
-    const double x = std::clamp<double>(f, -3.0, 3.0);
+  for (double x : v) {
     h.Add(x, 1.0);
     const double q = std::round(x / 0.25) * 0.25;
     wrr += (x - q) * (x - q);
@@ -257,10 +263,8 @@ TEST(LossyLevels, UniformFitTakesTheOccupiedMultiples) {
 // relative error e); PreserveEnergy scales them until it is the values'.
 TEST(LossyLevels, MeanLevelsShrinkTheEnergyAndPreserveEnergyRestoresIt) {
   ResidualHistogram h(-5.0, 5.0, 0.1, 4096);
-  const std::vector<float> v = Normal(1 << 15, 1.0f, 34);
   double in = 0;
-  for (float f : v) {
-    const double x = std::clamp<double>(f, -5.0, 5.0);
+  for (double x : ClampedNormal(1 << 15, 1.0f, 34, 5.0)) {
     h.Add(x, 1.0);
     in += x * x;
   }
