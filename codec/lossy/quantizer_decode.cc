@@ -129,6 +129,8 @@ Status RebuildPiece(std::span<const uint8_t> symbols, unsigned k, const StoredLe
   // Every element kept its predecessor's bits (what a checkpoint that
   // moved less than its budget since its base is made of): a copy.
   if (survey.all_zero) {
+    // An empty span's data() may be null, which memcpy and memset must not get.
+    if (out.empty()) return Status::Ok();
     if (base != nullptr) {
       std::memcpy(out.data(), base, out.size());
     } else {

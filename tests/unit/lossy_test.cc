@@ -226,6 +226,15 @@ TEST(LossyPiece, VersionOnePiecesDecodeAndBadGridsAreCorrupt) {
   });
 }
 
+// A piece of no elements (found by fuzz_lossy_chunk: an empty span's
+// data() is null, which the all-unchanged fast path must not copy from).
+TEST(LossyPiece, EmptyPieceDecodesToNothing) {
+  // version, f32, value domain, no flags, n 0, K 0, no escapes, rANS blob of 0 symbols
+  const std::vector<uint8_t> blob = {kPieceVersion, 2, 0, 0, 0, 0, 0, 1, 0};
+  std::vector<uint8_t> out;
+  EXPECT_TRUE(DecodePiece(blob, {}, out).ok());
+}
+
 // Normal values clamped to ±bound, the range of the histograms they go in.
 std::vector<double> ClampedNormal(size_t n, float sigma, uint32_t seed, double bound) {
   std::vector<double> x;
