@@ -154,7 +154,8 @@ Status ReadLevels(ByteReader& r, Domain d, bool grid, unsigned k, StoredLevels* 
     RETURN_IF_ERROR(r.Varint(&z, "grid's first multiple"));
     const UniformGrid g{std::bit_cast<float>(bits), UnZigZag(z)};
     const int64_t limit = piece::kMaxGridMultiple;
-    if (k == 0 || !(g.step > 0) || !std::isfinite(g.step) || g.first < -limit || g.first > limit - k)
+    // The encoder keeps the first and the last multiple within ±limit.
+    if (k == 0 || !(g.step > 0) || !std::isfinite(g.step) || g.first < -limit || g.first > limit - (k - 1))
       return Malformed("bad uniform grid");
     for (unsigned i = 0; i < k; ++i) lv->value.push_back(piece::GridLevel(g, i));
     lv->grid = g;

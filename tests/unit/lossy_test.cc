@@ -216,14 +216,22 @@ TEST(LossyPiece, VersionOnePiecesDecodeAndBadGridsAreCorrupt) {
   corrupt("grid of log-domain levels", [](auto& b) { b[2] = 1; });
   corrupt("zero step", [&](auto& b) { std::fill_n(b.begin() + step_at, 4, 0); });
   corrupt("NaN step", [&](auto& b) { le::Put32(b, step_at, 0x7FC00000u); });
-  corrupt("first multiple past the limit", [&](auto& b) {
-    std::vector<uint8_t> far;
-    lossless::PutVarint(&far, piece::ZigZag(piece::kMaxGridMultiple));
+  // The last multiple may reach the limit, not pass it.
+  const int64_t k = grid.blob[step_at - 1];
+  auto with_first = [&](int64_t first) {
+    std::vector<uint8_t> b = grid.blob, far;
+    lossless::PutVarint(&far, piece::ZigZag(first));
     size_t len = 1;
     while (b[step_at + 4 + len - 1] & 0x80) ++len;
     b.erase(b.begin() + step_at + 4, b.begin() + step_at + 4 + len);
     b.insert(b.begin() + step_at + 4, far.begin(), far.end());
-  });
+    return b;
+  };
+  std::vector<uint8_t> out(x.size());
+  EXPECT_TRUE(DecodePiece(with_first(piece::kMaxGridMultiple - (k - 1)), base, out).ok());
+  EXPECT_TRUE(DecodePiece(with_first(-piece::kMaxGridMultiple), base, out).ok());
+  corrupt("last multiple past the limit", [&](auto& b) { b = with_first(piece::kMaxGridMultiple - (k - 1) + 1); });
+  corrupt("first multiple past the limit", [&](auto& b) { b = with_first(-piece::kMaxGridMultiple - 1); });
 }
 
 // A piece of no elements (found by fuzz_lossy_chunk: an empty span's
