@@ -132,7 +132,11 @@ std::optional<FileLayout> OcdbtDataLayoutFromSiblings(const ByteSource& file, Si
     if (f.ok() && f->described + kOcdbtUndescribedSlack >= values_end) return std::move(f->layout);
     if (f.ok()) partial = std::move(f->layout);
     if (std::chrono::steady_clock::now() >= deadline || !siblings.WaitForMore()) {
-      if (!partial) spdlog::debug("{}: not read as an OCDBT data file: {}", own, f.status().message());
+      // Named like a data file, yet no tree described it in time: it is
+      // sealed as generic bytes, with no base, which an admin may want to know.
+      if (!partial)
+        spdlog::info("{}: no OCDBT tree described it within {} ms, sealed without its layout: {}", own, wait.count(),
+                     f.status().message());
       return partial;
     }
   }
