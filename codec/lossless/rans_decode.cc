@@ -127,10 +127,28 @@ RoundsFn RoundsFor(unsigned scale) {
   return kFns[scale - kRansMinScaleBits];
 }
 
+// One symbol from state x and its refill from [p, end), bounds-checked:
+// false when the stream ends early.
+inline bool CheckedStep(uint32_t& x, const uint8_t*& p, const uint8_t* end, const DecodeTables& t, uint8_t* o) {
+  *o = Step(x, t.slot.data(), (1u << t.scale_bits) - 1, t.scale_bits);
+  if (x >= kL) return true;
+  if (end - p < 2) return false;
+  x = (x << 16) | LoadU16(p);
+  p += 2;
+  return true;
+}
+
+// After the last symbol every stream is read to its end and its state is
+// back where the encoder started.
+Status CheckStreamEnd(uint32_t x, const uint8_t* p, const uint8_t* end, int k) {
+  if (p != end) return Status::Corruption("rANS stream " + std::to_string(k) + " has unread bytes");
+  if (x != kL) return Status::Corruption("rANS final state mismatch (payload corrupt)");
+  return Status::Ok();
+}
+
 Status DecodePayload(const DecodeTables& t, uint32_t states[kStates], const uint8_t* const begin[kStates],
                      const uint8_t* const end[kStates], std::span<uint8_t> out) {
   const unsigned scale = t.scale_bits;
-  const uint32_t mask = (1u << scale) - 1;
   const uint32_t* const slot = t.slot.data();
   uint8_t* const o = out.data();
   const size_t n = out.size();
@@ -154,17 +172,10 @@ Status DecodePayload(const DecodeTables& t, uint32_t states[kStates], const uint
   }
   for (; i < n; ++i) {
     const int k = static_cast<int>(i % kStates);
-    o[i] = Step(x[k], slot, mask, scale);
-    if (x[k] < kL) {
-      if (end[k] - p[k] < 2) return Status::Corruption("rANS stream " + std::to_string(k) + " ends early");
-      x[k] = (x[k] << 16) | LoadU16(p[k]);
-      p[k] += 2;
-    }
+    if (!CheckedStep(x[k], p[k], end[k], t, &o[i]))
+      return Status::Corruption("rANS stream " + std::to_string(k) + " ends early");
   }
-  for (int k = 0; k < kStates; ++k) {
-    if (p[k] != end[k]) return Status::Corruption("rANS stream " + std::to_string(k) + " has unread bytes");
-    if (x[k] != kL) return Status::Corruption("rANS final state mismatch (payload corrupt)");
-  }
+  for (int k = 0; k < kStates; ++k) RETURN_IF_ERROR(CheckStreamEnd(x[k], p[k], end[k], k));
   return Status::Ok();
 }
 
@@ -181,18 +192,10 @@ Status DecodeOneState(ByteReader& r, const DecodeTables& t, std::span<uint8_t> o
   RETURN_IF_ERROR(r.Bytes(2 * words, &stream, "rANS stream"));
   const uint8_t* p = stream.data();
   const uint8_t* const end = p + stream.size();
-  const uint32_t mask = (1u << t.scale_bits) - 1;
   for (uint8_t& o : out) {
-    o = Step(x, t.slot.data(), mask, t.scale_bits);
-    if (x < kL) {
-      if (end - p < 2) return Status::Corruption("rANS stream ends early");
-      x = (x << 16) | LoadU16(p);
-      p += 2;
-    }
+    if (!CheckedStep(x, p, end, t, &o)) return Status::Corruption("rANS stream 0 ends early");
   }
-  if (p != end) return Status::Corruption("rANS stream has unread bytes");
-  if (x != kL) return Status::Corruption("rANS final state mismatch (payload corrupt)");
-  return Status::Ok();
+  return CheckStreamEnd(x, p, end, 0);
 }
 
 }  // namespace

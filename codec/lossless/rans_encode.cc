@@ -142,11 +142,15 @@ void WriteTables(uint8_t mode, unsigned scale, const std::array<uint32_t, 256>& 
 
 size_t VarintSize(uint64_t v) { return static_cast<size_t>(std::bit_width(v | 1) + 6) / 7; }
 
-// Bytes of the tables plus the payload's ideal size at each scale the
-// format allows: the finest scale codes closest to the entropy, but a
-// short input pays more for its larger frequencies than it saves.
-unsigned CompactScale(const Histogram& h, uint64_t n, unsigned distinct) {
-  unsigned best = kRansMaxScaleBits;
+// The frequencies at the scale the format allows whose tables plus ideal
+// payload are the fewest bytes: the finest scale codes closest to the
+// entropy, but a short input pays more for its larger frequencies than it saves.
+struct ScaledFrequencies {
+  unsigned scale = kRansMaxScaleBits;
+  std::array<uint32_t, 256> freq{};
+};
+ScaledFrequencies CompactFrequencies(const Histogram& h, uint64_t n, unsigned distinct) {
+  ScaledFrequencies best;
   double best_bytes = 0;
   for (unsigned scale = kRansMinScaleBits; scale <= kRansMaxScaleBits; ++scale) {
     const std::array<uint32_t, 256> f = NormalizeFrequencies(h, n, scale);
@@ -157,24 +161,26 @@ unsigned CompactScale(const Histogram& h, uint64_t n, unsigned distinct) {
       if (++listed < distinct) bytes += static_cast<double>(VarintSize(f[s] - 1));
       bytes += (static_cast<double>(h[s]) * scale + CodeCost(h[s], f[s])) / 8;
     }
-    if (scale == kRansMinScaleBits || bytes < best_bytes) best = scale, best_bytes = bytes;
+    if (scale == kRansMinScaleBits || bytes < best_bytes) best = {scale, f}, best_bytes = bytes;
   }
   return best;
 }
 
-// Mode 2's state and stream: the symbols coded backwards into one state.
+// Mode 2's one state: the symbols coded backwards by EncPut, as each of
+// mode 1's eight states codes its share.
+template <unsigned kScale>
+void EncodeOneStateAt(std::span<const uint8_t> in, const EncSymbol* syms, uint32_t& x, uint16_t*& ptr) {
+  for (size_t i = in.size(); i > 0; --i) EncPut<kScale>(x, ptr, syms[in[i - 1]]);
+}
+
 void EncodeOneState(std::span<const uint8_t> in, const EncSymbol* syms, unsigned scale, std::vector<uint8_t>* out) {
+  using Fn = void (*)(std::span<const uint8_t>, const EncSymbol*, uint32_t&, uint16_t*&);
+  static constexpr Fn kFns[] = {EncodeOneStateAt<8>, EncodeOneStateAt<9>, EncodeOneStateAt<10>, EncodeOneStateAt<11>,
+                                EncodeOneStateAt<12>};
   std::vector<uint16_t> buf(in.size() + 2);  // a word per symbol at most, and EncPut's spare slot
   uint16_t* ptr = buf.data() + buf.size();
   uint32_t x = kL;
-  for (size_t i = in.size(); i > 0; --i) {
-    const EncSymbol& e = syms[in[i - 1]];
-    if (x >= e.x_max) {
-      *--ptr = static_cast<uint16_t>(x);
-      x >>= 16;
-    }
-    x = ((x / e.freq) << scale) + (x % e.freq) + e.start;
-  }
+  kFns[scale - kRansMinScaleBits](in, syms, x, ptr);
   const size_t words = static_cast<size_t>(buf.data() + buf.size() - ptr);
   PutU32(out, x);
   PutVarint(out, words);
@@ -189,10 +195,10 @@ void RansEncodeCompact(std::span<const uint8_t> in, std::vector<uint8_t>* out) {
   const unsigned distinct = n == 0 ? 0 : DistinctSymbols(h);
   if (n > kRansOneStateMax || distinct < 2) return RansEncode(in, out, &h);
   PutVarint(out, n);
-  const unsigned scale = CompactScale(h, n, distinct);
+  const ScaledFrequencies f = CompactFrequencies(h, n, distinct);
   EncSymbol syms[256];
-  WriteTables(kModeRansOneState, scale, NormalizeFrequencies(h, n, scale), distinct, syms, out);
-  EncodeOneState(in, syms, scale, out);
+  WriteTables(kModeRansOneState, f.scale, f.freq, distinct, syms, out);
+  EncodeOneState(in, syms, f.scale, out);
 }
 
 std::array<uint32_t, 256> NormalizeFrequencies(const Histogram& h, uint64_t total, unsigned scale_bits) {

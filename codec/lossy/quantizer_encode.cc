@@ -641,12 +641,13 @@ void WriteBlob(const PieceSpec& spec, const Analysis& a, const StoredLevels& lv,
   if (lv.grid) {
     PutU32(out, std::bit_cast<uint32_t>(lv.grid->step));
     PutVarint(out, ZigZag(lv.grid->first));
-  }
-  for (size_t i = 0; i < k && !lv.grid; ++i) {
-    if (spec.domain == Domain::kValue) {
-      PutU32(out, std::bit_cast<uint32_t>(lv.value[i]));
-    } else {
-      PutVarint(out, ZigZag(lv.steps[i]));
+  } else {
+    for (size_t i = 0; i < k; ++i) {
+      if (spec.domain == Domain::kValue) {
+        PutU32(out, std::bit_cast<uint32_t>(lv.value[i]));
+      } else {
+        PutVarint(out, ZigZag(lv.steps[i]));
+      }
     }
   }
   PutVarint(out, c.escapes.size());
