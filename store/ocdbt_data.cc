@@ -120,23 +120,25 @@ std::optional<FileLayout> OcdbtDataLayoutFromSiblings(const ByteSource& file, Si
   if (!formats::LooksLikeOcdbtDataName(own) || formats::StartsWithOcdbtNode(file)) return std::nullopt;
   // Values end where the file's own node begins (or its padding).
   const uint64_t values_end = OcdbtTailNodeStart(file).value_or(file.size());
-  const auto deadline = std::chrono::steady_clock::now() + wait;
+  const auto started = std::chrono::steady_clock::now();
+  const auto deadline = started + wait;
+  auto waited_ms = [&] {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count();
+  };
   std::optional<FileLayout> partial;
   while (true) {
     Result<Lookup::Found> f = Lookup(file, own, siblings).Once();
-    spdlog::debug(
-        "{}: values end at {}, the best tree describes {} bytes, {} ms into the wait", own, values_end,
-        f.ok() ? f->described : 0,
-        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - deadline + wait)
-            .count());
+    spdlog::debug("{}: values end at {}, the best tree describes {} bytes, {} ms into the wait", own, values_end,
+                  f.ok() ? f->described : 0, waited_ms());
     if (f.ok() && f->described + kOcdbtUndescribedSlack >= values_end) return std::move(f->layout);
     if (f.ok()) partial = std::move(f->layout);
     if (std::chrono::steady_clock::now() >= deadline || !siblings.WaitForMore()) {
-      // Named like a data file, yet no tree described it in time: it is
+      // Named like a data file, yet no tree described it while we could wait (the
+      // wait ends at the deadline or when no more siblings can come): it is
       // sealed as generic bytes, with no base, which an admin may want to know.
       if (!partial)
-        spdlog::info("{}: no OCDBT tree described it within {} ms, sealed without its layout: {}", own, wait.count(),
-                     f.status().message());
+        spdlog::info("{}: no OCDBT tree described it in {} ms of waiting, sealed without its layout: {}", own,
+                     waited_ms(), f.status().message());
       return partial;
     }
   }
