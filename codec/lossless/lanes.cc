@@ -9,6 +9,8 @@
 #include <tmmintrin.h>
 #endif
 
+#include "codec/cpu_features.h"
+
 namespace ckptfs::lossless {
 namespace {
 
@@ -126,11 +128,6 @@ __attribute__((target("ssse3"))) size_t Split32Ssse3(bool rotate, const uint8_t*
   return i;
 }
 
-bool HaveSsse3() {
-  static const bool have = __builtin_cpu_supports("ssse3");
-  return have;
-}
-
 // AVX2 does 32 lanes a step: the SSSE3 byte grouping in each 128-bit half,
 // a dword permute that gathers each byte position of 8 lanes into one
 // 64-bit word, and a 4x4 transpose of 64-bit words.
@@ -180,11 +177,6 @@ CKPTFS_AVX2 size_t Merge32Avx2(bool rotate, const uint8_t* const* planes, size_t
   return i;
 }
 
-bool HaveAvx2() {
-  static const bool have = __builtin_cpu_supports("avx2");
-  return have;
-}
-
 size_t Merge32(bool rotate, const uint8_t* const* planes, size_t lanes, uint8_t* dst) {
   size_t i = 0;
   for (; i + 16 <= lanes; i += 16) {
@@ -203,8 +195,6 @@ size_t Split16(bool, const uint8_t*, size_t, uint8_t* const*) { return 0; }
 size_t Merge16(bool, const uint8_t* const*, size_t, uint8_t*) { return 0; }
 size_t Split32(bool, const uint8_t*, size_t, uint8_t* const*) { return 0; }
 size_t Split32Ssse3(bool, const uint8_t*, size_t, uint8_t* const*) { return 0; }
-bool HaveSsse3() { return false; }
-bool HaveAvx2() { return false; }
 size_t Split32Avx2(bool, const uint8_t*, size_t, uint8_t* const*) { return 0; }
 size_t Merge32Avx2(bool, const uint8_t* const*, size_t, uint8_t*) { return 0; }
 size_t Merge32(bool, const uint8_t* const*, size_t, uint8_t*) { return 0; }
@@ -220,9 +210,9 @@ void SplitLanes(unsigned w, bool rotate, const uint8_t* src, size_t lanes, uint8
       return;
     case 4:
       SplitScalar<uint32_t>(rotate, src,
-                            HaveAvx2()    ? Split32Avx2(rotate, src, lanes, planes)
-                            : HaveSsse3() ? Split32Ssse3(rotate, src, lanes, planes)
-                                          : Split32(rotate, src, lanes, planes),
+                            CpuHasAvx2()    ? Split32Avx2(rotate, src, lanes, planes)
+                            : CpuHasSsse3() ? Split32Ssse3(rotate, src, lanes, planes)
+                                            : Split32(rotate, src, lanes, planes),
                             lanes, planes);
       return;
     case 8:
@@ -241,9 +231,9 @@ void MergeLanes(unsigned w, bool rotate, const uint8_t* const* planes, size_t la
       MergeScalar<uint16_t>(rotate, planes, Merge16(rotate, planes, lanes, dst), lanes, dst);
       return;
     case 4:
-      MergeScalar<uint32_t>(rotate, planes,
-                            HaveAvx2() ? Merge32Avx2(rotate, planes, lanes, dst) : Merge32(rotate, planes, lanes, dst),
-                            lanes, dst);
+      MergeScalar<uint32_t>(
+          rotate, planes, CpuHasAvx2() ? Merge32Avx2(rotate, planes, lanes, dst) : Merge32(rotate, planes, lanes, dst),
+          lanes, dst);
       return;
     case 8:
       MergeScalar<uint64_t>(rotate, planes, 0, lanes, dst);

@@ -4,6 +4,11 @@
 #include <cstring>
 #include <string>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "codec/cpu_features.h"
 #include "codec/lossless/byte_io.h"
 #include "codec/lossless/rans_format.h"
 
@@ -127,6 +132,76 @@ RoundsFn RoundsFor(unsigned scale) {
   return kFns[scale - kRansMinScaleBits];
 }
 
+#if defined(__x86_64__)
+// The eight states as the lanes of one AVX2 register: a gather looks up
+// their slots and another loads their next words, so a round is one chain
+// of vector operations where the scalar rounds run eight chains of scalar
+// ones: 1.1-1.8x the symbols per second on the 2-core VM, the more the
+// more bits a symbol takes. The same
+// integer arithmetic as StepFixed and Refill: the same symbols, states and
+// stream positions.
+//
+// Every stream must hold two more words than the rounds may take: each
+// round reads four bytes at every stream's position, whether it needs a
+// word or not. Positions are 32-bit offsets from `base`.
+__attribute__((target("avx2"))) void DecodeRoundsAvx2(unsigned scale, const uint32_t* slot, uint32_t x[kStates],
+                                                      const uint8_t* p[kStates], const uint8_t* base, uint8_t* o,
+                                                      size_t rounds) {
+  static_assert(kStates == 8 && kL == 1u << 16);
+  alignas(32) int32_t offsets[kStates];
+  for (int k = 0; k < kStates; ++k) offsets[k] = static_cast<int32_t>(p[k] - base);
+  __m256i state = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
+  __m256i at = _mm256_load_si256(reinterpret_cast<const __m256i*>(offsets));
+  const __m256i mask = _mm256_set1_epi32(static_cast<int32_t>((1u << scale) - 1));
+  const __m128i shift = _mm_cvtsi32_si128(static_cast<int>(scale));
+  const __m256i freq_bits = _mm256_set1_epi32(0xFFF), word_bits = _mm256_set1_epi32(0xFFFF);
+  const __m256i two = _mm256_set1_epi32(2), zero = _mm256_setzero_si256();
+  // Byte 0 of each lane to the low four bytes of each 128-bit half.
+  const __m256i low_bytes = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,  //
+                                             0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+  const int* const slots = reinterpret_cast<const int*>(slot);
+  const int* const words = reinterpret_cast<const int*>(base);
+  for (size_t r = 0; r < rounds; ++r, o += kStates) {
+    const __m256i e = _mm256_i32gather_epi32(slots, _mm256_and_si256(state, mask), 4);
+    const __m256i freq = _mm256_and_si256(_mm256_srli_epi32(e, 8), freq_bits);
+    state = _mm256_add_epi32(_mm256_mullo_epi32(freq, _mm256_srl_epi32(state, shift)), _mm256_srli_epi32(e, 20));
+    const __m256i sym = _mm256_shuffle_epi8(e, low_bytes);
+    const uint64_t sym8 = static_cast<uint32_t>(_mm256_cvtsi256_si32(sym)) |
+                          uint64_t{static_cast<uint32_t>(_mm_cvtsi128_si32(_mm256_extracti128_si256(sym, 1)))} << 32;
+    std::memcpy(o, &sym8, 8);
+    const __m256i need = _mm256_cmpeq_epi32(_mm256_srli_epi32(state, 16), zero);
+    const __m256i word = _mm256_and_si256(_mm256_i32gather_epi32(words, at, 1), word_bits);
+    state = _mm256_blendv_epi8(state, _mm256_or_si256(_mm256_slli_epi32(state, 16), word), need);
+    at = _mm256_add_epi32(at, _mm256_and_si256(need, two));
+  }
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(x), state);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(offsets), at);
+  for (int k = 0; k < kStates; ++k) p[k] = base + offsets[k];
+}
+
+// Rounds DecodeRoundsAvx2 has taken (0 without AVX2, or where the streams
+// lie too far apart for 32-bit offsets).
+size_t VectorRounds(unsigned scale, const uint32_t* slot, uint32_t x[kStates], const uint8_t* p[kStates],
+                    const uint8_t* const end[kStates], uint8_t* o, size_t rounds) {
+  if (!CpuHasAvx2()) return 0;
+  const uint8_t* lo = p[0];
+  const uint8_t* hi = end[0];
+  for (int k = 0; k < kStates; ++k) {
+    // Two words in hand beyond the rounds: the last round's four-byte read stays in the stream.
+    const size_t words = static_cast<size_t>(end[k] - p[k]) / 2;
+    rounds = std::min(rounds, words > 2 ? words - 2 : 0);
+    lo = std::min(lo, p[k]), hi = std::max(hi, end[k]);
+  }
+  if (rounds == 0 || hi - lo > INT32_MAX) return 0;
+  DecodeRoundsAvx2(scale, slot, x, p, lo, o, rounds);
+  return rounds;
+}
+#else
+size_t VectorRounds(unsigned, const uint32_t*, uint32_t*, const uint8_t**, const uint8_t* const*, uint8_t*, size_t) {
+  return 0;
+}
+#endif
+
 // One symbol from state x and its refill from [p, end), bounds-checked:
 // false when the stream ends early.
 inline bool CheckedStep(uint32_t& x, const uint8_t*& p, const uint8_t* end, const DecodeTables& t, uint8_t* o) {
@@ -159,7 +234,15 @@ Status DecodePayload(const DecodeTables& t, uint32_t states[kStates], const uint
     x[k] = states[k];
   }
 
+  // Both loops bound their rounds by the words the streams hold, and a
+  // round takes a word from a stream only now and then: each pass takes as
+  // many rounds as the shortest stream has words, and the next one more.
   size_t i = 0;
+  while (i + kStates <= n) {
+    const size_t rounds = VectorRounds(scale, slot, x, p, end, o + i, (n - i) / kStates);
+    if (rounds == 0) break;
+    i += rounds * kStates;
+  }
   const RoundsFn rounds_fn = RoundsFor(scale);
   // Unchecked rounds: a round reads at most one word per stream, so as many
   // rounds as the shortest stream has words are safe.

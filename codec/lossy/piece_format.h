@@ -22,6 +22,11 @@ inline constexpr uint8_t kFlagUniformGrid = 2;  // version 2, kValue
 // must stay exact in a double and far from overflowing an int64.
 inline constexpr int64_t kMaxGridMultiple = int64_t{1} << 40;
 
+// A log-domain level's step beyond this is refused: every bit pattern
+// lies within 2^32 of every other, so no encoder needs more, and adding a
+// step to one can then never overflow.
+inline constexpr int64_t kMaxLevelStep = int64_t{1} << 32;
+
 inline uint64_t ZigZag(int64_t v) { return (static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63); }
 inline int64_t UnZigZag(uint64_t v) { return static_cast<int64_t>(v >> 1) ^ -static_cast<int64_t>(v & 1); }
 

@@ -21,6 +21,7 @@
 #include "base/hash.h"
 #include "base/le.h"
 #include "codec/lossless/byte_io.h"
+#include "codec/lossless/rans.h"
 #include "codec/lossy/file_coder.h"
 #include "codec/lossy/float_bits.h"
 #include "codec/lossy/levels.h"
@@ -243,6 +244,59 @@ TEST(LossyPiece, EmptyPieceDecodesToNothing) {
   EXPECT_TRUE(DecodePiece(blob, {}, out).ok());
 }
 
+// A version 2 f32 piece in the log domain, against the base, written by
+// hand: levels `steps`, `symbols`, escapes `escapes`.
+std::vector<uint8_t> LogBitsPiece(const std::vector<int64_t>& steps, const std::vector<uint8_t>& symbols,
+                                  const std::vector<uint32_t>& escapes) {
+  std::vector<uint8_t> b = {kPieceVersion, 2, 1, piece::kFlagAgainstBase};
+  lossless::PutVarint(&b, symbols.size());
+  b.push_back(static_cast<uint8_t>(steps.size()));
+  for (int64_t s : steps) lossless::PutVarint(&b, piece::ZigZag(s));
+  lossless::PutVarint(&b, escapes.size());
+  std::vector<uint8_t> rans;
+  lossless::RansEncodeCompact(symbols, &rans);
+  lossless::PutVarint(&b, rans.size());
+  b.insert(b.end(), rans.begin(), rans.end());
+  for (uint32_t e : escapes) lossless::PutU32(&b, e);
+  return b;
+}
+
+// Log-domain pieces decode eight elements at a time where the CPU has
+// AVX2: every step is clamped to [0, largest finite] as documented,
+// whatever the base's bits (negative floats and NaNs included), escapes
+// break the runs, and a step past ±2^32 is corrupt.
+TEST(LossyPiece, LogBitsStepsClampLikeTheFormatSays) {
+  const std::vector<int64_t> steps = {-5, 7, -(int64_t{1} << 32), int64_t{1} << 32, 1 << 20};
+  const uint32_t bases[] = {0, 3, 0x3F800000u, 0x7F7FFFF0u, 0x7F800000u, 0x80000000u, 0xFFFFFFFFu, 0x00012345u};
+  for (size_t n : {5u, 8u, 37u, 20000u}) {
+    std::vector<uint8_t> base(4 * n), symbols(n);
+    std::vector<uint32_t> want(n), escapes;
+    for (size_t i = 0; i < n; ++i) {
+      const uint32_t p = bases[(i * 7 + i / 8) % std::size(bases)];
+      le::Put32(base, 4 * i, p);
+      symbols[i] = static_cast<uint8_t>((i * 5 + i / 3) % (steps.size() + 2));
+      if (symbols[i] == 0) {
+        want[i] = p;
+      } else if (symbols[i] <= steps.size()) {
+        const int64_t moved = static_cast<int64_t>(p) + steps[symbols[i] - 1];
+        want[i] = static_cast<uint32_t>(std::clamp<int64_t>(moved, 0, 0x7F7FFFFF));
+      } else {
+        want[i] = 0x40000000u + static_cast<uint32_t>(i);
+        escapes.push_back(want[i]);
+      }
+    }
+    std::vector<uint8_t> out(4 * n);
+    ASSERT_TRUE(DecodePiece(LogBitsPiece(steps, symbols, escapes), base, out).ok()) << n;
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(LoadBits(DType::kF32, out.data(), i), want[i]) << "n " << n << " i " << i;
+  }
+  std::vector<uint8_t> base(4 * 16), out(4 * 16), symbols(16, 1);
+  EXPECT_TRUE(DecodePiece(LogBitsPiece({int64_t{1} << 32}, symbols, {}), base, out).ok());
+  const Status past = DecodePiece(LogBitsPiece({(int64_t{1} << 32) + 1}, symbols, {}), base, out);
+  EXPECT_EQ(past.code(), Status::Corruption("").code()) << past.ToString();
+  const Status below = DecodePiece(LogBitsPiece({-(int64_t{1} << 32) - 1}, symbols, {}), base, out);
+  EXPECT_EQ(below.code(), Status::Corruption("").code()) << below.ToString();
+}
+
 // Normal values clamped to ±bound, the range of the histograms they go in.
 std::vector<double> ClampedNormal(size_t n, float sigma, uint32_t seed, double bound) {
   std::vector<double> x;
@@ -319,6 +373,32 @@ TEST(LossyPiece, UnmovedPiecesDecodeToTheirBase) {
     Coded one = Encode(spec, Floats(moved, t), base);
     EXPECT_NE(one.recon, base) << DTypeName(t);
     ExpectDecodesToRecon(one, base);
+  }
+}
+
+// Decoding f32 values goes eight elements at a time where the CPU has
+// AVX2, the rest one by one: every length around those steps, a base that
+// holds signed zeros, subnormals and values near the largest float, and a
+// base and output at odd addresses (a piece starts wherever its tensor
+// does in the chunk) decode to the encoder's reconstruction.
+TEST(LossyPiece, EveryLengthAndAnyBaseDecodesToTheReconstruction) {
+  const PieceSpec spec{DType::kF32, Domain::kValue, 0.05};
+  for (size_t n : {1u, 2u, 7u, 8u, 9u, 15u, 16u, 17u, 31u, 33u, 1000u, 4099u}) {
+    std::vector<float> base = Normal(n, 0.02f, static_cast<uint32_t>(n));
+    for (size_t i = 0; i < n; i += 5) base[i] = (i / 5) % 3 == 0 ? -0.0f : (i / 5) % 3 == 1 ? 1e-40f : 3.0e38f;
+    std::vector<float> next = base;
+    for (size_t i = 0; i < n; i += 2) next[i] += 0.001f * static_cast<float>(i % 7);
+    const std::vector<uint8_t> base_bytes = Floats(base);
+    Coded keyframe = Encode(spec, Floats(next));
+    ExpectDecodesToRecon(keyframe);
+    Coded delta = Encode(spec, Floats(next), base_bytes);
+    ExpectDecodesToRecon(delta, base_bytes);
+    // The same bytes one byte past an aligned address.
+    std::vector<uint8_t> shifted_base(base_bytes.size() + 1), shifted_out(delta.recon.size() + 1);
+    std::copy(base_bytes.begin(), base_bytes.end(), shifted_base.begin() + 1);
+    const std::span<const uint8_t> odd_base = std::span<const uint8_t>(shifted_base).subspan(1);
+    ASSERT_TRUE(DecodePiece(delta.blob, odd_base, std::span<uint8_t>(shifted_out).subspan(1)).ok()) << n;
+    EXPECT_TRUE(std::equal(delta.recon.begin(), delta.recon.end(), shifted_out.begin() + 1)) << n;
   }
 }
 
