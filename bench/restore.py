@@ -10,7 +10,10 @@ Columns: save stall (torch.save + fsync), seal time and MB/s per core, cold
 torch.load and cold `cat` (page cache dropped and daemon restarted before
 each), 8 concurrent readers each loading its own shard, the daemon's peak
 RSS, and the mount/direct ratio of every timing, all from this one run.
-Markdown on stdout, JSON in bench/out/.
+The reads are made `--rounds` times (3), each round reading a direct file
+right before its mount twins; the tables give each timing's median, and a
+last table every round's ratio (this VM's reads vary by up to 2x from one
+minute to the next). Markdown on stdout, JSON in bench/out/.
 
   .venv-debian/bin/python bench/restore.py --gb 4
   .venv-debian/bin/python bench/restore.py --gb 1 --shard-mb 128   # quicker
@@ -285,29 +288,62 @@ def run_checkpoints(args, daemons, dirs):
     return results, shards
 
 
-def cold_reads(daemons, dirs, results, baseline=None):
-    """Each file cold, with torch.load and with cat; with `baseline` (another
-    ckptfs binary), each file on the mount again through that binary's
-    daemon, right after, so that both see the same load."""
-    for (name, kind), r in results.items():
-        path = os.path.join(dirs[kind], name)
-        for prefix, binary in (("", None), ("base_", baseline)):
-            if prefix and (binary is None or kind == "direct"):
-                continue
-            saved = C.CKPTFS
-            C.CKPTFS = binary or saved
-            try:
-                r[f"{prefix}load_work"], r[f"{prefix}cat_work"] = {}, {}
-                daemon = daemons.get(kind)
-                r[f"{prefix}load_s"] = cold(daemon, path, timed_load, r[f"{prefix}load_work"])
-                r[f"{prefix}cat_s"] = cold(daemon, path, timed_cat, r[f"{prefix}cat_work"])
-            finally:
-                C.CKPTFS = saved
-            print(f"cold {kind}/{name}{' (baseline)' if prefix else ''}: torch.load {r[f'{prefix}load_s']:.2f}s, "
-                  f"cat {r[f'{prefix}cat_s']:.2f}s", flush=True)
+def cold_reads(daemons, dirs, results, baseline=None, rounds=1):
+    """Each file cold, with torch.load and with cat, `rounds` times; with
+    `baseline` (another ckptfs binary), each file on the mount again through
+    that binary's daemon, right after, so that both see the same load. A
+    round reads every file once, a direct file right before its mount
+    twins, so that each ratio compares reads made close together; each
+    timing is then the median of its rounds (and its decode work that of
+    the median round), every round's kept in `*_rounds`."""
+    for rnd in range(rounds):
+        for (name, kind), r in results.items():
+            path = os.path.join(dirs[kind], name)
+            for prefix, binary in (("", None), ("base_", baseline)):
+                if prefix and (binary is None or kind == "direct"):
+                    continue
+                saved = C.CKPTFS
+                C.CKPTFS = binary or saved
+                try:
+                    daemon = daemons.get(kind)
+                    for what, fn in (("load", timed_load), ("cat", timed_cat)):
+                        work = {}
+                        r.setdefault(f"{prefix}{what}_rounds", []).append(cold(daemon, path, fn, work))
+                        r.setdefault(f"{prefix}{what}_works", []).append(work)
+                finally:
+                    C.CKPTFS = saved
+                print(f"round {rnd + 1}: cold {kind}/{name}{' (baseline)' if prefix else ''}: torch.load "
+                      f"{r[f'{prefix}load_rounds'][-1]:.2f}s, cat {r[f'{prefix}cat_rounds'][-1]:.2f}s", flush=True)
+    for r in results.values():
+        for key in [k[:-len("_rounds")] for k in r if k.endswith("_rounds")]:
+            i = median_index(r[f"{key}_rounds"])
+            r[f"{key}_s"] = r[f"{key}_rounds"][i]
+            r[f"{key}_work"] = r.pop(f"{key}_works")[i]
     if baseline:
         for daemon in daemons.values():
             daemon.restart()  # the rest of the run on this binary
+
+
+def median_index(values):
+    """Index of the median (the lower one of an even count)."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    return order[(len(values) - 1) // 2]
+
+
+def rounds_table(results, conc):
+    """Every round's mount/direct ratio: how far one run's figure can be
+    trusted on this machine."""
+    rows = []
+    for name in ("ckpt-1.pt", "ckpt-2.pt"):
+        d = results[(name, "direct")]
+        for kind in ("lossless", "lossy"):
+            r = results[(name, kind)]
+            each = [", ".join(ratio(m, x) for m, x in zip(r[f"{w}_rounds"], d[f"{w}_rounds"])) for w in ("load", "cat")]
+            rows.append([f"{name} {kind}"] + each)
+    agg = ", ".join(ratio(x, m) for m, x in zip(conc["lossless_rounds"], conc["direct_rounds"]))
+    rows.append([f"{READERS} readers' aggregate throughput (direct s / mount s)", agg, "-"])
+    return C.md_table(["file", "cold torch.load mount/direct, each round", "cold cat mount/direct, each round"],
+                      rows)
 
 
 def baseline_table(results):
@@ -326,7 +362,9 @@ def baseline_table(results):
                        "baseline torch.load work", "baseline cat work"], rows)
 
 
-def shard_reads(daemon, dirs, shards):
+def shard_reads(daemon, dirs, shards, rounds=1):
+    """8 concurrent readers of their own shards, through the mount and
+    direct, `rounds` times (each the median; every round's kept)."""
     paths = {}
     for kind in ("direct", "lossless"):
         d = os.path.join(dirs[kind], "shards")
@@ -336,15 +374,20 @@ def shard_reads(daemon, dirs, shards):
             torch.save(s, p)
     seal_seconds(daemon.mnt)
     total = sum(os.path.getsize(p) for p in paths["direct"])
-    out = {"bytes": total}
-    for kind in ("lossless", "direct"):
-        if kind == "lossless":
-            daemon.restart()
-        C.drop_caches()
-        out[f"{kind}_s"] = concurrent_loads(paths[kind])
-        if kind == "lossless":
-            out["work"] = dict(decode_work(daemon.mnt) or {}, daemon_cpu_s=daemon_cpu_seconds(daemon.pid))
-        print(f"{READERS} concurrent readers, {kind}: {out[f'{kind}_s']:.2f}s", flush=True)
+    out = {"bytes": total, "lossless_rounds": [], "direct_rounds": [], "works": []}
+    for rnd in range(rounds):
+        for kind in ("lossless", "direct"):
+            if kind == "lossless":
+                daemon.restart()
+            C.drop_caches()
+            out[f"{kind}_rounds"].append(concurrent_loads(paths[kind]))
+            if kind == "lossless":
+                out["works"].append(dict(decode_work(daemon.mnt) or {}, daemon_cpu_s=daemon_cpu_seconds(daemon.pid)))
+            seconds = out[f"{kind}_rounds"][-1]
+            print(f"round {rnd + 1}: {READERS} concurrent readers, {kind}: {seconds:.2f}s", flush=True)
+    i = median_index(out["lossless_rounds"])
+    out["lossless_s"], out["work"] = out["lossless_rounds"][i], out.pop("works")[i]
+    out["direct_s"] = out["direct_rounds"][median_index(out["direct_rounds"])]
     return out
 
 
@@ -359,6 +402,8 @@ def main():
     ap.add_argument("--keep", action="store_true", help="keep the mount and files")
     ap.add_argument("--baseline-bin", help="another ckptfs binary (e.g. main's): every cold read through the "
                     "mount is repeated through it, on the same store, right after")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="cold reads (and the 8 readers) this many times; each timing is the median")
     args = ap.parse_args()
     C.check_binary()
     work = os.path.abspath(args.workdir)
@@ -368,8 +413,8 @@ def main():
     try:
         results, shards = run_checkpoints(args, daemons, dirs)
         stats = {kind: C.stats(d.mnt) for kind, d in daemons.items()}
-        cold_reads(daemons, dirs, results, args.baseline_bin and os.path.abspath(args.baseline_bin))
-        conc = shard_reads(daemons["lossless"], dirs, shards)
+        cold_reads(daemons, dirs, results, args.baseline_bin and os.path.abspath(args.baseline_bin), args.rounds)
+        conc = shard_reads(daemons["lossless"], dirs, shards, args.rounds)
     finally:
         for daemon in daemons.values():
             if daemon.pid:
@@ -381,7 +426,8 @@ def main():
     peak_kib = max(d.peak_kib for d in daemons.values())
 
     print(f"\n# ckptfs restore benchmark\n\n{args.gb:g} GiB checkpoint (model + AdamW), {cores} cores, "
-          f"mount options: {','.join(opts) or '(defaults)'}\n")
+          f"mount options: {','.join(opts) or '(defaults)'}; read timings are medians of {args.rounds} "
+          f"round(s)\n")
     print(table(results, stats, cores))
     print()
     print(work_table(results))
@@ -398,6 +444,9 @@ def main():
          work_cell(conc.get("work"))],
         ["daemon peak RSS (VmHWM, highest of every daemon in the run)", f"{peak_kib / 1024:.0f} MiB"],
     ]))
+    if args.rounds > 1:
+        print("\nEach round's ratio (the table above takes each timing's median):\n")
+        print(rounds_table(results, conc))
     path = C.write_json("restore", {
         "args": vars(args), "cores": cores, "daemon_vmhwm_kib": peak_kib, "concurrent": conc,
         "per_file": [dict(r) for r in results.values()], "stats": stats})
