@@ -66,26 +66,14 @@ struct LevelTable {
 };
 
 #if defined(__x86_64__)
-// LevelTable::Element for f32, eight elements a step; each returns the
-// elements done (a multiple of 8). The compiler's loops looked each level
-// up on its own, and took a third of the daemon's CPU in a cold read of a
-// lossy checkpoint.
+// LevelTable::Element for f32, eight elements a step. The compiler's loops
+// looked each level up on its own, and took a third of the daemon's CPU in
+// a cold read of a lossy checkpoint.
 //
-// Values: the levels by gather, the same single-precision add, the
-// predictor where the symbol is 0.
-__attribute__((target("avx2"))) size_t RebuildF32ValuesAvx2(const uint8_t* symbols, size_t n, const float* add,
-                                                            const uint8_t* base, uint8_t* out) {
-  const __m256i zero = _mm256_setzero_si256();
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256i sym = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(symbols + i)));
-    const __m256 level = _mm256_i32gather_ps(add, sym, 4);
-    const __m256 pred =
-        base != nullptr ? _mm256_loadu_ps(reinterpret_cast<const float*>(base + 4 * i)) : _mm256_setzero_ps();
-    const __m256 keep = _mm256_castsi256_ps(_mm256_cmpeq_epi32(sym, zero));
-    _mm256_storeu_ps(reinterpret_cast<float*>(out + 4 * i), _mm256_blendv_ps(_mm256_add_ps(pred, level), pred, keep));
-  }
-  return i;
+// Values: the levels by gather and the same single-precision add.
+__attribute__((target("avx2"))) __m256i MovedF32(__m256i pred, __m256i sym, const float* add) {
+  const __m256 level = _mm256_i32gather_ps(add, sym, 4);
+  return _mm256_castps_si256(_mm256_add_ps(_mm256_castsi256_ps(pred), level));
 }
 
 // Bit patterns (the log domain): the predictor's bits plus the level's
@@ -101,17 +89,25 @@ __attribute__((target("avx2"))) __m128i StepAndClamp(__m128i pred, __m128i sym, 
   return _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(sum, low_halves));
 }
 
-__attribute__((target("avx2"))) size_t RebuildF32LogBitsAvx2(const uint8_t* symbols, size_t n, const int64_t* step,
-                                                             const uint8_t* base, uint8_t* out) {
+__attribute__((target("avx2"))) __m256i MovedF32(__m256i pred, __m256i sym, const int64_t* step) {
+  const __m128i lo = StepAndClamp(_mm256_castsi256_si128(pred), _mm256_castsi256_si128(sym), step);
+  const __m128i hi = StepAndClamp(_mm256_extracti128_si256(pred, 1), _mm256_extracti128_si256(sym, 1), step);
+  return _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
+}
+
+// n elements from their symbols and the predictor (null: zeros), the
+// predictor itself where the symbol is 0; `levels` is LevelTable's add
+// (values) or step (bits). Returns the elements done, a multiple of 8.
+template <typename Level>
+__attribute__((target("avx2"))) size_t RebuildF32Avx2(const uint8_t* symbols, size_t n, const Level* levels,
+                                                      const uint8_t* base, uint8_t* out) {
   const __m256i zero = _mm256_setzero_si256();
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m256i sym = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(symbols + i)));
     const __m256i pred = base != nullptr ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + 4 * i)) : zero;
-    const __m128i lo = StepAndClamp(_mm256_castsi256_si128(pred), _mm256_castsi256_si128(sym), step);
-    const __m128i hi = StepAndClamp(_mm256_extracti128_si256(pred, 1), _mm256_extracti128_si256(sym, 1), step);
-    const __m256i moved = _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
     const __m256i keep = _mm256_cmpeq_epi32(sym, zero);
+    const __m256i moved = MovedF32(pred, sym, levels);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 4 * i), _mm256_blendv_epi8(moved, pred, keep));
   }
   return i;
@@ -128,10 +124,12 @@ void RebuildRun(const LevelTable<T, D>& table, const uint8_t* symbols, size_t be
   if constexpr (T == DType::kF32) {
     const size_t at = 4 * begin;
     const uint8_t* b = base != nullptr ? base + at : nullptr;
-    if (CpuHasAvx2() && D == Domain::kValue) {
-      i += RebuildF32ValuesAvx2(symbols + begin, end - begin, table.add.data(), b, out + at);
-    } else if (CpuHasAvx2()) {
-      i += RebuildF32LogBitsAvx2(symbols + begin, end - begin, table.step.data(), b, out + at);
+    if (CpuHasAvx2()) {
+      if constexpr (D == Domain::kValue) {
+        i += RebuildF32Avx2(symbols + begin, end - begin, table.add.data(), b, out + at);
+      } else {
+        i += RebuildF32Avx2(symbols + begin, end - begin, table.step.data(), b, out + at);
+      }
     }
   }
 #endif
