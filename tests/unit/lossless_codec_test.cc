@@ -8,6 +8,7 @@
 #include <set>
 #include <vector>
 
+#include "codec/cpu_features.h"
 #include "codec/dtype.h"
 #include "codec/lossless/entropy.h"
 #include "codec/lossless/lanes.h"
@@ -197,6 +198,49 @@ TEST(RansTest, LongInputsRoundTripAtEveryEntropy) {
     std::vector<uint8_t> bad = blob;
     bad[rng() % bad.size()] ^= static_cast<uint8_t>(1 + rng() % 255);
     if (RansDecode(bad, out).ok()) EXPECT_NE(out, in);
+  }
+}
+
+// The AVX2 rounds and the portable ones read the same blobs alike: the
+// same symbols from sound blobs, the same verdict (and output) on damaged
+// ones.
+TEST(RansTest, PortableAndVectorRoundsDecodeAlike) {
+  std::mt19937_64 rng(21);
+  for (double p : {0.9, 0.3, 0.05}) {
+    const std::vector<uint8_t> in = SkewedBytes(100003, p, 22);
+    std::vector<uint8_t> blob;
+    RansEncode(in, &blob);
+    for (int i = 0; i < 40; ++i) {
+      std::vector<uint8_t> bad = blob;
+      if (i > 0) bad[rng() % bad.size()] ^= static_cast<uint8_t>(1 + rng() % 255);
+      std::vector<uint8_t> vector_out(in.size()), portable_out(in.size());
+      const Status vector_st = RansDecode(bad, vector_out);
+      Status portable_st;
+      {
+        ScopedPortableLoops portable;
+        portable_st = RansDecode(bad, portable_out);
+      }
+      ASSERT_EQ(vector_st.ok(), portable_st.ok()) << "p " << p << " flip " << i;
+      if (vector_st.ok()) EXPECT_EQ(vector_out, portable_out) << "p " << p << " flip " << i;
+      if (i == 0) EXPECT_EQ(vector_out, in);
+    }
+  }
+}
+
+// Byte planes split and merged by the SSSE3/AVX2 loops and by the SSE2
+// ones give the same blob and the same bytes back.
+TEST(PlaneCodecTest, PortableAndVectorPlanesCodeAlike) {
+  for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
+    const std::vector<uint8_t> raw = NormalTensor(t, 70001, 0.02f, 23);
+    const std::vector<uint8_t> vector_blob = Encode(t, raw);
+    std::vector<uint8_t> portable_blob;
+    {
+      ScopedPortableLoops portable;
+      portable_blob = Encode(t, raw);
+      ExpectTensorRoundTrip(t, raw);
+    }
+    EXPECT_EQ(vector_blob, portable_blob) << DTypeName(t);
+    ExpectTensorRoundTrip(t, raw);
   }
 }
 
@@ -436,10 +480,10 @@ TEST(PlaneCodecTest, AppendsToExistingOutput) {
   EXPECT_EQ(back, raw);
 }
 
-TEST(LanesTest, SimdSplitAndMergeMatchTheDefinition) {
-  // Plane k, lane i = byte k of lane i rotated left by one bit (or not):
-  // every SIMD path (SSSE3, AVX2, whichever this CPU runs) and its scalar
-  // tail must agree with that, at sizes around every vector width.
+// Plane k, lane i = byte k of lane i rotated left by one bit (or not):
+// every SIMD path (SSSE3, AVX2, whichever this CPU runs) and its scalar
+// tail must agree with that, at sizes around every vector width.
+void ExpectSplitAndMergeMatchTheDefinition() {
   for (unsigned w : {2u, 4u, 8u}) {
     for (bool rotate : {false, true}) {
       for (size_t lanes : {0, 1, 15, 16, 17, 31, 32, 33, 63, 64, 65, 95, 96, 97, 1000, 4099}) {
@@ -465,6 +509,12 @@ TEST(LanesTest, SimdSplitAndMergeMatchTheDefinition) {
       }
     }
   }
+}
+
+TEST(LanesTest, SimdSplitAndMergeMatchTheDefinition) {
+  ExpectSplitAndMergeMatchTheDefinition();
+  ScopedPortableLoops portable;  // and the SSE2 and scalar loops on a CPU with more
+  ExpectSplitAndMergeMatchTheDefinition();
 }
 
 TEST(DTypeTest, NamesAreDistinct) {

@@ -20,6 +20,7 @@
 
 #include "base/hash.h"
 #include "base/le.h"
+#include "codec/cpu_features.h"
 #include "codec/lossless/byte_io.h"
 #include "codec/lossless/rans.h"
 #include "codec/lossy/file_coder.h"
@@ -295,6 +296,38 @@ TEST(LossyPiece, LogBitsStepsClampLikeTheFormatSays) {
   EXPECT_EQ(past.code(), Status::Corruption("").code()) << past.ToString();
   const Status below = DecodePiece(LogBitsPiece({-(int64_t{1} << 32) - 1}, symbols, {}), base, out);
   EXPECT_EQ(below.code(), Status::Corruption("").code()) << below.ToString();
+}
+
+// The AVX2 rebuild and the portable one decode every kind of f32 piece
+// alike: values with and without a base, log-domain bits with escapes.
+TEST(LossyPiece, PortableAndVectorRebuildsDecodeAlike) {
+  std::vector<float> w = Normal(20011, 0.02f, 41), next = w;
+  for (size_t i = 0; i < next.size(); i += 3) next[i] += 0.002f * static_cast<float>(i % 5);
+  const std::vector<uint8_t> base = Floats(w);
+  std::vector<uint8_t> v_base(4 * 20011), symbols(20011);
+  std::vector<uint32_t> escapes;
+  for (size_t i = 0; i < symbols.size(); ++i) {
+    le::Put32(v_base, 4 * i, 0x3A000000u + static_cast<uint32_t>(i * 977));
+    symbols[i] = static_cast<uint8_t>(i % 9 == 0 ? 4 : i % 4);
+    if (symbols[i] == 4) escapes.push_back(0x3B000000u + static_cast<uint32_t>(i));
+  }
+  struct Case {
+    std::vector<uint8_t> blob, base;
+  };
+  const std::vector<Case> cases = {
+      {Encode(PieceSpec{DType::kF32, Domain::kValue, 0.05}, Floats(next)).blob, {}},
+      {Encode(PieceSpec{DType::kF32, Domain::kValue, 0.05}, Floats(next), base).blob, base},
+      {LogBitsPiece({-3, 9, 1 << 20}, symbols, escapes), v_base},
+  };
+  for (size_t c = 0; c < cases.size(); ++c) {
+    std::vector<uint8_t> vector_out(4 * 20011), portable_out(4 * 20011);
+    ASSERT_TRUE(DecodePiece(cases[c].blob, cases[c].base, vector_out).ok()) << c;
+    {
+      ScopedPortableLoops portable;
+      ASSERT_TRUE(DecodePiece(cases[c].blob, cases[c].base, portable_out).ok()) << c;
+    }
+    EXPECT_EQ(vector_out, portable_out) << "case " << c;
+  }
 }
 
 // Normal values clamped to ±bound, the range of the histograms they go in.
