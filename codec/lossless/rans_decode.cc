@@ -132,18 +132,21 @@ RoundsFn RoundsFor(unsigned scale) {
   return kFns[scale - kRansMinScaleBits];
 }
 
+// Words each stream must hold beyond what the AVX2 rounds may take: each
+// round reads four bytes at every stream's position.
+constexpr size_t kVectorSpareWords = 2;
+
 #if defined(__x86_64__)
 // The eight states as the lanes of one AVX2 register: a gather looks up
 // their slots and another loads their next words, so a round is one chain
 // of vector operations where the scalar rounds run eight chains of scalar
 // ones: 1.1-1.8x the symbols per second on the 2-core VM, the more the
-// more bits a symbol takes. The same
-// integer arithmetic as StepFixed and Refill: the same symbols, states and
-// stream positions.
+// more bits a symbol takes. The same integer arithmetic as StepFixed and
+// Refill: the same symbols, states and stream positions.
 //
-// Every stream must hold two more words than the rounds may take: each
-// round reads four bytes at every stream's position, whether it needs a
-// word or not. Positions are 32-bit offsets from `base`.
+// Every stream must hold kVectorSpareWords more words than the rounds may
+// take: each round reads four bytes at every stream's position, whether it
+// needs a word or not. Positions are 32-bit offsets from `base`.
 __attribute__((target("avx2"))) void DecodeRoundsAvx2(unsigned scale, const uint32_t* slot, uint32_t x[kStates],
                                                       const uint8_t* p[kStates], const uint8_t* base, uint8_t* o,
                                                       size_t rounds) {
@@ -179,28 +182,34 @@ __attribute__((target("avx2"))) void DecodeRoundsAvx2(unsigned scale, const uint
   for (int k = 0; k < kStates; ++k) p[k] = base + offsets[k];
 }
 
-// Rounds DecodeRoundsAvx2 has taken (0 without AVX2, or where the streams
-// lie too far apart for 32-bit offsets).
-size_t VectorRounds(unsigned scale, const uint32_t* slot, uint32_t x[kStates], const uint8_t* p[kStates],
-                    const uint8_t* const end[kStates], uint8_t* o, size_t rounds) {
-  if (!CpuHasAvx2()) return 0;
+// Runs `rounds` (within the streams' words less kVectorSpareWords) with
+// AVX2; false without it, or where the streams lie too far apart for
+// 32-bit offsets.
+bool VectorRounds(unsigned scale, const uint32_t* slot, uint32_t x[kStates], const uint8_t* p[kStates],
+                  const uint8_t* const end[kStates], uint8_t* o, size_t rounds) {
+  if (!CpuHasAvx2()) return false;
   const uint8_t* lo = p[0];
   const uint8_t* hi = end[0];
-  for (int k = 0; k < kStates; ++k) {
-    // Two words in hand beyond the rounds: the last round's four-byte read stays in the stream.
-    const size_t words = static_cast<size_t>(end[k] - p[k]) / 2;
-    rounds = std::min(rounds, words > 2 ? words - 2 : 0);
-    lo = std::min(lo, p[k]), hi = std::max(hi, end[k]);
-  }
-  if (rounds == 0 || hi - lo > INT32_MAX) return 0;
+  for (int k = 0; k < kStates; ++k) lo = std::min(lo, p[k]), hi = std::max(hi, end[k]);
+  if (hi - lo > INT32_MAX) return false;
   DecodeRoundsAvx2(scale, slot, x, p, lo, o, rounds);
-  return rounds;
+  return true;
 }
 #else
-size_t VectorRounds(unsigned, const uint32_t*, uint32_t*, const uint8_t**, const uint8_t* const*, uint8_t*, size_t) {
-  return 0;
+bool VectorRounds(unsigned, const uint32_t*, uint32_t*, const uint8_t**, const uint8_t* const*, uint8_t*, size_t) {
+  return false;
 }
 #endif
+
+// At most `rounds`, as many as every stream can feed while keeping `spare`
+// words in hand: a round takes at most one word from each stream.
+size_t RoundsInHand(const uint8_t* const p[kStates], const uint8_t* const end[kStates], size_t rounds, size_t spare) {
+  for (int k = 0; k < kStates; ++k) {
+    const size_t words = static_cast<size_t>(end[k] - p[k]) / 2;
+    rounds = std::min(rounds, words > spare ? words - spare : 0);
+  }
+  return rounds;
+}
 
 // One symbol from state x and its refill from [p, end), bounds-checked:
 // false when the stream ends early.
@@ -234,21 +243,18 @@ Status DecodePayload(const DecodeTables& t, uint32_t states[kStates], const uint
     x[k] = states[k];
   }
 
-  // Both loops bound their rounds by the words the streams hold, and a
-  // round takes a word from a stream only now and then: each pass takes as
-  // many rounds as the shortest stream has words, and the next one more.
+  // Unchecked rounds, in passes as long as the streams' words allow (a
+  // round takes a word from a stream only now and then, so each pass
+  // allows the next one more): AVX2 first, then the scalar rounds.
   size_t i = 0;
   while (i + kStates <= n) {
-    const size_t rounds = VectorRounds(scale, slot, x, p, end, o + i, (n - i) / kStates);
-    if (rounds == 0) break;
+    const size_t rounds = RoundsInHand(p, end, (n - i) / kStates, kVectorSpareWords);
+    if (rounds == 0 || !VectorRounds(scale, slot, x, p, end, o + i, rounds)) break;
     i += rounds * kStates;
   }
   const RoundsFn rounds_fn = RoundsFor(scale);
-  // Unchecked rounds: a round reads at most one word per stream, so as many
-  // rounds as the shortest stream has words are safe.
   while (i + kStates <= n) {
-    size_t rounds = (n - i) / kStates;
-    for (int k = 0; k < kStates; ++k) rounds = std::min<size_t>(rounds, static_cast<size_t>(end[k] - p[k]) / 2);
+    const size_t rounds = RoundsInHand(p, end, (n - i) / kStates, 0);
     if (rounds == 0) break;
     rounds_fn(slot, x, p, o + i, rounds);
     i += rounds * kStates;
