@@ -15,23 +15,19 @@ inline std::atomic<bool>& CpuVectorLoopsAllowed() {
   return allowed;
 }
 
-inline bool CpuHasSsse3() {
 #if defined(__x86_64__)
+inline bool CpuHasSsse3() {
   static const bool have = __builtin_cpu_supports("ssse3");
   return have && CpuVectorLoopsAllowed().load(std::memory_order_relaxed);
-#else
-  return false;
-#endif
 }
-
 inline bool CpuHasAvx2() {
-#if defined(__x86_64__)
   static const bool have = __builtin_cpu_supports("avx2");
   return have && CpuVectorLoopsAllowed().load(std::memory_order_relaxed);
-#else
-  return false;
-#endif
 }
+#else
+inline bool CpuHasSsse3() { return false; }
+inline bool CpuHasAvx2() { return false; }
+#endif
 
 // Turns the vector loops off while it lives (tests).
 class ScopedPortableLoops {
