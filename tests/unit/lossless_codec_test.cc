@@ -197,7 +197,9 @@ TEST(RansTest, LongInputsRoundTripAtEveryEntropy) {
     EXPECT_FALSE(RansDecode(std::span<const uint8_t>(blob).first(rng() % blob.size()), out).ok());
     std::vector<uint8_t> bad = blob;
     bad[rng() % bad.size()] ^= static_cast<uint8_t>(1 + rng() % 255);
-    if (RansDecode(bad, out).ok()) EXPECT_NE(out, in);
+    if (RansDecode(bad, out).ok()) {
+      EXPECT_NE(out, in);
+    }
   }
 }
 
@@ -221,8 +223,12 @@ TEST(RansTest, PortableAndVectorRoundsDecodeAlike) {
         portable_st = RansDecode(bad, portable_out);
       }
       ASSERT_EQ(vector_st.ok(), portable_st.ok()) << "p " << p << " flip " << i;
-      if (vector_st.ok()) EXPECT_EQ(vector_out, portable_out) << "p " << p << " flip " << i;
-      if (i == 0) EXPECT_EQ(vector_out, in);
+      if (vector_st.ok()) {
+        EXPECT_EQ(vector_out, portable_out) << "p " << p << " flip " << i;
+      }
+      if (i == 0) {
+        EXPECT_EQ(vector_out, in);
+      }
     }
   }
 }
