@@ -113,6 +113,17 @@ def fsync_path(path):
         os.close(fd)
 
 
+def median_index(values):
+    """Index of the median value (the upper of the two middle ones of an
+    even count), so that what was measured with it can be picked too."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    return order[len(values) // 2]
+
+
+def median(xs):
+    return xs[median_index(xs)]
+
+
 def human(n):
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(n) < 1024 or unit == "TiB":

@@ -104,11 +104,6 @@ class Store:
         return os.path.join(self.mnt, rel)
 
 
-def median(xs):
-    xs = sorted(xs)
-    return xs[len(xs) // 2]
-
-
 def save_atomic(obj, path):
     """torch.save to a temporary name in the same directory, fsync, rename
     (Lightning's atomic save). Returns seconds."""
@@ -405,8 +400,8 @@ def main():
                     path = os.path.join(wl.direct, rel) if m == "direct" else wl.stores[m].path(rel)
                     C.drop_caches()
                     t[m].append(C.timed_raw_read(path))
-            reads[k] = {"file": rel, **{m: median(v) for m, v in t.items()}, "all": t}
-            log(f"read {k}/{rel}: " + ", ".join(f"{m} {median(v):.3f}s" for m, v in t.items()))
+            reads[k] = {"file": rel, **{m: C.median(v) for m, v in t.items()}, "all": t}
+            log(f"read {k}/{rel}: " + ", ".join(f"{m} {C.median(v):.3f}s" for m, v in t.items()))
 
         # Bit-exact check of every file through every mount after a remount.
         for wl in wls.values():

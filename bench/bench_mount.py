@@ -53,11 +53,6 @@ def timed_save(obj, path, fsync):
     return time.perf_counter() - t0
 
 
-def median(xs):
-    xs = sorted(xs)
-    return xs[len(xs) // 2]
-
-
 def measured_saves(obj, mnt, direct, name, reps):
     """Median save time per side and mode. Before each timed save, sealing
     is idle and dirty pages are written back, so neither side pays for the
@@ -79,8 +74,8 @@ def measured_saves(obj, mnt, direct, name, reps):
         os.rename(os.path.join(d, tmps[-1]), os.path.join(d, name))
         for f in tmps[:-1]:
             os.unlink(os.path.join(d, f))
-    out = {f"save_{side}{'_fsync' if fs else ''}_s": median(v) for (side, fs), v in times.items()}
-    out["seal_after_close_s"] = median(seal_waits)
+    out = {f"save_{side}{'_fsync' if fs else ''}_s": C.median(v) for (side, fs), v in times.items()}
+    out["seal_after_close_s"] = C.median(seal_waits)
     return out
 
 
@@ -228,7 +223,7 @@ def main():
                                       f"({ratio(tot['bytes'], tot['zstd3_bytes'])}, "
                                       f"{tot['zstd3_s']:.1f}s single-threaded CLI)"],
         ["background sealing after close (median per checkpoint, polled)",
-         f"{median([r['seal_after_close_s'] for r in results]):.2f}s"],
+         f"{C.median([r['seal_after_close_s'] for r in results]):.2f}s"],
         ["daemon peak RSS (VmHWM; max of save / load / read phases)",
          f"{hwm / 1024:.1f} MiB" if hwm else "?"],
         ["daemon RSS at end (VmRSS)", f"{rss / 1024:.1f} MiB" if rss else "?"],

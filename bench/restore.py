@@ -295,7 +295,8 @@ def cold_reads(daemons, dirs, results, baseline=None, rounds=1):
     round reads every file once, a direct file right before its mount
     twins, so that each ratio compares reads made close together; each
     timing is then the median of its rounds (and its decode work that of
-    the median round), every round's kept in `*_rounds`."""
+    the median round; the upper of an even count), every round's kept in
+    `*_rounds`."""
     for rnd in range(rounds):
         for (name, kind), r in results.items():
             path = os.path.join(dirs[kind], name)
@@ -316,18 +317,16 @@ def cold_reads(daemons, dirs, results, baseline=None, rounds=1):
                       f"{r[f'{prefix}load_rounds'][-1]:.2f}s, cat {r[f'{prefix}cat_rounds'][-1]:.2f}s", flush=True)
     for r in results.values():
         for key in [k[:-len("_rounds")] for k in r if k.endswith("_rounds")]:
-            i = median_index(r[f"{key}_rounds"])
-            r[f"{key}_s"] = r[f"{key}_rounds"][i]
-            r[f"{key}_work"] = r.pop(f"{key}_works")[i]
+            r[f"{key}_s"], r[f"{key}_work"] = median_round(r[f"{key}_rounds"], r.pop(f"{key}_works"))
     if baseline:
         for daemon in daemons.values():
             daemon.restart()  # the rest of the run on this binary
 
 
-def median_index(values):
-    """Index of the median (the lower one of an even count)."""
-    order = sorted(range(len(values)), key=lambda i: values[i])
-    return order[(len(values) - 1) // 2]
+def median_round(seconds, works):
+    """The median timing and the decode work of the round that made it."""
+    i = C.median_index(seconds)
+    return seconds[i], works[i]
 
 
 def rounds_table(results, conc):
@@ -385,9 +384,8 @@ def shard_reads(daemon, dirs, shards, rounds=1):
                 out["works"].append(dict(decode_work(daemon.mnt) or {}, daemon_cpu_s=daemon_cpu_seconds(daemon.pid)))
             seconds = out[f"{kind}_rounds"][-1]
             print(f"round {rnd + 1}: {READERS} concurrent readers, {kind}: {seconds:.2f}s", flush=True)
-    i = median_index(out["lossless_rounds"])
-    out["lossless_s"], out["work"] = out["lossless_rounds"][i], out.pop("works")[i]
-    out["direct_s"] = out["direct_rounds"][median_index(out["direct_rounds"])]
+    out["lossless_s"], out["work"] = median_round(out["lossless_rounds"], out.pop("works"))
+    out["direct_s"] = C.median(out["direct_rounds"])
     return out
 
 
