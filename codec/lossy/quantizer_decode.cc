@@ -50,6 +50,14 @@ struct LevelTable {
       }
     }
   }
+  // The levels by symbol of this domain (the vector loops' table).
+  const auto* Levels() const {
+    if constexpr (D == Domain::kValue) {
+      return add.data();
+    } else {
+      return step.data();
+    }
+  }
   // Element i of a symbol other than an escape.
   uint32_t Element(unsigned sym, const uint8_t* base, size_t i) const {
     const uint32_t pred = base != nullptr ? LoadBits(T, base, i) : 0;
@@ -96,8 +104,8 @@ __attribute__((target("avx2"))) __m256i MovedF32(__m256i pred, __m256i sym, cons
 }
 
 // n elements from their symbols and the predictor (null: zeros), the
-// predictor itself where the symbol is 0; `levels` is LevelTable's add
-// (values) or step (bits). Returns the elements done, a multiple of 8.
+// predictor itself where the symbol is 0; `levels` is LevelTable::Levels:
+// add (values) or step (bits). Returns the elements done, a multiple of 8.
 template <typename Level>
 __attribute__((target("avx2"))) size_t RebuildF32Avx2(const uint8_t* symbols, size_t n, const Level* levels,
                                                       const uint8_t* base, uint8_t* out) {
@@ -124,13 +132,7 @@ void RebuildRun(const LevelTable<T, D>& table, const uint8_t* symbols, size_t be
   if constexpr (T == DType::kF32) {
     const size_t at = 4 * begin;
     const uint8_t* b = base != nullptr ? base + at : nullptr;
-    if (CpuHasAvx2()) {
-      if constexpr (D == Domain::kValue) {
-        i += RebuildF32Avx2(symbols + begin, end - begin, table.add.data(), b, out + at);
-      } else {
-        i += RebuildF32Avx2(symbols + begin, end - begin, table.step.data(), b, out + at);
-      }
-    }
+    if (CpuHasAvx2()) i += RebuildF32Avx2(symbols + begin, end - begin, table.Levels(), b, out + at);
   }
 #endif
   for (; i < end; ++i) StoreBits(T, out, i, table.Element(symbols[i], base, i));
