@@ -120,7 +120,7 @@ def seal_run(binary, files, work, tag, workers, opts):
             dst = os.path.join(mnt, os.path.basename(f))
             shutil.copyfile(f, dst)
             u0, s0 = cpu_times(pid)
-            C.wait_sealed(mnt, poll=0.05)  # the successor is a delta against it
+            C.wait_file_sealed(dst)  # the successor is a delta against it
             u1, s1 = cpu_times(pid)
             out.append({"cpu": u1 - u0 + s1 - s0, "user": u1 - u0, "errors": lossy_errors(dst),
                         "rss": peak_rss_mib(pid), "sha": C.sha256_file(dst)})

@@ -186,8 +186,8 @@ def make_shards(state, shard_bytes):
     return [{"shard": i, "w": allv[i * per:(i + 1) * per].clone()} for i in range(READERS)]
 
 
-def seal_seconds(mnt):
-    return C.wait_sealed(mnt, poll=0.05)[1]
+def seal_seconds(path):
+    return C.wait_file_sealed(path)
 
 
 def save_everywhere(obj, name, dirs, daemons, results):
@@ -198,7 +198,7 @@ def save_everywhere(obj, name, dirs, daemons, results):
         r["save_s"] = timed_save(obj, os.path.join(d, name))
         r["bytes"] = os.path.getsize(os.path.join(d, name))
         if kind != "direct":
-            r["seal_s"] = seal_seconds(daemons[kind].mnt)
+            r["seal_s"] = seal_seconds(os.path.join(d, name))
         print(f"saved {kind}/{name}: save {r['save_s']:.2f}s"
               + (f", sealed {r['seal_s']:.2f}s later" if "seal_s" in r else ""), flush=True)
 
@@ -371,7 +371,7 @@ def shard_reads(daemon, dirs, shards, rounds=1):
         paths[kind] = [os.path.join(d, f"shard-{i}.pt") for i in range(len(shards))]
         for s, p in zip(shards, paths[kind]):
             torch.save(s, p)
-    seal_seconds(daemon.mnt)
+    C.wait_sealed(daemon.mnt)
     total = sum(os.path.getsize(p) for p in paths["direct"])
     out = {"bytes": total, "lossless_rounds": [], "direct_rounds": [], "works": []}
     for rnd in range(rounds):
