@@ -44,10 +44,9 @@ void EncodeEntry(const ChunkEntry& e, std::span<uint8_t> out) {
   le::Put64(out, kEntRawSum, e.raw_checksum);
 }
 
-// One worker's chunk: its buffers are reused chunk after chunk, so memory
-// is one chunk in and one out per worker.
+// A coded chunk on its way into the pack: its buffer is reused chunk after
+// chunk, so memory is bounded by the slots (EncodeInParallel's window).
 struct ChunkSlot {
-  std::vector<uint8_t> in;
   std::vector<uint8_t> out;
   ChunkEntry entry;
   std::optional<ChunkPlan> plan;  // payload already moved into `out`
@@ -80,13 +79,14 @@ void CodeUnplanned(const PackSource& src, uint64_t off, std::span<const uint8_t>
   if (!s->plan) code_alone();
 }
 
-// Reads chunk i and codes it: a plan against other packs when the planner
-// has one, else on its own. Leaves offset and stored checksum to the appender.
-Status EncodeChunkAt(const PackSource& src, uint64_t i, ChunkPlanner* planner, ChunkSlot* s) {
+// Reads chunk i into `in` and codes it: a plan against other packs when the
+// planner has one, else on its own. Leaves offset and stored checksum to the
+// appender.
+Status EncodeChunkAt(const PackSource& src, uint64_t i, ChunkPlanner* planner, std::vector<uint8_t>* in, ChunkSlot* s) {
   const uint64_t off = i * src.chunk_size;
   const size_t len = static_cast<size_t>(std::min<uint64_t>(src.chunk_size, src.size - off));
-  s->in.resize(len);
-  std::span<uint8_t> raw(s->in.data(), len);
+  in->resize(len);
+  std::span<uint8_t> raw(in->data(), len);
   ASSIGN_OR_RETURN(size_t got, src.env->PRead(src.fd, raw, off));
   if (got != len) {
     // The source is shorter than the size we were asked to pack: it was
@@ -169,45 +169,109 @@ Status Cancelled(const std::atomic<bool>* cancel) {
 
 Status EncodeInOrder(const PackSource& src, uint64_t count, const std::atomic<bool>* cancel, ChunkPlanner* planner,
                      ChunkAppender* out) {
+  std::vector<uint8_t> in;
   ChunkSlot slot;
   for (uint64_t i = 0; i < count; ++i) {
     RETURN_IF_ERROR(Cancelled(cancel));
-    RETURN_IF_ERROR(EncodeChunkAt(src, i, planner, &slot));
+    RETURN_IF_ERROR(EncodeChunkAt(src, i, planner, &in, &slot));
     RETURN_IF_ERROR(out->Append(i, &slot));
   }
   return Status::Ok();
 }
 
-// Workers take chunks in file order and code them at the same time; each
-// appends its chunk once every earlier one is in. The pack is byte for
-// byte what EncodeInOrder writes, and the first failure in file order is
-// what the caller gets.
+// Chunks cost unequal work (a delta decodes its base first), so a worker
+// whose chunk is coded before an earlier one leaves it waiting here and
+// goes on with the next chunk. Each worker has kSlotsPerWorker slots: it
+// takes a free slot before it takes a chunk, so the chunks in flight (coded
+// or not) never outnumber the slots, and the oldest is always being coded
+// by a worker that holds a slot, so the pack always moves on. Whoever hands
+// in the chunk next in file order appends it, and every waiting one after
+// it, outside the lock.
+class InOrderAppends {
+ public:
+  static constexpr unsigned kSlotsPerWorker = 2;
+
+  InOrderAppends(ChunkAppender* out, unsigned workers)
+      : out_(out), slots_(workers * kSlotsPerWorker), ring_(slots_.size()), free_(workers) {
+    for (size_t k = 0; k < slots_.size(); ++k) free_[k % workers].push_back(&slots_[k]);
+  }
+
+  // A free slot of worker t's; nullptr once the pack has failed.
+  ChunkSlot* TakeSlot(unsigned t) {
+    std::unique_lock lk(mu_);
+    turn_.wait(lk, [&] { return failed_ || !free_[t].empty(); });
+    if (failed_) return nullptr;
+    ChunkSlot* s = free_[t].back();
+    free_[t].pop_back();
+    return s;
+  }
+
+  // Chunk i is coded into `slot` by worker t (or failed with `s`).
+  void HandIn(uint64_t i, unsigned t, ChunkSlot* slot, Status s) {
+    std::unique_lock lk(mu_);
+    ring_[i % ring_.size()] = Waiting{slot, t, std::move(s), true};
+    while (!appending_ && !failed_ && ring_[appended_ % ring_.size()].ready) AppendNext(lk);
+  }
+
+  Status Result() {
+    std::lock_guard lk(mu_);
+    return failed_ ? first_error_ : Status::Ok();
+  }
+
+ private:
+  struct Waiting {
+    ChunkSlot* slot = nullptr;
+    unsigned owner = 0;
+    Status status;
+    bool ready = false;
+  };
+
+  void AppendNext(std::unique_lock<std::mutex>& lk) {
+    Waiting w = std::move(ring_[appended_ % ring_.size()]);
+    ring_[appended_ % ring_.size()].ready = false;
+    appending_ = true;
+    lk.unlock();
+    if (w.status.ok()) w.status = out_->Append(appended_, w.slot);
+    lk.lock();
+    appending_ = false;
+    free_[w.owner].push_back(w.slot);
+    if (w.status.ok()) {
+      ++appended_;
+    } else {
+      failed_ = true;
+      first_error_ = std::move(w.status);
+    }
+    turn_.notify_all();
+  }
+
+  ChunkAppender* out_;
+  std::mutex mu_;
+  std::condition_variable turn_;
+  std::vector<ChunkSlot> slots_;
+  std::vector<Waiting> ring_;                  // chunk i waits at i % size
+  std::vector<std::vector<ChunkSlot*>> free_;  // per worker
+  uint64_t appended_ = 0;
+  bool appending_ = false;
+  bool failed_ = false;
+  Status first_error_;
+};
+
+// Workers take chunks in file order and code them at the same time
+// (InOrderAppends). The pack is byte for byte what EncodeInOrder writes, and
+// the first failure in file order is what the caller gets.
 Status EncodeInParallel(const PackSource& src, uint64_t count, const std::atomic<bool>* cancel,
                         std::span<ChunkPlanner* const> planners, unsigned workers, ChunkAppender* out) {
   std::atomic<uint64_t> next{0};
-  std::mutex mu;
-  std::condition_variable turn;
-  uint64_t appended = 0;
-  bool failed = false;
-  Status first_error;
+  InOrderAppends appends(out, workers);
   auto work = [&](unsigned t) {
     ChunkPlanner* planner = planners.empty() ? nullptr : planners[t];
-    ChunkSlot slot;
-    for (uint64_t i; (i = next.fetch_add(1)) < count;) {
+    std::vector<uint8_t> in;
+    for (ChunkSlot* slot; (slot = appends.TakeSlot(t)) != nullptr;) {
+      const uint64_t i = next.fetch_add(1);
+      if (i >= count) return;
       Status s = Cancelled(cancel);
-      if (s.ok()) s = EncodeChunkAt(src, i, planner, &slot);
-      std::unique_lock lk(mu);
-      turn.wait(lk, [&] { return appended == i || failed; });
-      if (failed) return;
-      if (s.ok()) s = out->Append(i, &slot);
-      if (!s.ok()) {
-        failed = true;
-        first_error = s;
-      } else {
-        ++appended;
-      }
-      turn.notify_all();
-      if (failed) return;
+      if (s.ok()) s = EncodeChunkAt(src, i, planner, &in, slot);
+      appends.HandIn(i, t, slot, std::move(s));
     }
   };
   std::vector<std::thread> threads;
@@ -220,7 +284,7 @@ Status EncodeInParallel(const PackSource& src, uint64_t count, const std::atomic
   }
   work(0);
   for (std::thread& th : threads) th.join();
-  return failed ? first_error : Status::Ok();
+  return appends.Result();
 }
 
 }  // namespace

@@ -5,8 +5,13 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <random>
+#include <set>
 
 #include "store/pack.h"
 #include "store/store.h"
@@ -118,6 +123,92 @@ TEST_F(SealWorkersTest, PlannersMustMatchTheWorkers) {
       WritePack(env_, src->get(), file.size(), dst->get(), 64 << 10, {}, nullptr, ranges, PackWorkers{3, one});
   ASSERT_FALSE(st.ok());
   EXPECT_EQ(st.status().code(), EINVAL);
+}
+
+// Holds the coding of one chunk until a later chunk has been reached, so
+// that chunks finish out of file order; may fail chosen chunks. Shared by
+// every worker's planner.
+class GatedPlanner : public ChunkPlanner {
+ public:
+  GatedPlanner(uint64_t chunk, uint64_t hold, uint64_t until, std::map<uint64_t, Status> fail)
+      : chunk_(chunk), hold_(hold), until_(until), fail_(std::move(fail)) {}
+
+  Result<std::optional<ChunkPlan>> TransformLossy(uint64_t offset, std::span<uint8_t>,
+                                                  std::span<const TensorRange>) override {
+    const uint64_t i = offset / chunk_;
+    std::unique_lock lk(mu_);
+    if (i == hold_ && !reached_cv_.wait_for(lk, std::chrono::seconds(20), [&] { return reached_.count(until_); })) {
+      held_too_long_ = true;
+    }
+    reached_.insert(i);
+    reached_cv_.notify_all();
+    if (fail_.count(i)) return fail_.at(i);
+    return std::optional<ChunkPlan>{};
+  }
+  std::optional<ChunkPlan> PlanRef(uint64_t, std::span<const uint8_t>, uint64_t,
+                                   std::span<const TensorRange>) override {
+    return std::nullopt;
+  }
+  std::optional<ChunkPlan> PlanDelta(uint64_t, std::span<const uint8_t>, std::span<const TensorRange>,
+                                     const std::function<size_t()>&) override {
+    return std::nullopt;
+  }
+  // Whether the held chunk waited in vain: the others could not go on.
+  bool held_too_long() const { return held_too_long_; }
+
+ private:
+  const uint64_t chunk_, hold_, until_;
+  const std::map<uint64_t, Status> fail_;
+  std::mutex mu_;
+  std::condition_variable reached_cv_;
+  std::set<uint64_t> reached_;
+  bool held_too_long_ = false;
+};
+
+class SealWorkersOrderTest : public SealWorkersTest {
+ protected:
+  Result<PackStats> WriteGated(const Bytes& file, std::span<const TensorRange> ranges, GatedPlanner* gate) {
+    test::WriteFileBytes(dir_.Sub("src"), file);
+    ASSIGN_OR_RETURN(UniqueFd src, env_->OpenAt(AT_FDCWD, dir_.Sub("src"), O_RDONLY));
+    ASSIGN_OR_RETURN(UniqueFd dst, env_->OpenAt(AT_FDCWD, dir_.Sub("gated"), O_CREAT | O_TRUNC | O_RDWR, 0644));
+    ChunkPlanner* const planners[] = {gate, gate};
+    return WritePack(env_, src.get(), file.size(), dst.get(), 64 << 10, {}, nullptr, ranges, PackWorkers{2, planners});
+  }
+};
+
+// A worker whose chunk is coded while an earlier one is not leaves it
+// waiting and codes the next: chunk 0 is held until chunk 2 is reached,
+// which only the other worker can do, past chunk 1.
+TEST_F(SealWorkersOrderTest, WorkerGoesOnPastAChunkStillBeingCoded) {
+  std::vector<TensorRange> ranges;
+  const Bytes file = MixedFile(&ranges);
+  ASSERT_OK(Write(file, 1, "one", ranges, file.size()).status());
+  GatedPlanner gate(64 << 10, 0, 2, {});
+  ASSERT_OK(WriteGated(file, ranges, &gate).status());
+  EXPECT_FALSE(gate.held_too_long());
+  auto one = Open("one");
+  auto gated = Open("gated");
+  ASSERT_TRUE(one.ok() && gated.ok());
+  ASSERT_EQ((*gated)->chunks().size(), (*one)->chunks().size());
+  for (size_t i = 0; i < (*one)->chunks().size(); ++i) {
+    EXPECT_EQ((*gated)->chunks()[i].offset, (*one)->chunks()[i].offset) << i;
+    EXPECT_EQ((*gated)->chunks()[i].stored_checksum, (*one)->chunks()[i].stored_checksum) << i;
+  }
+  EXPECT_EQ((*gated)->stored_size(), (*one)->stored_size());
+}
+
+// Chunk 2 fails before chunk 1 does (chunk 1 waits for it): the caller
+// still gets chunk 1's failure, the first in file order.
+TEST_F(SealWorkersOrderTest, FirstFailureInFileOrderWhenALaterOneFailsFirst) {
+  std::vector<TensorRange> ranges;
+  const Bytes file = MixedFile(&ranges);
+  GatedPlanner gate(64 << 10, 1, 2,
+                    {{1, Status::Error(EIO, "chunk 1 failed")}, {2, Status::Error(ENOSPC, "chunk 2 failed")}});
+  Result<PackStats> st = WriteGated(file, ranges, &gate);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.status().code(), EIO) << st.status().ToString();
+  EXPECT_NE(st.status().message().find("chunk 1 failed"), std::string::npos) << st.status().message();
+  EXPECT_FALSE(gate.held_too_long());
 }
 
 // Through a store: a lineage of checkpoints sealed by several workers (each
