@@ -237,6 +237,7 @@ Result<std::shared_ptr<PackReader>> PackReader::Open(std::unique_ptr<PackBytes> 
   r->meta_ = std::move(meta);
   r->meta_status_ = std::move(meta_status);
   r->stored_size_ = size;
+  r->ahead_ = std::make_unique<ChunkReadAhead>(r->source_.get(), r->chunks_.size());
   return r;
 }
 
@@ -281,11 +282,7 @@ Status PackReader::ReadChunkInto(uint64_t index, std::span<uint8_t> out, BaseSou
   // into this thread's scratch buffer: they keep their payload locally.
   const bool needs_base = StoredAgainstBase(e.codec);
   AlignedBuffer local;
-  const std::span<uint8_t> room = (needs_base ? local : ScratchBuffer()).Get(source_->RoomFor(e.stored_len));
-  if (room.empty() && e.stored_len > 0) {
-    return Status::Error(ENOMEM, ctx + ": no memory for " + std::to_string(e.stored_len) + " stored bytes");
-  }
-  Result<std::span<const uint8_t>> read = source_->ReadIn(room, e.offset, e.stored_len);
+  Result<std::span<const uint8_t>> read = ReadStored(index, needs_base ? local : ScratchBuffer());
   if (!read.ok()) return read.status().WithContext(ctx);
   const std::span<const uint8_t> stored = *read;
   if (!ChecksumMatches(Checksum64(stored, kSeedChunkStored ^ index), e.stored_checksum)) {
@@ -347,6 +344,21 @@ Result<std::pair<ObjectId, uint64_t>> PackReader::ChunkBase(uint64_t index) cons
   RETURN_IF_ERROR(source_->ReadExact(ref, e.offset));
   if (le::Get64(ref, 0) == 0) return Status::Error(ENOENT, "lossy keyframe chunk has no base");
   return std::make_pair(le::Get64(ref, 0), le::Get64(ref, 8));
+}
+
+Result<std::span<const uint8_t>> PackReader::ReadStored(uint64_t index, AlignedBuffer& buf) const {
+  const ChunkEntry& e = chunks_[index];
+  const std::span<uint8_t> room = buf.Get(source_->RoomFor(e.stored_len));
+  if (room.empty() && e.stored_len > 0) {
+    return Status::Error(ENOMEM, "no memory for " + std::to_string(e.stored_len) + " stored bytes");
+  }
+  if (ahead_->TakeInto(index, room.first(e.stored_len))) return std::span<const uint8_t>(room.first(e.stored_len));
+  return source_->ReadIn(room, e.offset, e.stored_len);
+}
+
+void PackReader::ReadAhead(uint64_t index) const {
+  if (index >= chunks_.size() || chunks_[index].stored_len == 0) return;
+  ahead_->Start(index, chunks_[index].offset, chunks_[index].stored_len);
 }
 
 void PackReader::Prefetch(uint64_t index) const {

@@ -16,6 +16,7 @@
 #include "base/status.h"
 #include "base/unique_fd.h"
 #include "codec/chunk_codec.h"
+#include "store/chunk_read_ahead.h"
 #include "store/env.h"
 #include "store/object_id.h"
 #include "store/pack_bytes.h"
@@ -155,15 +156,24 @@ class PackReader {
   // kernel into its page cache for a file, an asynchronous read for a RADOS
   // object, so that a sequential reader finds it at hand.
   void Prefetch(uint64_t index) const;
+  // Starts reading chunk `index`'s stored bytes on a thread of its own, so
+  // that a ReadChunkInto of it soon after finds them (no-op when out of
+  // range, read or started already): a delta seal's reads of its
+  // predecessor (store/chunk_read_ahead.h).
+  void ReadAhead(uint64_t index) const;
   // Reads and checks every chunk (fsck).
   Status VerifyAll(BaseSource* bases = nullptr) const;
 
  private:
   PackReader(std::unique_ptr<PackBytes> source, std::string name)
       : source_(std::move(source)), name_(std::move(name)) {}
+  // Chunk `index`'s stored bytes, read into `buf` (grown as needed), or
+  // copied there when they were read ahead.
+  Result<std::span<const uint8_t>> ReadStored(uint64_t index, AlignedBuffer& buf) const;
   Status DecodeAgainstBase(ChunkCodec codec, std::span<const uint8_t> stored, std::span<uint8_t> out,
                            BaseSource* bases) const;
   std::unique_ptr<PackBytes> source_;
+  std::unique_ptr<ChunkReadAhead> ahead_;  // after source_, which its reads use
   std::string name_;
   PackHeader header_;
   std::vector<ChunkEntry> chunks_;

@@ -795,7 +795,9 @@ Status Store::ReadPackRangeOnce(ObjectId pack, uint64_t offset, std::span<uint8_
   }
   RETURN_IF_ERROR(BaseNesting::Check(pack));
   BaseNesting nested;
-  reader->Prefetch(index + 1);
+  // The next chunks' bases are read while this one decodes (the seal's
+  // workers code chunks in about file order).
+  for (uint64_t ahead = 1; ahead <= ChunkReadAhead::kMaxHeld; ++ahead) reader->ReadAhead(index + ahead);
   RETURN_IF_ERROR(reader->ReadChunkInto(index, out, this));
   GlobalMetrics().chunk_decodes.Add();
   GlobalMetrics().chunk_decoded_bytes.Add(out.size());
