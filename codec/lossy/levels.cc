@@ -120,6 +120,42 @@ LevelFitter::LevelFitter(const ResidualHistogram& h) {
     mass_.push_back(std::cbrt(std::max(b.w, 0.0) / w) * w + 1e-300);
     total_ += mass_.back();
   }
+  ascending_ = std::is_sorted(means_.begin(), means_.end());
+  if (!ascending_) return;
+  prefix_.assign(bins_.size() + 1, Bin{});
+  for (size_t i = 0; i < bins_.size(); ++i) {
+    const Bin& b = bins_[i];
+    Bin& p = prefix_[i + 1];
+    p = prefix_[i];
+    p.w += b.w, p.wr += b.wr, p.wrr += b.wrr, p.count += b.count;
+  }
+}
+
+double LevelFitter::Step(std::vector<double>* levels, std::vector<uint64_t>* counts) const {
+  if (!ascending_) return LloydStep(bins_, means_, levels, counts);
+  // Each level takes a run of bins (the means ascend): its sums are two
+  // prefix sums apart, and its run ends where a binary search finds the
+  // next bound, so a step costs a search per level, not a pass over the bins.
+  const std::vector<double> bounds = LevelBounds(*levels);
+  const size_t k = levels->size();
+  counts->assign(k, 0);
+  double err = 0;
+  size_t lo = 0;
+  for (size_t j = 0; j < k; ++j) {
+    const size_t hi = j + 1 < k ? static_cast<size_t>(std::lower_bound(means_.begin() + static_cast<std::ptrdiff_t>(lo),
+                                                                       means_.end(), bounds[j]) -
+                                                      means_.begin())
+                                : means_.size();
+    const Bin &a = prefix_[lo], &b = prefix_[hi];
+    const double w = b.w - a.w, wr = b.wr - a.wr, wrr = b.wrr - a.wrr;
+    (*counts)[j] = b.count - a.count;
+    const double c = (*levels)[j];
+    err += wrr - 2 * c * wr + c * c * w;
+    if (hi > lo && w > 0) (*levels)[j] = wr / w;
+    lo = hi;
+  }
+  std::sort(levels->begin(), levels->end());
+  return std::max(0.0, err);
 }
 
 LevelFit LevelFitter::Fit(size_t k, int iterations) const {
@@ -128,13 +164,13 @@ LevelFit LevelFitter::Fit(size_t k, int iterations) const {
   if (fit.levels.empty()) return fit;
   double prev = -1;
   for (int it = 0; it < iterations; ++it) {
-    fit.error = LloydStep(bins_, means_, &fit.levels, &fit.counts);
+    fit.error = Step(&fit.levels, &fit.counts);
     if (prev >= 0 && prev - fit.error <= 1e-4 * prev) break;
     prev = fit.error;
   }
   // The counts and error of the final levels.
   std::vector<double> final_levels = fit.levels;
-  fit.error = LloydStep(bins_, means_, &final_levels, &fit.counts);
+  fit.error = Step(&final_levels, &fit.counts);
   return fit;
 }
 

@@ -96,6 +96,9 @@ class LevelFitter {
 
  private:
   static constexpr int kEnergyRounds = 8;
+  // One Lloyd step: moves each level to the weighted mean of the bins
+  // nearest it; returns the error before the move.
+  double Step(std::vector<double>* levels, std::vector<uint64_t>* counts) const;
   // The weighted energy of the values, each at its nearest level.
   double CodedEnergy(std::span<const double> levels) const;
 
@@ -103,6 +106,8 @@ class LevelFitter {
   std::vector<double> means_;  // each bin's weighted mean
   std::vector<double> mass_;   // density^(1/3) share, for the initial levels
   double total_ = 0;
+  bool ascending_ = true;    // means_ (bins whose weights are all 0 break it)
+  std::vector<Bin> prefix_;  // prefix_[i]: the sums of bins [0, i), when ascending
 };
 
 // LevelFitter(h).Fit(k, iterations).

@@ -361,6 +361,42 @@ TEST(LossyLevels, UniformFitTakesTheOccupiedMultiples) {
   EXPECT_TRUE(LevelFitter(h).FitUniform(0.0).levels.empty());
 }
 
+// A fit's error and counts are those of its levels by definition: every
+// occupied bin at the level nearest its weighted mean. Fit takes a level's
+// bins as one run found by binary search, with their sums two prefix sums
+// apart, where the means ascend; a histogram with zero-weight bins (whose
+// means are 0, out of order) takes the pass over every bin instead.
+TEST(LossyLevels, FitErrorAndCountsAreThoseOfItsLevels) {
+  for (bool zero_weights : {false, true}) {
+    ResidualHistogram h(-6.0, 6.0, 0.05, 4096);
+    const std::vector<double> v = ClampedNormal(1 << 15, 0.8f, 35, 6.0);
+    for (size_t i = 0; i < v.size(); ++i) {
+      h.Add(v[i], zero_weights && v[i] > 1.0 ? 0.0 : 1.0 + 0.5 * std::sin(static_cast<double>(i)));
+    }
+    const LevelFitter fitter(h);
+    for (size_t k : {1u, 2u, 5u, 16u, 96u, 256u}) {
+      const LevelFit fit = fitter.Fit(k);
+      ASSERT_FALSE(fit.levels.empty());
+      ASSERT_LE(fit.levels.size(), k);
+      ASSERT_TRUE(std::is_sorted(fit.levels.begin(), fit.levels.end()));
+      const std::vector<double> bounds = LevelBounds(fit.levels);
+      std::vector<uint64_t> counts(fit.levels.size(), 0);
+      double err = 0;
+      for (const Bin& b : h.bins()) {
+        if (b.count == 0) continue;
+        const double mean = b.w > 0 ? b.wr / b.w : 0.0;
+        const size_t j = NearestLevel(bounds, mean);
+        const double c = fit.levels[j];
+        err += b.wrr - 2 * c * b.wr + c * c * b.w;
+        counts[j] += b.count;
+      }
+      EXPECT_EQ(fit.counts, counts) << "k " << k << (zero_weights ? ", zero weights" : "");
+      EXPECT_NEAR(fit.error, std::max(0.0, err), 1e-9 * std::abs(err) + 1e-12)
+          << "k " << k << (zero_weights ? ", zero weights" : "");
+    }
+  }
+}
+
 // Why m's levels are scaled (docs/LOSSY.md, "Optimizer state"): levels at
 // their values' means make the error orthogonal to the reconstruction, so
 // the coded energy is the values' energy less the error (1 − e² of it at
