@@ -240,10 +240,6 @@ std::vector<double> LevelBounds(std::span<const double> levels) {
   return b;
 }
 
-size_t NearestLevel(std::span<const double> bounds, double v) {
-  return static_cast<size_t>(std::upper_bound(bounds.begin(), bounds.end(), v) - bounds.begin());
-}
-
 LevelLookup::LevelLookup(std::span<const double> bounds) : bounds_(bounds.begin(), bounds.end()) {
   if (bounds_.size() < 4) return;
   lo_ = bounds_.front();

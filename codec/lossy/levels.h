@@ -116,8 +116,11 @@ LevelFit FitLevels(const ResidualHistogram& h, size_t k, int iterations = 16);
 // Decision thresholds: value v maps to level i where bounds[i-1] <= v < bounds[i].
 std::vector<double> LevelBounds(std::span<const double> levels);
 
-// Index of the level nearest `v` (by the bounds).
-size_t NearestLevel(std::span<const double> bounds, double v);
+// Index of the level nearest `v` (by the bounds). Inline: a call in the
+// per-element passes would make them keep their running sums in memory.
+inline size_t NearestLevel(std::span<const double> bounds, double v) {
+  return static_cast<size_t>(std::upper_bound(bounds.begin(), bounds.end(), v) - bounds.begin());
+}
 
 // NearestLevel by table, for passes over every element: a uniform grid
 // over the bounds' span gives a first guess, which a short walk over the
