@@ -178,7 +178,48 @@ LevelFit LevelFitter::FitUniform(double step) const {
   LevelFit fit;
   if (bins_.empty() || !(step > 0)) return fit;
   if (!(std::max(std::abs(means_.front()), std::abs(means_.back())) / step < 0x1p52)) return fit;
-  // The means ascend, so each bin's multiple is the last one or a new one.
+  if (!ascending_) return FitUniformByBins(step);
+  // Each multiple takes a run of bins: its end is found by galloping from
+  // its start (a probe per bin for runs of one, as a pass would make; far
+  // fewer for long runs), its sums are two prefix sums apart.
+  const size_t n = means_.size();
+  const auto multiple = [&](size_t i) { return std::llround(means_[i] / step); };
+  int64_t j = multiple(0);
+  for (size_t lo = 0; lo < n;) {
+    size_t in = lo, out = n;  // multiple(in) == j; out: n, or a bin past the run
+    int64_t next = j;
+    for (size_t gap = 1; in + gap < n; gap *= 2) {
+      next = multiple(in + gap);
+      if (next != j) {
+        out = in + gap;
+        break;
+      }
+      in += gap;
+    }
+    while (out - in > 1) {
+      const size_t mid = in + (out - in) / 2;
+      const int64_t m = multiple(mid);
+      if (m == j) {
+        in = mid;
+      } else {
+        out = mid, next = m;
+      }
+    }
+    const Bin &a = prefix_[lo], &b = prefix_[out];
+    const double c = static_cast<double>(j) * step;
+    fit.error += (b.wrr - a.wrr) - 2 * c * (b.wr - a.wr) + c * c * (b.w - a.w);
+    fit.levels.push_back(c);
+    fit.counts.push_back(b.count - a.count);
+    lo = out, j = next;
+  }
+  fit.error = std::max(0.0, fit.error);
+  return fit;
+}
+
+LevelFit LevelFitter::FitUniformByBins(double step) const {
+  LevelFit fit;
+  // Each bin's multiple is the last one or a new one (equal multiples are
+  // adjacent where the means ascend; elsewhere this may repeat a level).
   int64_t last = 0;
   for (size_t bi = 0; bi < bins_.size(); ++bi) {
     const int64_t j = std::llround(means_[bi] / step);

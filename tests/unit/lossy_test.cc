@@ -361,11 +361,38 @@ TEST(LossyLevels, UniformFitTakesTheOccupiedMultiples) {
   EXPECT_TRUE(LevelFitter(h).FitUniform(0.0).levels.empty());
 }
 
+// FitUniform's levels, counts and error by definition: every occupied bin
+// at the multiple of the step nearest its weighted mean.
+void ExpectUniformFitsByDefinition(const ResidualHistogram& h, const LevelFitter& fitter) {
+  for (double step : {0.0007, 0.01, 0.05, 0.3, 2.0, 50.0}) {
+    std::map<int64_t, std::pair<uint64_t, double>> by_multiple;  // count, error
+    for (const Bin& b : h.bins()) {
+      if (b.count == 0) continue;
+      const int64_t j = std::llround((b.wr / b.w) / step);
+      const double c = static_cast<double>(j) * step;
+      by_multiple[j].first += b.count;
+      by_multiple[j].second += b.wrr - 2 * c * b.wr + c * c * b.w;
+    }
+    const LevelFit fit = fitter.FitUniform(step);
+    ASSERT_EQ(fit.levels.size(), by_multiple.size()) << "step " << step;
+    double err = 0;
+    size_t i = 0;
+    for (const auto& [j, ce] : by_multiple) {
+      EXPECT_EQ(fit.levels[i], static_cast<double>(j) * step) << "step " << step;
+      EXPECT_EQ(fit.counts[i], ce.first) << "step " << step;
+      err += ce.second;
+      ++i;
+    }
+    EXPECT_NEAR(fit.error, std::max(0.0, err), 1e-9 * std::abs(err) + 1e-12) << "step " << step;
+  }
+}
+
 // A fit's error and counts are those of its levels by definition: every
 // occupied bin at the level nearest its weighted mean. Fit takes a level's
 // bins as one run found by binary search, with their sums two prefix sums
 // apart, where the means ascend; a histogram with zero-weight bins (whose
 // means are 0, out of order) takes the pass over every bin instead.
+// FitUniform, whose runs are found by galloping, likewise.
 TEST(LossyLevels, FitErrorAndCountsAreThoseOfItsLevels) {
   for (bool zero_weights : {false, true}) {
     ResidualHistogram h(-6.0, 6.0, 0.05, 4096);
@@ -394,6 +421,7 @@ TEST(LossyLevels, FitErrorAndCountsAreThoseOfItsLevels) {
       EXPECT_NEAR(fit.error, std::max(0.0, err), 1e-9 * std::abs(err) + 1e-12)
           << "k " << k << (zero_weights ? ", zero weights" : "");
     }
+    if (!zero_weights) ExpectUniformFitsByDefinition(h, fitter);
   }
 }
 
