@@ -61,6 +61,12 @@ bool ChunkReadAhead::TakeInto(uint64_t index, std::span<uint8_t> out) {
     }
   }
   std::lock_guard lk(mu_);
+  if (held_.empty()) {
+    // Nothing read ahead is left: the pack's reader may stay open for long
+    // (the open-pack cache), and its spare buffers with it.
+    spare_.clear();
+    return copied;
+  }
   for (Held& h : mine) {
     if (spare_.size() < kMaxHeld) spare_.push_back(std::move(h.early));
   }

@@ -66,7 +66,7 @@ class ChunkReadAhead {
   std::mutex mu_;
   std::vector<bool> seen_;  // asked for: read ahead, or read
   std::vector<Held> held_;
-  std::vector<std::unique_ptr<Early>> spare_;  // buffers of reads taken
+  std::vector<std::unique_ptr<Early>> spare_;  // buffers of reads taken, while others are held
 };
 
 }  // namespace ckptfs
