@@ -69,16 +69,32 @@ std::vector<double> InitialLevels(const std::vector<Bin>& bins, const std::vecto
   return levels;
 }
 
-// One Lloyd step over the bins; returns the estimated error.
+// The weighted squared error of the values summed in `s`, all at level c.
+double ErrorAt(const Bin& s, double c) { return s.wrr - 2 * c * s.wr + c * c * s.w; }
+
+// The end of a Lloyd step, given each level's sums: the counts and error of
+// the levels as they are, then each level moved to its values' mean.
+double MoveLevels(std::span<const Bin> sums, std::vector<double>* levels, std::vector<uint64_t>* counts) {
+  counts->assign(levels->size(), 0);
+  double err = 0;
+  for (size_t i = 0; i < levels->size(); ++i) {
+    (*counts)[i] = sums[i].count;
+    err += ErrorAt(sums[i], (*levels)[i]);
+    if (sums[i].w > 0) (*levels)[i] = sums[i].wr / sums[i].w;
+  }
+  std::sort(levels->begin(), levels->end());
+  return std::max(0.0, err);
+}
+
+// One Lloyd step by a pass over every bin; returns the estimated error.
 double LloydStep(const std::vector<Bin>& bins, const std::vector<double>& means, std::vector<double>* levels,
                  std::vector<uint64_t>* counts) {
   const std::vector<double> bounds = LevelBounds(*levels);
-  std::vector<double> w(levels->size(), 0.0), wr(levels->size(), 0.0), wrr(levels->size(), 0.0);
-  counts->assign(levels->size(), 0);
+  std::vector<Bin> sums(levels->size());
   // The sums of the current level stay in registers while consecutive
   // bins fall to it (they mostly do: the means ascend), and go back to the
-  // arrays when the level changes. The additions and their order are the
-  // same as adding into the arrays bin by bin.
+  // array when the level changes. The additions and their order are the
+  // same as adding into the array bin by bin.
   size_t j = 0;
   double sw = 0, swr = 0, swrr = 0;
   uint64_t sc = 0;
@@ -89,22 +105,15 @@ double LloydStep(const std::vector<Bin>& bins, const std::vector<double>& means,
     while (nj + 1 < levels->size() && v >= bounds[nj]) ++nj;
     while (nj > 0 && v < bounds[nj - 1]) --nj;
     if (nj != j) {
-      w[j] = sw, wr[j] = swr, wrr[j] = swrr, (*counts)[j] = sc;
+      sums[j] = Bin{sw, swr, swrr, sc};
       j = nj;
-      sw = w[j], swr = wr[j], swrr = wrr[j], sc = (*counts)[j];
+      sw = sums[j].w, swr = sums[j].wr, swrr = sums[j].wrr, sc = sums[j].count;
     }
     sw += b.w, swr += b.wr, swrr += b.wrr;
     sc += b.count;
   }
-  if (!levels->empty()) w[j] = sw, wr[j] = swr, wrr[j] = swrr, (*counts)[j] = sc;
-  double err = 0;
-  for (size_t i = 0; i < levels->size(); ++i) {
-    const double c = (*levels)[i];
-    err += wrr[i] - 2 * c * wr[i] + c * c * w[i];
-    if (w[i] > 0) (*levels)[i] = wr[i] / w[i];
-  }
-  std::sort(levels->begin(), levels->end());
-  return std::max(0.0, err);
+  if (!levels->empty()) sums[j] = Bin{sw, swr, swrr, sc};
+  return MoveLevels(sums, levels, counts);
 }
 
 }  // namespace
@@ -131,6 +140,11 @@ LevelFitter::LevelFitter(const ResidualHistogram& h) {
   }
 }
 
+Bin LevelFitter::RunSums(size_t lo, size_t hi) const {
+  const Bin &a = prefix_[lo], &b = prefix_[hi];
+  return Bin{b.w - a.w, b.wr - a.wr, b.wrr - a.wrr, b.count - a.count};
+}
+
 double LevelFitter::Step(std::vector<double>* levels, std::vector<uint64_t>* counts) const {
   if (!ascending_) return LloydStep(bins_, means_, levels, counts);
   // Each level takes a run of bins (the means ascend): its sums are two
@@ -138,24 +152,16 @@ double LevelFitter::Step(std::vector<double>* levels, std::vector<uint64_t>* cou
   // next bound, so a step costs a search per level, not a pass over the bins.
   const std::vector<double> bounds = LevelBounds(*levels);
   const size_t k = levels->size();
-  counts->assign(k, 0);
-  double err = 0;
+  std::vector<Bin> sums(k);
   size_t lo = 0;
   for (size_t j = 0; j < k; ++j) {
-    const size_t hi = j + 1 < k ? static_cast<size_t>(std::lower_bound(means_.begin() + static_cast<std::ptrdiff_t>(lo),
-                                                                       means_.end(), bounds[j]) -
-                                                      means_.begin())
+    const auto from = means_.begin() + static_cast<std::ptrdiff_t>(lo);
+    const size_t hi = j + 1 < k ? static_cast<size_t>(std::lower_bound(from, means_.end(), bounds[j]) - means_.begin())
                                 : means_.size();
-    const Bin &a = prefix_[lo], &b = prefix_[hi];
-    const double w = b.w - a.w, wr = b.wr - a.wr, wrr = b.wrr - a.wrr;
-    (*counts)[j] = b.count - a.count;
-    const double c = (*levels)[j];
-    err += wrr - 2 * c * wr + c * c * w;
-    if (hi > lo && w > 0) (*levels)[j] = wr / w;
+    sums[j] = RunSums(lo, hi);
     lo = hi;
   }
-  std::sort(levels->begin(), levels->end());
-  return std::max(0.0, err);
+  return MoveLevels(sums, levels, counts);
 }
 
 LevelFit LevelFitter::Fit(size_t k, int iterations) const {
@@ -205,11 +211,11 @@ LevelFit LevelFitter::FitUniform(double step) const {
         out = mid, next = m;
       }
     }
-    const Bin &a = prefix_[lo], &b = prefix_[out];
+    const Bin run = RunSums(lo, out);
     const double c = static_cast<double>(j) * step;
-    fit.error += (b.wrr - a.wrr) - 2 * c * (b.wr - a.wr) + c * c * (b.w - a.w);
+    fit.error += ErrorAt(run, c);
     fit.levels.push_back(c);
-    fit.counts.push_back(b.count - a.count);
+    fit.counts.push_back(run.count);
     lo = out, j = next;
   }
   fit.error = std::max(0.0, fit.error);
@@ -225,7 +231,7 @@ LevelFit LevelFitter::FitUniformByBins(double step) const {
     const int64_t j = std::llround(means_[bi] / step);
     const double c = static_cast<double>(j) * step;
     const Bin& b = bins_[bi];
-    fit.error += b.wrr - 2 * c * b.wr + c * c * b.w;
+    fit.error += ErrorAt(b, c);
     if (fit.levels.empty() || j != last) {
       fit.levels.push_back(c);
       fit.counts.push_back(0);
@@ -267,7 +273,7 @@ void LevelFitter::PreserveEnergy(LevelFit* fit) const {
   for (size_t bi = 0; bi < bins_.size(); ++bi) {
     const size_t j = NearestLevel(bounds, means_[bi]);
     const double c = fit->levels[j];
-    err += bins_[bi].wrr - 2 * c * bins_[bi].wr + c * c * bins_[bi].w;
+    err += ErrorAt(bins_[bi], c);
     fit->counts[j] += bins_[bi].count;
   }
   fit->error = std::max(0.0, err);

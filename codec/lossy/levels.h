@@ -99,6 +99,8 @@ class LevelFitter {
   // One Lloyd step: moves each level to the weighted mean of the bins
   // nearest it; returns the error before the move.
   double Step(std::vector<double>* levels, std::vector<uint64_t>* counts) const;
+  // The sums of bins [lo, hi), from the prefix sums.
+  Bin RunSums(size_t lo, size_t hi) const;
   // FitUniform by a pass over every bin (means out of order).
   LevelFit FitUniformByBins(double step) const;
   // The weighted energy of the values, each at its nearest level.
