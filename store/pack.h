@@ -114,8 +114,9 @@ Result<PackStats> WritePack(Env* env, int src_fd, uint64_t size, int dst_fd, uin
 // Threads that code a pack's chunks at the same time (each with its own
 // planner, which only that thread uses), while the pack is still written in
 // file order: the same bytes as one thread writes. Memory grows by a chunk
-// in and two chunks out per thread (a coded chunk may wait for an earlier one). Lossy planners may share one LossyCoder
-// (DeltaPlanner::SetLossy, which runs its CRC pass ahead of the chunks).
+// in and two chunks out per thread (a coded chunk may wait for an earlier
+// one). Lossy planners may share one LossyCoder (DeltaPlanner::SetLossy,
+// which runs its CRC pass ahead of the chunks).
 struct PackWorkers {
   unsigned count = 1;
   std::span<ChunkPlanner* const> planners;  // empty, or `count` planners

@@ -213,7 +213,8 @@ class InOrderAppends {
     while (!appending_ && !failed_ && ring_[appended_ % ring_.size()].ready) AppendNext(lk);
   }
 
-  Status Result() {
+  // The first failure in file order, or Ok.
+  Status FirstError() {
     std::lock_guard lk(mu_);
     return failed_ ? first_error_ : Status::Ok();
   }
@@ -284,7 +285,7 @@ Status EncodeInParallel(const PackSource& src, uint64_t count, const std::atomic
   }
   work(0);
   for (std::thread& th : threads) th.join();
-  return appends.Result();
+  return appends.FirstError();
 }
 
 }  // namespace
