@@ -68,7 +68,7 @@ def measured_saves(obj, mnt, direct, name, reps):
                 path = os.path.join(d, f"{name}.tmp{rep}{int(fsync)}")
                 times.setdefault((side, fsync), []).append(timed_save(obj, path, fsync))
                 if side == "mount":
-                    seal_waits.append(C.wait_sealed(mnt)[1])
+                    seal_waits.append(C.wait_file_sealed(path))
     for d in (mnt, direct):  # keep one copy under the real name
         tmps = sorted(f for f in os.listdir(d) if f.startswith(name + ".tmp"))
         os.rename(os.path.join(d, tmps[-1]), os.path.join(d, name))
