@@ -6,6 +6,7 @@
 #include "base/metrics.h"
 #include "codec/lossy/dcp_labels.h"
 #include "codec/lossy/float_bits.h"
+#include "codec/lossy/sensitivity.h"
 
 namespace ckptfs {
 
@@ -14,8 +15,6 @@ using lossy::TensorRole;
 
 namespace {
 
-// Adam's update divides m by sqrt(v) + eps: errors of m count in those units.
-constexpr double kAdamEps = 1e-8;
 // Sensitivity vectors a worker keeps for its next chunks (a chunk holds a
 // few lossy pieces at most; more would only hold memory).
 constexpr size_t kPooledWeights = 2;
@@ -62,35 +61,6 @@ double AdamBiasCorrection(const ByteSource& file, const FileLayout& layout) {
   }
   if (t < 1) return 1;
   return std::sqrt(1 - std::pow(0.999, t)) / (1 - std::pow(0.9, t));
-}
-
-// A second moment as the sensitivity reads it: finite and positive, else 0.
-template <DType T>
-double MomentAt(const uint8_t* bytes, size_t i) {
-  const double x = lossy::BitsToFloat(T, lossy::LoadBits(T, bytes, i));
-  return std::isfinite(x) && x > 0 ? x : 0.0;
-}
-
-// The Fisher weights of n elements from their second moments: v plus a
-// floor for weights, 1 / (sqrt(v) + eps)^2 for first moments (the units of
-// Adam's update). Leaves `w` empty when every v is 0. One loop per element
-// type, so that the sum stays in a register and the second loop vectorises.
-template <DType T>
-void FisherWeights(const uint8_t* bytes, size_t n, bool weight, std::vector<float>* w) {
-  double sum = 0;
-  for (size_t i = 0; i < n; ++i) sum += MomentAt<T>(bytes, i);
-  w->resize(sum > 0 ? n : 0);
-  if (sum <= 0) return;
-  float* out = w->data();
-  const double floor = kFisherFloor * sum / static_cast<double>(n);
-  if (weight) {
-    for (size_t i = 0; i < n; ++i) out[i] = static_cast<float>(MomentAt<T>(bytes, i) + floor);
-    return;
-  }
-  for (size_t i = 0; i < n; ++i) {
-    const double d = std::sqrt(MomentAt<T>(bytes, i)) + kAdamEps;
-    out[i] = static_cast<float>(1.0 / (d * d));
-  }
 }
 
 }  // namespace
@@ -279,17 +249,7 @@ Result<std::vector<float>> LossyCoder::Sensitivity(const Tensor& t, uint64_t beg
     w = std::move(scratch->weights.back());
     scratch->weights.pop_back();
   }
-  switch (t.dtype) {
-    case DType::kF32:
-      FisherWeights<DType::kF32>(bytes.data(), n, t.role == TensorRole::kWeight, &w);
-      break;
-    case DType::kF16:
-      FisherWeights<DType::kF16>(bytes.data(), n, t.role == TensorRole::kWeight, &w);
-      break;
-    default:
-      FisherWeights<DType::kBF16>(bytes.data(), n, t.role == TensorRole::kWeight, &w);
-      break;
-  }
+  lossy::FisherWeights(t.dtype, bytes.first(n * es), t.role == TensorRole::kWeight, &w);
   return w;  // empty: no gradient seen yet, plain magnitude
 }
 
