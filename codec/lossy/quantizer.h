@@ -97,7 +97,7 @@ struct PieceChoice {
 // worker, owned by the caller, so the memory goes when the seal does.
 struct PieceScratch {
   std::vector<double> r, w;
-  std::vector<uint32_t> qclass;
+  std::vector<uint32_t> qclass, escapes;
   std::vector<uint8_t> must_escape, symbols;
   std::vector<uint8_t> recon, bytes;  // a piece's reconstruction; file bytes (LossyCoder)
   // LossyCoder: the one-step measure's weights, first and second moments,

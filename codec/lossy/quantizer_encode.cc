@@ -70,6 +70,9 @@ struct Analysis {
   std::span<double> w;  // weight of the squared error
   std::span<uint8_t> must_escape;
   double budget = 0;  // allowed weighted squared error
+  // The error measure's denominator: sum of w x^2 over the finite elements
+  // (kValue), or n (kLogBits). Not computed when coding again as chosen.
+  double energy = 0;
 };
 
 bool ValueUnusable(float f) { return !std::isfinite(f); }
@@ -97,6 +100,7 @@ void AnalyseValuesOf(const PieceSpec& spec, const PieceInput& in, Analysis* a) {
     e_base += w * (double(x) - double(p)) * (double(x) - double(p));
   }
   a->against_base = UseBase(in, e_base, e_zero, base_escapes, n);
+  a->energy = e_all;
   a->budget = spec.target * spec.target * e_all;
   if (a->against_base && spec.residual_cap > 0) {
     a->budget = std::min(a->budget, spec.residual_cap * spec.residual_cap * e_base);
@@ -130,6 +134,7 @@ void AnalyseLogBitsOf(const PieceSpec& spec, const PieceInput& in, Analysis* a) 
     e_base += (double(x) - double(p)) * (double(x) - double(p));
   }
   a->against_base = UseBase(in, e_base, e_zero, base_escapes, n);
+  a->energy = static_cast<double>(n);
   a->budget = spec.target * spec.target * static_cast<double>(n);
   for (size_t i = 0; i < n; ++i) {
     const uint32_t x = LoadBits(T, in.x.data(), i);
@@ -219,6 +224,49 @@ unsigned UnchangedLevel(Domain domain, std::span<const double> levels) {
   return it == levels.end() ? UINT_MAX : static_cast<unsigned>(it - levels.begin());
 }
 
+// What TallyClasses adds up over the elements that need not escape.
+struct Tally {
+  double lo = kInf, hi = -kInf, sq = 0, total = 0;
+  uint64_t finite = 0, forced = 0;
+};
+
+// Counts and sums q = w r^2 per class (count, sum: kQClasses each), and
+// the residuals' range and square sum. kClassify: also fills `qclass` as
+// ops::QClassOf does (each residual is read once, not twice). A function
+// of its own, with its sums in plain locals: inside Search's constructor
+// they were kept in memory, and each one's store and reload set the pace.
+template <bool kClassify>
+__attribute__((noinline)) Tally TallyClasses(const Analysis& a, std::span<uint32_t> qclass, uint64_t* count,
+                                             double* sum) {
+  const double* const r = a.r.data();
+  const double* const w = a.w.data();
+  const uint8_t* const must_escape = a.must_escape.data();
+  uint32_t* const classes = qclass.data();
+  double lo = kInf, hi = -kInf, sq = 0, total = 0;
+  uint64_t finite = 0, forced = 0;
+  for (size_t i = 0; i < a.n; ++i) {
+    uint32_t c;
+    if constexpr (kClassify) {
+      c = must_escape[i] != 0 ? kForced : ops::QClassOf(w[i], r[i]);
+      classes[i] = c;
+    } else {
+      c = classes[i];
+    }
+    if (c == kForced) {
+      ++forced;
+      continue;
+    }
+    const double ri = r[i];
+    const double q = w[i] * ri * ri;
+    ++count[c];
+    sum[c] += q;
+    total += q;
+    lo = std::min(lo, ri), hi = std::max(hi, ri), sq += ri * ri;
+    ++finite;
+  }
+  return Tally{lo, hi, sq, total, finite, forced};
+}
+
 class Search {
  public:
   // `classify`: no device computed the q classes, and this pass fills
@@ -227,7 +275,8 @@ class Search {
       : spec_(spec), a_(a), qclass_(qclass) {
     count_.assign(kQClasses, 0);
     sum_.assign(kQClasses, 0.0);
-    const Tally t = classify ? TallyClasses<true>(qclass) : TallyClasses<false>(qclass);
+    const Tally t = classify ? TallyClasses<true>(a_, qclass, count_.data(), sum_.data())
+                             : TallyClasses<false>(a_, qclass, count_.data(), sum_.data());
     total_ = t.total, forced_ = t.forced;
     const double lo = t.lo, hi = t.hi, sq = t.sq;
     const uint64_t finite = t.finite;
@@ -275,43 +324,6 @@ class Search {
  private:
   static constexpr size_t kResidualBins = 4096;
 
-  struct Tally {
-    double lo = kInf, hi = -kInf, sq = 0, total = 0;
-    uint64_t finite = 0, forced = 0;
-  };
-
-  // Counts and sums q = w r^2 per class, and the residuals' range and
-  // square sum. Locals and raw pointers: members would be reloaded after
-  // every store into the class sums (they might alias).
-  template <bool kClassify>
-  Tally TallyClasses(std::span<uint32_t> qclass) {
-    Tally t;
-    uint64_t* const count = count_.data();
-    double* const sum = sum_.data();
-    const double* const r = a_.r.data();
-    const double* const w = a_.w.data();
-    for (size_t i = 0; i < a_.n; ++i) {
-      uint32_t c;
-      if constexpr (kClassify) {
-        c = a_.must_escape[i] != 0 ? kForced : ops::QClassOf(w[i], r[i]);
-        qclass[i] = c;
-      } else {
-        c = qclass[i];
-      }
-      if (c == kForced) {
-        ++t.forced;
-        continue;
-      }
-      const double ri = r[i];
-      const double q = w[i] * ri * ri;
-      ++count[c];
-      sum[c] += q;
-      t.total += q;
-      t.lo = std::min(t.lo, ri), t.hi = std::max(t.hi, ri), t.sq += ri * ri;
-      ++t.finite;
-    }
-    return t;
-  }
   // Elements a piece's level fits are estimated from, at least, and how
   // many of the largest (by q class) are always among them.
   static constexpr size_t kSampleElements = 1 << 17;
@@ -524,36 +536,50 @@ StoredLevels StoreLevels(const PieceSpec& spec, std::span<const double> levels,
 }
 
 struct Coded {
-  std::span<uint8_t> symbols;  // in the PieceScratch
-  std::vector<uint32_t> escapes;  // element bits
+  std::span<uint8_t> symbols;   // in the PieceScratch
+  std::span<uint32_t> escapes;  // element bits, in the PieceScratch
   PieceOutcome outcome;
 };
 
+// What AssignElements returns besides the symbols and the reconstruction.
+struct Assigned {
+  uint64_t pruned = 0, escaped = 0;
+  double error_sum = 0;  // the error measure's numerator (when measured)
+  bool lost_non_finite = false;
+};
+
 // Assign's per-element loop, one instance per element type and domain so
-// that loads, stores and the reconstruction inline without branching on them.
-template <DType T, Domain D>
-uint64_t AssignElements(const PieceInput& in, const Analysis& a, std::span<const uint32_t> qclass, const Plan& p,
+// that loads, stores and the reconstruction inline without branching on
+// them. kMeasure: add up the error's numerator while the elements are at
+// hand (MeasureError's terms in the same order; its denominator is the
+// analysis's energy). Escapes go to a span, not a vector: with no call in
+// the loop, its sums stay in registers.
+template <DType T, Domain D, bool kMeasure>
+Assigned AssignElements(const PieceInput& in, const Analysis& a, std::span<const uint32_t> qclass, const Plan& p,
                         const StoredLevels& lv, const LevelLookup& nearest_level, std::span<const uint16_t> nearest,
                         std::span<uint8_t> recon, Coded* c) {
   const unsigned k = static_cast<unsigned>(p.levels.size());
   const uint8_t* xs = in.x.data();
   const uint8_t* base = a.against_base ? in.base.data() : nullptr;
+  const float* weight = in.weight.empty() ? nullptr : in.weight.data();
   const double unit = std::ldexp(1.0, -static_cast<int>(MantissaBits(T)));
   const unsigned zero_level = UnchangedLevel(D, p.levels);
-  uint64_t pruned = 0;
-  // MeasureError's sums, term for term in the same order, while the
-  // elements are at hand (one pass over them fewer).
-  double num = 0, den = 0;
+  const uint32_t prune_below = p.prune_below, escape_from = p.escape_from;
+  const bool any_levels = k > 0;
+  uint8_t* const symbols = c->symbols.data();
+  uint32_t* const escapes = c->escapes.data();
+  uint64_t pruned = 0, escaped = 0;
+  double num = 0;
   bool lost_non_finite = false;
   for (size_t i = 0; i < a.n; ++i) {
     const uint32_t x = LoadBits(T, xs, i);
     const uint32_t pred = base != nullptr ? LoadBits(T, base, i) : 0;
     const uint32_t qc = qclass[i];
     unsigned sym;
-    if (qc != kForced && qc < p.prune_below) {
+    if (qc != kForced && qc < prune_below) {
       sym = 0;
       ++pruned;
-    } else if (qc == kForced || qc >= p.escape_from || k == 0) {
+    } else if (qc == kForced || qc >= escape_from || !any_levels) {
       sym = k + 1;
     } else {
       const unsigned j = static_cast<unsigned>(nearest.empty() ? nearest_level(a.r[i]) : nearest[i]);
@@ -566,50 +592,67 @@ uint64_t AssignElements(const PieceInput& in, const Analysis& a, std::span<const
     if (sym != k + 1 && D == Domain::kValue && !std::isfinite(BitsToFloat(T, out))) sym = k + 1;
     if (sym == k + 1) {
       out = x;
-      c->escapes.push_back(x);
+      escapes[escaped++] = x;
     }
-    c->symbols[i] = static_cast<uint8_t>(sym);
+    symbols[i] = static_cast<uint8_t>(sym);
     StoreBits(T, recon.data(), i, out);
+    if constexpr (!kMeasure) continue;
     if constexpr (D == Domain::kLogBits) {
       const double d = (static_cast<double>(out) - static_cast<double>(x)) * unit;
       num += d * d;
-      den += 1;
     } else {
+      if (x == out) continue;
       const double xv = BitsToFloat(T, x);
       if (!std::isfinite(xv)) {
-        lost_non_finite |= x != out;
+        lost_non_finite = true;
         continue;
       }
-      const double w = in.weight.empty() ? 1.0 : in.weight[i];
-      den += w * xv * xv;
-      if (x != out) {
-        const double rv = BitsToFloat(T, out);
-        num += w * (rv - xv) * (rv - xv);
-      }
+      const double w = weight == nullptr ? 1.0 : weight[i];
+      const double rv = BitsToFloat(T, out);
+      num += w * (rv - xv) * (rv - xv);
     }
   }
-  c->outcome.error = lost_non_finite ? kInf : num == 0 ? 0 : den > 0 ? std::sqrt(num / den) : kInf;
-  return pruned;
+  return Assigned{pruned, escaped, num, lost_non_finite};
 }
 
-template <Domain D>
-uint64_t AssignIn(DType t, const PieceInput& in, const Analysis& a, std::span<const uint32_t> qclass, const Plan& p,
+template <Domain D, bool kMeasure>
+Assigned AssignIn(DType t, const PieceInput& in, const Analysis& a, std::span<const uint32_t> qclass, const Plan& p,
                   const StoredLevels& lv, const LevelLookup& nearest_level, std::span<const uint16_t> nearest,
                   std::span<uint8_t> recon, Coded* c) {
   switch (t) {
     case DType::kF32:
-      return AssignElements<DType::kF32, D>(in, a, qclass, p, lv, nearest_level, nearest, recon, c);
+      return AssignElements<DType::kF32, D, kMeasure>(in, a, qclass, p, lv, nearest_level, nearest, recon, c);
     case DType::kF16:
-      return AssignElements<DType::kF16, D>(in, a, qclass, p, lv, nearest_level, nearest, recon, c);
+      return AssignElements<DType::kF16, D, kMeasure>(in, a, qclass, p, lv, nearest_level, nearest, recon, c);
     default:
-      return AssignElements<DType::kBF16, D>(in, a, qclass, p, lv, nearest_level, nearest, recon, c);
+      return AssignElements<DType::kBF16, D, kMeasure>(in, a, qclass, p, lv, nearest_level, nearest, recon, c);
   }
 }
 
+template <bool kMeasure>
+Assigned AssignAll(const PieceSpec& spec, const PieceInput& in, const Analysis& a, std::span<const uint32_t> qclass,
+                   const Plan& p, const StoredLevels& lv, const LevelLookup& nearest_level,
+                   std::span<const uint16_t> nearest, std::span<uint8_t> recon, Coded* c) {
+  return spec.domain == Domain::kValue
+             ? AssignIn<Domain::kValue, kMeasure>(spec.dtype, in, a, qclass, p, lv, nearest_level, nearest, recon, c)
+             : AssignIn<Domain::kLogBits, kMeasure>(spec.dtype, in, a, qclass, p, lv, nearest_level, nearest, recon, c);
+}
+
+// The error MeasureError would give, from AssignElements' numerator and
+// the analysis's energy.
+double ErrorOf(const Assigned& s, double energy) {
+  if (s.lost_non_finite) return kInf;
+  if (s.error_sum == 0) return 0;
+  return energy > 0 ? std::sqrt(s.error_sum / energy) : kInf;
+}
+
+// measure: whether to measure the reconstruction's error (outcome.error);
+// coding again as chosen takes the error measured the first time.
 Coded Assign(const PieceSpec& spec, const PieceInput& in, const Analysis& a, std::span<const uint32_t> qclass,
-             const Plan& p, const StoredLevels& lv, std::span<uint8_t> recon, PieceScratch& scratch) {
+             const Plan& p, const StoredLevels& lv, std::span<uint8_t> recon, PieceScratch& scratch, bool measure) {
   Coded c;
   c.symbols = ScratchSpan(scratch.symbols, a.n);
+  c.escapes = ScratchSpan(scratch.escapes, a.n);
   const std::vector<double> bounds = LevelBounds(p.levels);
   const LevelLookup nearest_level(bounds);
   const unsigned k = static_cast<unsigned>(p.levels.size());
@@ -619,11 +662,12 @@ Coded Assign(const PieceSpec& spec, const PieceInput& in, const Analysis& a, std
     nearest.resize(a.n);
     if (!in.device->NearestLevels({a.r, bounds, nearest}).ok()) nearest.clear();
   }
-  c.outcome.pruned =
-      spec.domain == Domain::kValue
-          ? AssignIn<Domain::kValue>(spec.dtype, in, a, qclass, p, lv, nearest_level, nearest, recon, &c)
-          : AssignIn<Domain::kLogBits>(spec.dtype, in, a, qclass, p, lv, nearest_level, nearest, recon, &c);
-  c.outcome.escaped = c.escapes.size();
+  const Assigned s = measure ? AssignAll<true>(spec, in, a, qclass, p, lv, nearest_level, nearest, recon, &c)
+                             : AssignAll<false>(spec, in, a, qclass, p, lv, nearest_level, nearest, recon, &c);
+  c.escapes = c.escapes.first(s.escaped);
+  c.outcome.pruned = s.pruned;
+  c.outcome.escaped = s.escaped;
+  if (measure) c.outcome.error = ErrorOf(s, a.energy);
   c.outcome.levels = k;
   c.outcome.against_base = a.against_base;
   return c;
@@ -674,7 +718,7 @@ Result<PieceOutcome> Recode(const PieceSpec& spec, const PieceInput& in, const A
   plan.levels = choice.levels;
   plan.grid = choice.grid;
   const StoredLevels lv = StoreLevels(spec, plan.levels, plan.grid);
-  Coded c = Assign(spec, in, a, qclass, plan, lv, recon, scratch);
+  Coded c = Assign(spec, in, a, qclass, plan, lv, recon, scratch, /*measure=*/false);
   c.outcome.error = choice.error;
   if (out != nullptr) WriteBlob(spec, a, lv, c, out);
   c.outcome.choice = choice;
@@ -741,7 +785,7 @@ Result<PieceOutcome> EncodePiece(const PieceSpec& spec, const PieceInput& in, st
     if (!plan) plan = search.Best(min_levels, allow_uniform);
     if (!plan) break;
     const StoredLevels lv = StoreLevels(spec, plan->levels, plan->grid);
-    Coded c = Assign(spec, in, a, qclass, *plan, lv, recon, scratch);  // measures the error too
+    Coded c = Assign(spec, in, a, qclass, *plan, lv, recon, scratch, /*measure=*/true);
     if (c.outcome.error <= spec.target) {
       if (out != nullptr) WriteBlob(spec, a, lv, c, out);
       c.outcome.choice = PieceChoice{.against_base = a.against_base,
