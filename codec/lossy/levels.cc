@@ -288,7 +288,7 @@ std::vector<double> LevelBounds(std::span<const double> levels) {
 }
 
 LevelLookup::LevelLookup(std::span<const double> bounds) : bounds_(bounds.begin(), bounds.end()) {
-  if (bounds_.size() < 4) return;
+  if (bounds_.size() <= kCountedBounds) return;
   lo_ = bounds_.front();
   const double span = bounds_.back() - lo_;
   if (!(span > 0) || !std::isfinite(span)) return;

@@ -133,6 +133,14 @@ class LevelLookup {
  public:
   explicit LevelLookup(std::span<const double> bounds);
   size_t operator()(double v) const {
+    if (bounds_.size() <= kCountedBounds) {
+      // Few levels (most pieces of a delta have 2-4): the bounds at or
+      // below v, counted without a branch on v; NearestLevel's binary
+      // search mispredicts about every other step.
+      size_t i = 0;
+      for (double b : bounds_) i += !(v < b);
+      return i;
+    }
     if (guess_.empty()) return NearestLevel(bounds_, v);
     const double u = (v - lo_) * inv_width_;
     size_t i = u > 0 ? guess_[u < static_cast<double>(guess_.size() - 1) ? static_cast<size_t>(u) : guess_.size() - 1]
@@ -147,6 +155,9 @@ class LevelLookup {
   std::vector<double> bounds_;
   double lo_ = 0, inv_width_ = 0;
   std::vector<uint16_t> guess_;  // NearestLevel at each cell's middle
+  // Up to this many bounds (ascending, as LevelBounds gives them), their
+  // count gives NearestLevel's index: upper_bound's, NaN included.
+  static constexpr size_t kCountedBounds = 7;
 };
 
 }  // namespace ckptfs::lossy

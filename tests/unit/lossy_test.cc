@@ -428,6 +428,34 @@ TEST(LossyLevels, FitErrorAndCountsAreThoseOfItsLevels) {
   }
 }
 
+// LevelLookup answers as NearestLevel does, for any number of bounds (few
+// are counted, more go through the table), uneven or repeated ones, and
+// values at, just beside and far from them, infinite or NaN.
+TEST(LossyLevels, LevelLookupIsNearestLevel) {
+  std::mt19937 rng(12);
+  std::uniform_real_distribution<double> u(-2.0, 2.0);
+  for (size_t k = 0; k <= 40; ++k) {
+    std::vector<double> levels;
+    for (size_t i = 0; i < k; ++i) levels.push_back(i % 5 == 4 && i > 0 ? levels.back() : std::pow(u(rng), 3));
+    std::sort(levels.begin(), levels.end());
+    const std::vector<double> bounds = LevelBounds(levels);
+    const LevelLookup lookup(bounds);
+    std::vector<double> probes = {0.0,
+                                  -1e300,
+                                  1e300,
+                                  std::numeric_limits<double>::infinity(),
+                                  -std::numeric_limits<double>::infinity(),
+                                  std::numeric_limits<double>::quiet_NaN()};
+    for (double b : bounds) {
+      probes.push_back(b);
+      probes.push_back(std::nextafter(b, -1e300));
+      probes.push_back(std::nextafter(b, 1e300));
+    }
+    for (int i = 0; i < 200; ++i) probes.push_back(u(rng));
+    for (double v : probes) EXPECT_EQ(lookup(v), NearestLevel(bounds, v)) << "k " << k << " v " << v;
+  }
+}
+
 // Why m's levels are scaled (docs/LOSSY.md, "Optimizer state"): levels at
 // their values' means make the error orthogonal to the reconstruction, so
 // the coded energy is the values' energy less the error (1 − e² of it at
