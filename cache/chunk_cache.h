@@ -16,17 +16,30 @@
 
 namespace ckptfs {
 
+// Memory for decoded chunks: `bytes` of 2 MiB or more are a mapping of
+// their own, 2 MiB-aligned and marked for transparent huge pages (madvise;
+// best effort); std::bad_alloc when none can be mapped. A chunk is
+// decoded into its buffer, then the kernel pins and copies it for every
+// FUSE reply: on huge pages that is one fault and one page-table entry per
+// 2 MiB instead of 512 (8 concurrent readers of 512 MB: the daemon's CPU
+// 2.71-2.96 s -> 2.40-2.66 s).
+void* AllocateChunkMemory(size_t bytes);
+void FreeChunkMemory(void* p, size_t bytes);
+
 // Leaves new elements uninitialised: a chunk is decoded straight into its
 // buffer, so zeroing it first would be one more pass over every byte read.
+// Its memory comes from AllocateChunkMemory.
 template <class T>
-struct DefaultInitAllocator : std::allocator<T> {
+struct ChunkAllocator : std::allocator<T> {
   template <class U>
   struct rebind {
-    using other = DefaultInitAllocator<U>;
+    using other = ChunkAllocator<U>;
   };
-  DefaultInitAllocator() = default;
+  ChunkAllocator() = default;
   template <class U>
-  DefaultInitAllocator(const DefaultInitAllocator<U>&) noexcept {}
+  ChunkAllocator(const ChunkAllocator<U>&) noexcept {}
+  T* allocate(size_t n) { return static_cast<T*>(AllocateChunkMemory(n * sizeof(T))); }
+  void deallocate(T* p, size_t n) noexcept { FreeChunkMemory(p, n * sizeof(T)); }
   template <class U>
   void construct(U* p) noexcept {
     ::new (static_cast<void*>(p)) U;
@@ -37,7 +50,7 @@ struct DefaultInitAllocator : std::allocator<T> {
   }
 };
 
-using ChunkBuffer = std::vector<uint8_t, DefaultInitAllocator<uint8_t>>;
+using ChunkBuffer = std::vector<uint8_t, ChunkAllocator<uint8_t>>;
 using ChunkBytes = std::shared_ptr<const ChunkBuffer>;
 
 struct ChunkKey {

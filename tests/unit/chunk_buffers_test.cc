@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <memory>
 
 namespace ckptfs {
@@ -48,6 +49,23 @@ TEST(ChunkBuffersTest, ABufferOutlivingItsPoolIsFreed) {
   }
   (*kept)[0] = 1;
   kept.reset();  // returns to the shelf the buffer holds, not a dangling pool
+}
+
+// Buffers of 2 MiB and more are a mapping of their own, aligned for huge
+// pages, and hold what is written to them across reuse; smaller ones come
+// from malloc. Growing one moves its bytes to a new mapping.
+TEST(ChunkBuffersTest, LargeBuffersAreHugePageAlignedMappings) {
+  constexpr uintptr_t kHuge = uintptr_t{2} << 20;
+  for (const size_t size : {size_t{2} << 20, (size_t{4} << 20) + 1, size_t{64} << 10}) {
+    ChunkBuffer b(size);
+    if (size >= kHuge) EXPECT_EQ(reinterpret_cast<uintptr_t>(b.data()) % kHuge, 0u) << size;
+    for (size_t i = 0; i < size; i += 4096) b[i] = static_cast<uint8_t>(i >> 12);
+    b[size - 1] = 0xA5;
+    b.resize(size + (size_t{3} << 20));
+    for (size_t i = 0; i + 1 < size; i += 4096) ASSERT_EQ(b[i], static_cast<uint8_t>(i >> 12)) << size;
+    EXPECT_EQ(b[size - 1], 0xA5);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(b.data()) % kHuge, 0u) << size;
+  }
 }
 
 }  // namespace
