@@ -1,44 +1,22 @@
 #include "cache/chunk_buffers.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
-#include <cstdint>
 #include <new>
+
+#include "base/huge_pages.h"
 
 namespace ckptfs {
 
-namespace {
-constexpr size_t kHugePage = size_t{2} << 20;
-
-size_t WholeHugePages(size_t bytes) { return (bytes + kHugePage - 1) / kHugePage * kHugePage; }
-}  // namespace
-
-// A mapping of its own, not malloc's: madvise marks a whole mapping range,
-// and on malloc's heap the mark would outlive the buffer and let the kernel
-// back small allocations there with huge pages (RSS the cache does not count).
 void* AllocateChunkMemory(size_t bytes) {
   if (bytes < kHugePage) return ::operator new(bytes);
-  const size_t whole = WholeHugePages(bytes);
-  // Map one huge page more, then unmap what lies before and after the
-  // aligned range.
-  void* m = ::mmap(nullptr, whole + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (m == MAP_FAILED) throw std::bad_alloc();
-  const uintptr_t at = reinterpret_cast<uintptr_t>(m);
-  const uintptr_t aligned = (at + kHugePage - 1) / kHugePage * kHugePage;
-  if (aligned > at) ::munmap(m, aligned - at);
-  if (const size_t after = at + whole + kHugePage - (aligned + whole); after > 0) {
-    ::munmap(reinterpret_cast<void*>(aligned + whole), after);
-  }
-  void* p = reinterpret_cast<void*>(aligned);
-  // Best effort: where huge pages are off, the buffer works as it is.
-  (void)::madvise(p, whole, MADV_HUGEPAGE);
+  void* p = MapHugePages(bytes);
+  if (p == nullptr) throw std::bad_alloc();
   return p;
 }
 
 void FreeChunkMemory(void* p, size_t bytes) {
   if (bytes < kHugePage) return ::operator delete(p);
-  ::munmap(p, WholeHugePages(bytes));
+  UnmapHugePages(p, bytes);
 }
 
 ChunkBuffers::ChunkBuffers(uint64_t max_free_bytes) : shelf_(std::make_shared<Shelf>(max_free_bytes)) {}

@@ -7,6 +7,8 @@
 #include <cstring>
 #include <string>
 
+#include "base/huge_pages.h"
+
 namespace ckptfs {
 namespace {
 
@@ -20,10 +22,17 @@ std::span<uint8_t> AlignedScratch(size_t n) {
 
 }  // namespace
 
+void AlignedBuffer::Free::operator()(uint8_t* p) const {
+  if (bytes >= kHugePage) return UnmapHugePages(p, bytes);
+  std::free(p);
+}
+
 std::span<uint8_t> AlignedBuffer::Get(size_t n) {
   if (n > cap_) {
     const size_t rounded = (n + DirectReader::kAlign - 1) / DirectReader::kAlign * DirectReader::kAlign;
-    bytes_.reset(static_cast<uint8_t*>(std::aligned_alloc(DirectReader::kAlign, rounded)));
+    bytes_.reset();
+    void* p = rounded >= kHugePage ? MapHugePages(rounded) : std::aligned_alloc(DirectReader::kAlign, rounded);
+    bytes_ = std::unique_ptr<uint8_t, Free>(static_cast<uint8_t*>(p), Free{rounded});
     cap_ = bytes_ ? rounded : 0;
     if (!bytes_) return {};
   }

@@ -19,8 +19,9 @@
 
 namespace ckptfs {
 
-// A growable buffer aligned for O_DIRECT (DirectReader::kAlign). Its bytes
-// are not zeroed: a vector's resize up would memset what a read then
+// A growable buffer aligned for O_DIRECT (DirectReader::kAlign), on huge
+// pages from 2 MiB (base/huge_pages.h: the read pins it page by page). Its
+// bytes are not zeroed: a vector's resize up would memset what a read then
 // overwrites.
 class AlignedBuffer {
  public:
@@ -28,10 +29,12 @@ class AlignedBuffer {
   std::span<uint8_t> Get(size_t n);
 
  private:
+  // Frees an AlignedBuffer's memory of `bytes` as it was allocated.
   struct Free {
-    void operator()(uint8_t* p) const { std::free(p); }
+    void operator()(uint8_t* p) const;
+    size_t bytes;
   };
-  std::unique_ptr<uint8_t, Free> bytes_;
+  std::unique_ptr<uint8_t, Free> bytes_{nullptr, Free{0}};
   size_t cap_ = 0;
 };
 

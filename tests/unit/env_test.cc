@@ -5,13 +5,15 @@
 #include <sys/xattr.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
-#include "tests/unit/fault_env.h"
+#include "base/huge_pages.h"
 #include "store/direct_read.h"
 #include "store/object_id.h"
 #include "store/pack_bytes.h"
 #include "store/write_behind.h"
+#include "tests/unit/fault_env.h"
 #include "tests/unit/test_util.h"
 
 namespace ckptfs {
@@ -256,6 +258,27 @@ TEST(DirectReaderTest, ReadInLandsTheBytesInTheRoom) {
   EXPECT_EQ(direct.ReadIn(room.subspan(1), 0, 300000).status().code(), EINVAL);     // unaligned
   EXPECT_EQ(direct.ReadIn(room.first(300000), 0, 300000).status().code(), EINVAL);  // under the 4 KiB grid
   ASSERT_OK(direct.ReadIn(room, 0, 300000).status());
+}
+
+// From 2 MiB an AlignedBuffer is on huge pages (base/huge_pages.h): still
+// aligned for O_DIRECT (to 2 MiB), kept when a smaller room is asked for,
+// and a pack read of several MiB lands in it intact.
+TEST(DirectReaderTest, LargeRoomsAreHugePagesAndReadsLandInThem) {
+  AlignedBuffer buf;
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(buf.Get(100).data()) % DirectReader::kAlign, 0u);
+  const std::span<uint8_t> big = buf.Get((3 << 20) + 5);
+  ASSERT_EQ(big.size(), (3u << 20) + 5);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(big.data()) % kHugePage, 0u);
+  std::fill(big.begin(), big.end(), uint8_t{0x5A});
+  EXPECT_EQ(buf.Get(1 << 20).data(), big.data());
+  TempDir dir;
+  FaultEnv env;
+  const std::vector<uint8_t> data = test::RandomBytes((5 << 20) + 77, 9);
+  FdPackBytes pack(&env, RandomFile(&env, dir, data));
+  const size_t len = (3 << 20) + 1000;
+  Result<std::span<const uint8_t>> got = pack.ReadIn(buf.Get(pack.RoomFor(len)), 4096 + 17, len);
+  ASSERT_OK(got.status());
+  EXPECT_TRUE(std::equal(got->begin(), got->end(), data.begin() + 4096 + 17));
 }
 
 TEST(DirectReaderTest, ReadPastTheEndIsAnError) {
