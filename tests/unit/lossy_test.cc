@@ -183,7 +183,9 @@ TEST(LossyPiece, WeightDeltasTakeAUniformGrid) {
     for (unsigned i = 0; i < levels.size(); ++i) EXPECT_EQ(levels[i], piece::GridLevel(g, i)) << i;
     EXPECT_EQ(c.blob[3] & piece::kFlagUniformGrid, piece::kFlagUniformGrid);
     // Unpruned, the elements near zero keep the base through the grid's zero.
-    if (!prune) EXPECT_NE(std::find(levels.begin(), levels.end(), 0.0), levels.end());
+    if (!prune) {
+      EXPECT_NE(std::find(levels.begin(), levels.end(), 0.0), levels.end());
+    }
     size_t unchanged = 0;
     for (size_t i = 0; i < x.size(); i += 4) unchanged += std::memcmp(&c.recon[i], &base[i], 4) == 0;
     EXPECT_GT(unchanged, x.size() / 4 / 20) << "prune " << prune;
@@ -354,7 +356,9 @@ TEST(LossyLevels, UniformFitTakesTheOccupiedMultiples) {
   uint64_t total = 0;
   for (size_t i = 0; i < fit.levels.size(); ++i) {
     EXPECT_DOUBLE_EQ(fit.levels[i], std::round(fit.levels[i] / 0.25) * 0.25);
-    if (i > 0) EXPECT_LT(fit.levels[i - 1], fit.levels[i]);
+    if (i > 0) {
+      EXPECT_LT(fit.levels[i - 1], fit.levels[i]);
+    }
     EXPECT_GT(fit.counts[i], 0u);
     total += fit.counts[i];
   }
@@ -560,7 +564,9 @@ TEST(LossyPiece, SecondMomentsInTheLogDomainKeepZerosAndSigns) {
   for (size_t i = 0; i < v.size(); ++i) {
     const float r = BitsToFloat(DType::kF32, LoadBits(DType::kF32, c.recon.data(), i));
     ASSERT_GE(r, 0.0f);
-    if (v[i] == 0.0f) ASSERT_EQ(r, 0.0f) << i;
+    if (v[i] == 0.0f) {
+      ASSERT_EQ(r, 0.0f) << i;
+    }
   }
 }
 
