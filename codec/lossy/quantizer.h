@@ -27,6 +27,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <vector>
@@ -97,8 +98,13 @@ struct PieceChoice {
 // worker, owned by the caller, so the memory goes when the seal does.
 struct PieceScratch {
   std::vector<double> r, w;
-  std::vector<uint32_t> qclass, escapes;
+  std::vector<uint32_t> qclass;
   std::vector<uint8_t> must_escape, symbols;
+  // Escaped elements' bits, room for every element of the largest piece:
+  // left uninitialised, so that only the pages escapes are written to
+  // become resident (most pieces have none).
+  std::unique_ptr<uint32_t[]> escapes;
+  size_t escapes_room = 0;
   std::vector<uint8_t> recon, bytes;  // a piece's reconstruction; file bytes (LossyCoder)
   // LossyCoder: the one-step measure's weights, first and second moments,
   // and sensitivity vectors handed back after a chunk, for the next.

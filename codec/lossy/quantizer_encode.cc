@@ -652,7 +652,11 @@ Coded Assign(const PieceSpec& spec, const PieceInput& in, const Analysis& a, std
              const Plan& p, const StoredLevels& lv, std::span<uint8_t> recon, PieceScratch& scratch, bool measure) {
   Coded c;
   c.symbols = ScratchSpan(scratch.symbols, a.n);
-  c.escapes = ScratchSpan(scratch.escapes, a.n);
+  if (scratch.escapes_room < a.n) {
+    scratch.escapes.reset(new uint32_t[a.n]);
+    scratch.escapes_room = a.n;
+  }
+  c.escapes = {scratch.escapes.get(), a.n};
   const std::vector<double> bounds = LevelBounds(p.levels);
   const LevelLookup nearest_level(bounds);
   const unsigned k = static_cast<unsigned>(p.levels.size());
