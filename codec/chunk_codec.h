@@ -41,7 +41,7 @@ bool IsAllZero(std::span<const uint8_t> b);
 struct ChunkEncoderOptions {
   int zstd_level = 3;
   bool tensor_codec = true;  // use kTensor where the file's layout names tensors
-  lossless::PlaneCodecOptions planes;
+  lossless::PlaneCodecOptions planes{};
 };
 
 // Encodes `raw` into `out` (replacing its contents) and returns the codec

@@ -31,7 +31,7 @@ namespace ckptfs {
 struct ClusterGcOptions {
   uint64_t grace_seconds = 600;
   // Who collects, recorded in the lease: a node name, or "gc@host:pid".
-  std::string holder;
+  std::string holder{};
   uint64_t lease_seconds = 60;
   // When set and true, the run stops at the next step or deletion, with
   // ECANCELED (the daemon unmounting). What it did so far stays done.

@@ -25,10 +25,10 @@ inline constexpr char kNodeTmpDirName[] = "tmp";
 inline constexpr char kNodePinsDirName[] = "pins";
 
 struct MemberRecord {
-  std::string node;
-  std::string host;
+  std::string node{};
+  std::string host{};
   int64_t pid = 0;
-  std::string staging;      // the node's staging directory, for humans and fsck
+  std::string staging{};    // the node's staging directory, for humans and fsck
   uint64_t renewed_ns = 0;  // wall clock of the last renewal
   uint32_t lease_seconds = 0;
 };

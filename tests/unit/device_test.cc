@@ -424,7 +424,9 @@ TEST(DeviceSteps, ResidualSlicesNeverCutALane) {
     for (size_t begin = 0; begin < raw.size();) {
       const size_t end = gpu::ResidualSliceEnd(job, begin, slot);
       ASSERT_GT(end, begin);
-      if (end > 3 && end < 803) EXPECT_EQ((end - 3) % 8, 0u) << slot;
+      if (end > 3 && end < 803) {
+        EXPECT_EQ((end - 3) % 8, 0u) << slot;
+      }
       begin = end;
     }
   }

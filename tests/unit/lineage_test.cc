@@ -109,7 +109,9 @@ class LineageTest : public ::testing::Test {
     ASSERT_TRUE(rec.ok()) << rec.status().ToString();
     ASSERT_EQ(::unlinkat(store_->ns_fd(), name.c_str(), 0), 0);
     const Status s = store_->ReleaseStubObjects(*rec);
-    if (expect_ok) EXPECT_TRUE(s.ok()) << s.ToString();
+    if (expect_ok) {
+      EXPECT_TRUE(s.ok()) << s.ToString();
+    }
   }
   void ExpectContent(const std::string& name, const std::vector<uint8_t>& want) {
     auto got = test::ReadContentAt(store_.get(), name);

@@ -319,7 +319,7 @@ TEST_F(RadosStoreTest, SuperblockRecordsWhereAndReopenUsesIt) {
   EXPECT_EQ(*test::ReadContentAt(store_.get(), "f"), data);
 
   store_.reset();
-  for (const std::string& other : {"rados:other", "dir"}) {
+  for (const char* other : {"rados:other", "dir"}) {
     auto s = Store::Open(Env::Default(), dir_.path(), Options(other));
     ASSERT_FALSE(s.ok()) << other;
     EXPECT_EQ(s.status().code(), EINVAL);
