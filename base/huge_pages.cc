@@ -2,7 +2,9 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 
 namespace ckptfs {
 
@@ -25,6 +27,17 @@ void* MapHugePages(size_t bytes) {
 
 void UnmapHugePages(void* p, size_t bytes) {
   if (p != nullptr) ::munmap(p, WholeHugePages(bytes));
+}
+
+void* AllocateBuffer(size_t bytes, size_t align) {
+  if (bytes >= kHugePage) return MapHugePages(bytes);
+  // aligned_alloc wants a whole number of alignments, and at least one.
+  return std::aligned_alloc(align, (std::max<size_t>(bytes, 1) + align - 1) / align * align);
+}
+
+void FreeBuffer(void* p, size_t bytes) {
+  if (bytes >= kHugePage) return UnmapHugePages(p, bytes);
+  std::free(p);
 }
 
 }  // namespace ckptfs

@@ -23,4 +23,10 @@ void* MapHugePages(size_t bytes);
 // Unmaps what MapHugePages(bytes) returned.
 void UnmapHugePages(void* p, size_t bytes);
 
+// A buffer of `bytes` aligned to `align` (a power of two up to kHugePage):
+// from kHugePage up, MapHugePages'; below, the C heap's. nullptr when there
+// is no memory. FreeBuffer(p, bytes) frees it whichever it is.
+void* AllocateBuffer(size_t bytes, size_t align);
+void FreeBuffer(void* p, size_t bytes);
+
 }  // namespace ckptfs

@@ -1,23 +1,8 @@
 #include "cache/chunk_buffers.h"
 
 #include <algorithm>
-#include <new>
-
-#include "base/huge_pages.h"
 
 namespace ckptfs {
-
-void* AllocateChunkMemory(size_t bytes) {
-  if (bytes < kHugePage) return ::operator new(bytes);
-  void* p = MapHugePages(bytes);
-  if (p == nullptr) throw std::bad_alloc();
-  return p;
-}
-
-void FreeChunkMemory(void* p, size_t bytes) {
-  if (bytes < kHugePage) return ::operator delete(p);
-  UnmapHugePages(p, bytes);
-}
 
 ChunkBuffers::ChunkBuffers(uint64_t max_free_bytes) : shelf_(std::make_shared<Shelf>(max_free_bytes)) {}
 

@@ -2,30 +2,28 @@
 // so resident memory does not grow with file size (invariant 6).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <future>
 #include <list>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "base/huge_pages.h"
 #include "base/status.h"
 
 namespace ckptfs {
 
-// Memory for decoded chunks: `bytes` of 2 MiB or more on huge pages
-// (base/huge_pages.h; with 8 concurrent readers of 512 MB the daemon used
-// 2.33-2.48 s of CPU instead of 2.69-2.94 s); std::bad_alloc when there is
-// none.
-void* AllocateChunkMemory(size_t bytes);
-void FreeChunkMemory(void* p, size_t bytes);
-
 // Leaves new elements uninitialised: a chunk is decoded straight into its
 // buffer, so zeroing it first would be one more pass over every byte read.
-// Its memory comes from AllocateChunkMemory.
+// Its memory comes from AllocateBuffer: from 2 MiB on huge pages
+// (base/huge_pages.h; with 8 concurrent readers of 512 MB the daemon used
+// 2.33-2.48 s of CPU instead of 2.69-2.94 s).
 template <class T>
 struct ChunkAllocator : std::allocator<T> {
   template <class U>
@@ -35,8 +33,12 @@ struct ChunkAllocator : std::allocator<T> {
   ChunkAllocator() = default;
   template <class U>
   ChunkAllocator(const ChunkAllocator<U>&) noexcept {}
-  T* allocate(size_t n) { return static_cast<T*>(AllocateChunkMemory(n * sizeof(T))); }
-  void deallocate(T* p, size_t n) noexcept { FreeChunkMemory(p, n * sizeof(T)); }
+  T* allocate(size_t n) {
+    void* p = AllocateBuffer(n * sizeof(T), alignof(std::max_align_t));
+    if (p == nullptr) throw std::bad_alloc();
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, size_t n) noexcept { FreeBuffer(p, n * sizeof(T)); }
   template <class U>
   void construct(U* p) noexcept {
     ::new (static_cast<void*>(p)) U;

@@ -22,17 +22,14 @@ std::span<uint8_t> AlignedScratch(size_t n) {
 
 }  // namespace
 
-void AlignedBuffer::Free::operator()(uint8_t* p) const {
-  if (bytes >= kHugePage) return UnmapHugePages(p, bytes);
-  std::free(p);
-}
+void AlignedBuffer::Free::operator()(uint8_t* p) const { FreeBuffer(p, bytes); }
 
 std::span<uint8_t> AlignedBuffer::Get(size_t n) {
   if (n > cap_) {
     const size_t rounded = (n + DirectReader::kAlign - 1) / DirectReader::kAlign * DirectReader::kAlign;
     bytes_.reset();
-    void* p = rounded >= kHugePage ? MapHugePages(rounded) : std::aligned_alloc(DirectReader::kAlign, rounded);
-    bytes_ = std::unique_ptr<uint8_t, Free>(static_cast<uint8_t*>(p), Free{rounded});
+    bytes_ = std::unique_ptr<uint8_t, Free>(static_cast<uint8_t*>(AllocateBuffer(rounded, DirectReader::kAlign)),
+                                            Free{rounded});
     cap_ = bytes_ ? rounded : 0;
     if (!bytes_) return {};
   }

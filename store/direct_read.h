@@ -29,7 +29,7 @@ class AlignedBuffer {
   std::span<uint8_t> Get(size_t n);
 
  private:
-  // Frees an AlignedBuffer's memory of `bytes` as it was allocated.
+  // FreeBuffer of `bytes`, as AllocateBuffer gave them.
   struct Free {
     void operator()(uint8_t* p) const;
     size_t bytes;

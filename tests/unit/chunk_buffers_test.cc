@@ -58,7 +58,9 @@ TEST(ChunkBuffersTest, LargeBuffersAreHugePageAlignedMappings) {
   constexpr uintptr_t kHuge = uintptr_t{2} << 20;
   for (const size_t size : {size_t{2} << 20, (size_t{4} << 20) + 1, size_t{64} << 10}) {
     ChunkBuffer b(size);
-    if (size >= kHuge) EXPECT_EQ(reinterpret_cast<uintptr_t>(b.data()) % kHuge, 0u) << size;
+    if (size >= kHuge) {
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(b.data()) % kHuge, 0u) << size;
+    }
     for (size_t i = 0; i < size; i += 4096) b[i] = static_cast<uint8_t>(i >> 12);
     b[size - 1] = 0xA5;
     b.resize(size + (size_t{3} << 20));
