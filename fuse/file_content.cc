@@ -441,15 +441,19 @@ Status FileContent::SealForLossyRead() {
   return s.code() == EAGAIN ? Status::Ok() : s;
 }
 
-bool FileContent::ReadableBeforeLossySeal(uint64_t off) {
+bool FileContent::ReadableBeforeLossySeal(uint64_t off, uint64_t length) {
   std::shared_ptr<Staging> sp;
   uint64_t gen = 0;
+  std::optional<uint64_t> tail;  // known for this generation
   {
     // As in SealForLossyRead: the writer's RELEASE may trail its close().
     std::unique_lock lk(mu_);
     released_cv_.wait_for(lk, kReleaseGrace, [&] { return open_writers_ == 0 || !staging_ || unlinked_; });
     if (!staging_ || unlinked_ || open_writers_ > 0 || writes_in_flight_ > 0) return false;
-    if (tail_gen_ == change_gen_) return off >= tail_start_;
+    if (tail_gen_ == change_gen_) {
+      if (off >= tail_start_) return true;
+      tail = tail_start_;
+    }
     sp = staging_;
     gen = change_gen_;
   }
@@ -457,13 +461,17 @@ bool FileContent::ReadableBeforeLossySeal(uint64_t off) {
   Result<struct stat> st = env->Fstat(sp->fd.get());
   if (!st.ok()) return false;
   const EnvSource staged(env, sp->fd.get(), static_cast<uint64_t>(st->st_size));
-  const uint64_t start = OcdbtTailReadableFrom(staged).value_or(UINT64_MAX);
+  const bool known = tail.has_value();
+  if (!known) tail = OcdbtTailReadableFrom(staged).value_or(UINT64_MAX);
+  const bool readable = off >= *tail || OcdbtNodePagesCover(staged, off, length);
   std::lock_guard lk(mu_);
-  // A write since the look may have changed the tail: the next read looks again.
+  // A write since the look may have changed the nodes: the next read looks again.
   if (change_gen_ != gen || staging_ != sp || open_writers_ > 0 || writes_in_flight_ > 0) return false;
-  tail_gen_ = gen;
-  tail_start_ = start;
-  return off >= start;
+  if (!known) {
+    tail_gen_ = gen;
+    tail_start_ = *tail;
+  }
+  return readable;
 }
 
 bool FileContent::TakeCacheDrop() {

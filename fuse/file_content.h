@@ -128,12 +128,13 @@ class FileContent : public std::enable_shared_from_this<FileContent> {
   // reconstruction. The open itself does not wait: an open to fsync, or to
   // read nothing, never waits for a lossy seal.
   Status SealForLossyRead();
-  // Whether a read from `off` on may be served before that seal: the file
-  // is closed and `off` lies within a B+tree node ending it (an Orbax data
-  // file, store/ocdbt_data.h) or the zeros after it, bytes its seal leaves
-  // as they are. TensorStore reads that node back before it writes the
-  // nodes that describe the file's values, which the seal waits for.
-  bool ReadableBeforeLossySeal(uint64_t off);
+  // Whether a read of [off, off + length) may be served before that seal:
+  // the file is closed and the range lies within a B+tree node ending it
+  // (an Orbax data file, store/ocdbt_data.h) or the zeros after it, or
+  // within the pages of any other node: bytes its seal leaves as they are.
+  // TensorStore reads a node back before it writes the nodes that describe
+  // the file's values, which the seal waits for.
+  bool ReadableBeforeLossySeal(uint64_t off, uint64_t length);
   // A seal may have changed the bytes (lossy mode) behind pages the kernel
   // cached while the file was written: true once after each seal, telling
   // the next open to drop them.

@@ -483,12 +483,12 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, 
   OpenHandle(req, *inode.value(), fi, &e);
 }
 
-// A read within the B+tree node ending an Orbax data file is served as
+// A read within the B+tree nodes of an Orbax data file is served as
 // written without waiting (FileContent::ReadableBeforeLossySeal): the seal
 // keeps those bytes, and the handle's next read elsewhere still waits.
-Status SealBeforeFirstRead(FileHandle& h, uint64_t off) {
+Status SealBeforeFirstRead(FileHandle& h, uint64_t off, uint64_t length) {
   if (!h.seal_before_read.load(std::memory_order_acquire)) return Status::Ok();
-  if (h.content->ReadableBeforeLossySeal(off)) return Status::Ok();
+  if (h.content->ReadableBeforeLossySeal(off, length)) return Status::Ok();
   RETURN_IF_ERROR(h.content->SealForLossyRead());
   h.seal_before_read.store(false, std::memory_order_release);
   return Status::Ok();
@@ -499,7 +499,7 @@ Status SealBeforeFirstRead(FileHandle& h, uint64_t off) {
 void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi) {
   const auto arrived = std::chrono::steady_clock::now();
   FileHandle* h = FH(fi);
-  if (Status s = SealBeforeFirstRead(*h, static_cast<uint64_t>(off)); !s.ok()) return ReplyErr(req, s);
+  if (Status s = SealBeforeFirstRead(*h, static_cast<uint64_t>(off), size); !s.ok()) return ReplyErr(req, s);
   // A staged file is read into one buffer per worker thread, reused: a fresh
   // megabyte per read costs page faults and TLB shootdowns on every request.
   auto staged_buffer = [size] {

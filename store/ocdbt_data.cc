@@ -168,6 +168,82 @@ size_t KeepOcdbtTailExact(const ByteSource& file, FileLayout* layout) {
   return before - layout->tensors.size();
 }
 
+namespace {
+
+struct PageRange {
+  uint64_t begin = 0;
+  uint64_t end = 0;
+};
+
+// The pages holding each node of `nodes`, merged where they touch, in order.
+std::vector<PageRange> PagesOf(const std::vector<formats::OcdbtRef>& nodes) {
+  std::vector<PageRange> pages;
+  for (const formats::OcdbtRef& n : nodes) {
+    PageRange r{n.offset / kOcdbtTailPage * kOcdbtTailPage,
+                (n.offset + n.length + kOcdbtTailPage - 1) / kOcdbtTailPage * kOcdbtTailPage};
+    pages.push_back(r);
+  }
+  std::sort(pages.begin(), pages.end(), [](const PageRange& a, const PageRange& b) { return a.begin < b.begin; });
+  std::vector<PageRange> merged;
+  for (const PageRange& r : pages) {
+    if (!merged.empty() && r.begin <= merged.back().end) {
+      merged.back().end = std::max(merged.back().end, r.end);
+    } else {
+      merged.push_back(r);
+    }
+  }
+  return merged;
+}
+
+// Whether [begin, end) meets one of `pages` (sorted, disjoint).
+bool Meets(const std::vector<PageRange>& pages, uint64_t begin, uint64_t end) {
+  auto it =
+      std::upper_bound(pages.begin(), pages.end(), begin, [](uint64_t v, const PageRange& r) { return v < r.end; });
+  return it != pages.end() && it->begin < end;
+}
+
+}  // namespace
+
+bool OcdbtNodePagesCover(const ByteSource& file, uint64_t off, uint64_t length) {
+  if (length == 0 || off >= file.size()) return false;
+  length = std::min(length, file.size() - off);  // the kernel asks for whole pages, or more
+  const uint64_t page = off / kOcdbtTailPage * kOcdbtTailPage;
+  const uint64_t from = page > kOcdbtReadableNodeBytes ? page - kOcdbtReadableNodeBytes : 0;
+  Result<std::vector<formats::OcdbtRef>> nodes =
+      formats::FindOcdbtNodes(file, from, off + length, kOcdbtReadableNodeBytes);
+  if (!nodes.ok()) return false;
+  uint64_t covered = off;
+  for (const PageRange& r : PagesOf(*nodes)) {
+    if (r.begin <= covered && r.end > covered) covered = r.end;
+  }
+  return covered >= off + length;
+}
+
+Result<size_t> KeepOcdbtNodePagesExact(const ByteSource& file, FileLayout* layout) {
+  std::vector<PageRange> tensors;
+  for (const TensorRegion& t : layout->tensors) tensors.push_back({t.offset, t.offset + t.length});
+  std::sort(tensors.begin(), tensors.end(), [](const PageRange& a, const PageRange& b) { return a.begin < b.begin; });
+  std::vector<formats::OcdbtRef> nodes;
+  uint64_t gap = 0;  // where the bytes no tensor covers begin
+  auto scan = [&](uint64_t end) -> Status {
+    if (end <= gap) return Status::Ok();
+    ASSIGN_OR_RETURN(std::vector<formats::OcdbtRef> found,
+                     formats::FindOcdbtNodes(file, gap, end, kOcdbtReadableNodeBytes));
+    nodes.insert(nodes.end(), found.begin(), found.end());
+    return Status::Ok();
+  };
+  for (const PageRange& t : tensors) {
+    RETURN_IF_ERROR(scan(t.begin));
+    gap = std::max(gap, t.end);
+  }
+  RETURN_IF_ERROR(scan(file.size()));
+  if (nodes.empty()) return size_t{0};
+  const std::vector<PageRange> pages = PagesOf(nodes);
+  const size_t before = layout->tensors.size();
+  std::erase_if(layout->tensors, [&](const TensorRegion& t) { return Meets(pages, t.offset, t.offset + t.length); });
+  return before - layout->tensors.size();
+}
+
 uint32_t PackChunkSizeFor(const FileLayout& layout, uint32_t configured) {
   const bool several_arrays = layout.format == "orbax-ocdbt" && layout.tensors.size() > 1;
   return several_arrays ? std::min(configured, kOcdbtChunkSize) : configured;

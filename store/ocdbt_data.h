@@ -54,6 +54,26 @@ inline constexpr uint64_t kOcdbtTailPage = 4096;
 // served before it. Returns how many were dropped.
 size_t KeepOcdbtTailExact(const ByteSource& file, FileLayout* layout);
 
+// A B+tree node anywhere in a data file, not only its last: TensorStore may
+// write a commit's node, then more of the next commit's values after it
+// than OcdbtLastNode searches (4.2 MB in the Orbax series), and read that
+// node back before it writes the nodes describing those values. Such a
+// read waited for the seal, the seal for those nodes, and after
+// kOcdbtNodeWait the file was sealed without its layout. Nodes up to this
+// size are served before the seal.
+inline constexpr uint64_t kOcdbtReadableNodeBytes = 1u << 20;
+
+// Whether every page (kOcdbtTailPage) of [off, off + length) of `file`
+// holds bytes of a B+tree node of at most kOcdbtReadableNodeBytes. A lossy
+// seal leaves those pages as they are (KeepOcdbtNodePagesExact), so a read
+// of them need not wait for it. False when `file` cannot be read.
+bool OcdbtNodePagesCover(const ByteSource& file, uint64_t off, uint64_t length);
+
+// Drops from `layout` the tensors that share a page with a B+tree node of
+// at most kOcdbtReadableNodeBytes found in the bytes no tensor covers (a
+// node is never a value, so it lies there). Returns how many were dropped.
+Result<size_t> KeepOcdbtNodePagesExact(const ByteSource& file, FileLayout* layout);
+
 // The chunk size a pack of a file with `layout` is cut into, given the
 // mount's: at most kOcdbtChunkSize for an OCDBT data file of several
 // arrays. TensorStore puts a save's arrays in a data file in the order its

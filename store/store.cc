@@ -457,13 +457,17 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
   if (opts_.encoder.tensor_codec) {
     FileLayout layout = LayoutForSeal(file, siblings);
     chunk_size = PackChunkSizeFor(layout, chunk_size);
-    // Reads of a node ending the file did not wait for this seal: what they
-    // were served stays as it is.
+    // Reads of B+tree nodes did not wait for this seal: what they were
+    // served stays as it is.
     if (policy.lossy()) {
       if (const size_t n = KeepOcdbtTailExact(file, &layout); n > 0) {
         spdlog::info("{}: {} tensor(s) overlapping the page of the file's last B+tree node or after it stay exact", ctx,
                      n);
       }
+      Result<size_t> near_nodes = KeepOcdbtNodePagesExact(file, &layout);
+      if (!near_nodes.ok()) return fail(near_nodes.status());
+      if (*near_nodes > 0)
+        spdlog::info("{}: {} tensor(s) sharing a page with a B+tree node stay exact", ctx, *near_nodes);
     }
     tensors = TensorRangesOf(layout);
     spdlog::debug("{}: format {}, {} tensor ranges{}{}", ctx, layout.format, tensors.size(),

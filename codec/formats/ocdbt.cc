@@ -3,6 +3,7 @@
 #include <zstd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -360,9 +361,30 @@ Result<std::vector<OcdbtEntry>> ListOcdbt(const OcdbtRoot& root, const OcdbtOpen
 
 namespace {
 
-// The last B+tree node (magic, length and CRC32C agree) among the last
-// kMaxTailNodeSearch bytes of `src`; with `at_end`, only one that ends the
-// file or its zero padding.
+struct NodeSpan {
+  uint64_t length = 0;
+  uint8_t height = 0;
+};
+
+// Whether `bytes` begins with a B+tree node (magic and CRC32C agree, and
+// it decodes) no longer than `bytes`.
+std::optional<NodeSpan> NodeAt(std::span<const uint8_t> bytes) {
+  if (bytes.size() < kOuterHeader + 2 + kCrcBytes) return std::nullopt;
+  if (bytes[0] != 0x0c || bytes[1] != 0xdb || bytes[2] != 0x20 || bytes[3] != 0xde) return std::nullopt;
+  uint64_t len = 0;
+  for (unsigned b = 0; b < 8; ++b) len |= static_cast<uint64_t>(bytes[4 + b]) << (8 * b);
+  if (len < kOuterHeader + kCrcBytes || len > bytes.size()) return std::nullopt;
+  std::span<const uint8_t> node = bytes.first(len);
+  uint32_t crc = 0;
+  for (unsigned b = 0; b < 4; ++b) crc |= static_cast<uint32_t>(node[len - 4 + b]) << (8 * b);
+  if (Crc32c(node.first(len - kCrcBytes)) != crc) return std::nullopt;
+  Result<OcdbtNode> decoded = DecodeOcdbtNode(node, "", "");
+  if (!decoded.ok()) return std::nullopt;
+  return NodeSpan{len, decoded->height};
+}
+
+// The last B+tree node among the last kMaxTailNodeSearch bytes of `src`;
+// with `at_end`, only one that ends the file or its zero padding.
 Result<OcdbtRoot> LastNode(const ByteSource& src, const std::string& path, bool at_end) {
   const uint64_t size = src.size();
   const uint64_t span = std::min<uint64_t>(size, kMaxTailNodeSearch);
@@ -376,25 +398,14 @@ Result<OcdbtRoot> LastNode(const ByteSource& src, const std::string& path, bool 
   // From the end: the last node starts at the magic whose length field
   // reaches to the end of the file, or into its padding.
   for (size_t i = span >= kOuterHeader + 2 + kCrcBytes ? span - (kOuterHeader + 2 + kCrcBytes) + 1 : 0; i-- > 0;) {
-    if (tail[i] != 0x0c || tail[i + 1] != 0xdb || tail[i + 2] != 0x20 || tail[i + 3] != 0xde) continue;
-    uint64_t len = 0;
-    for (unsigned b = 0; b < 8; ++b) len |= static_cast<uint64_t>(tail[i + 4 + b]) << (8 * b);
-    if (len < kOuterHeader + kCrcBytes || len > span - i) continue;
-    if (at_end && (i + len < nonzero_end || span - (i + len) >= kMaxOcdbtPadding)) continue;
-    std::span<const uint8_t> node(tail.data() + i, len);
-    uint32_t crc = 0;
-    for (unsigned b = 0; b < 4; ++b) crc |= static_cast<uint32_t>(node[len - 4 + b]) << (8 * b);
-    if (Crc32c(node.first(len - kCrcBytes)) != crc) continue;
-    Result<OcdbtNode> decoded = DecodeOcdbtNode(node, "", "");
-    if (!decoded.ok()) {
-      if (at_end) return decoded.status();
-      continue;
-    }
+    std::optional<NodeSpan> node = NodeAt(std::span<const uint8_t>(tail).subspan(i));
+    if (!node) continue;
+    if (at_end && (i + node->length < nonzero_end || span - (i + node->length) >= kMaxOcdbtPadding)) continue;
     OcdbtRoot root;
     root.node.path = path;
     root.node.offset = size - span + i;
-    root.node.length = len;
-    root.height = decoded->height;
+    root.node.length = node->length;
+    root.height = node->height;
     return root;
   }
   return Malformed("ocdbt: " + path + (at_end ? " does not end with a B+tree node" : " holds no B+tree node"));
@@ -408,6 +419,49 @@ Result<OcdbtRoot> OcdbtTailNode(const ByteSource& src, const std::string& path) 
 
 Result<OcdbtRoot> OcdbtLastNode(const ByteSource& src, const std::string& path) {
   return LastNode(src, path, /*at_end=*/false);
+}
+
+namespace {
+
+// The length field of the node header at `off`, when the node it announces
+// fits in `src` and `max_length`.
+Result<std::optional<uint64_t>> NodeLengthField(const ByteSource& src, uint64_t off, uint64_t max_length) {
+  uint8_t header[kOuterHeader];
+  if (src.size() - off < sizeof(header)) return std::optional<uint64_t>();
+  RETURN_IF_ERROR(src.ReadAt(off, header));
+  uint64_t len = 0;
+  for (unsigned b = 0; b < 8; ++b) len |= static_cast<uint64_t>(header[4 + b]) << (8 * b);
+  if (len < kOuterHeader + 2 + kCrcBytes || len > max_length || len > src.size() - off)
+    return std::optional<uint64_t>();
+  return std::optional<uint64_t>(len);
+}
+
+}  // namespace
+
+Result<std::vector<OcdbtRef>> FindOcdbtNodes(const ByteSource& src, uint64_t from, uint64_t to, uint64_t max_length) {
+  constexpr uint64_t kWindow = 1u << 20;
+  constexpr uint8_t kMagic[4] = {0x0c, 0xdb, 0x20, 0xde};
+  std::vector<OcdbtRef> found;
+  to = std::min(to, src.size());
+  std::vector<uint8_t> window;
+  for (uint64_t at = from; at < to; at += kWindow) {
+    const uint64_t starts = std::min(to - at, kWindow);  // magics starting in this window
+    window.resize(std::min(src.size() - at, starts + sizeof(kMagic) - 1));
+    RETURN_IF_ERROR(src.ReadAt(at, window));
+    for (size_t i = 0; i < starts;) {
+      const void* hit = memmem(window.data() + i, window.size() - i, kMagic, sizeof(kMagic));
+      if (hit == nullptr) break;
+      i = static_cast<size_t>(static_cast<const uint8_t*>(hit) - window.data());
+      if (i >= starts) break;
+      const uint64_t off = at + i++;
+      ASSIGN_OR_RETURN(std::optional<uint64_t> length, NodeLengthField(src, off, max_length));
+      if (!length) continue;
+      std::vector<uint8_t> node(*length);
+      RETURN_IF_ERROR(src.ReadAt(off, node));
+      if (NodeAt(node)) found.push_back(OcdbtRef{.path = "", .offset = off, .length = *length, .base = ""});
+    }
+  }
+  return found;
 }
 
 bool LooksLikeOcdbtDataName(std::string_view name) {

@@ -106,6 +106,11 @@ Result<OcdbtRoot> OcdbtTailNode(const ByteSource& src, const std::string& path);
 // this node back.
 Result<OcdbtRoot> OcdbtLastNode(const ByteSource& src, const std::string& path);
 
+// The B+tree nodes (magic and CRC32C agree, and they decode) of at most
+// `max_length` bytes that start in [from, to) of `src`, by offset; each
+// may end past `to`, not past the end of `src`.
+Result<std::vector<OcdbtRef>> FindOcdbtNodes(const ByteSource& src, uint64_t from, uint64_t to, uint64_t max_length);
+
 // A data file's name as OCDBT writes them: 32 lowercase hex digits.
 bool LooksLikeOcdbtDataName(std::string_view name);
 

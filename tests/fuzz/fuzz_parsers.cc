@@ -113,6 +113,12 @@ void Run(const ByteSource& src) {
     auto node = at_end ? f::OcdbtTailNode(data, "d/x") : f::OcdbtLastNode(data, "d/x");
     if (node.ok() && !f::InRange(node->node.offset, node->node.length, data.size())) std::abort();
   }
+  // Every node anywhere in it (the pages a lossy seal keeps).
+  if (auto nodes = f::FindOcdbtNodes(data, 0, data.size(), 1u << 20); nodes.ok()) {
+    for (const auto& n : *nodes) {
+      if (!f::InRange(n.offset, n.length, data.size())) std::abort();
+    }
+  }
   auto root = f::ReadOcdbtManifest(manifest);
   if (!root.ok()) return;
   f::OcdbtOpener open = [&](const std::string&) -> Result<std::shared_ptr<const ByteSource>> {

@@ -303,6 +303,68 @@ TEST(OcdbtTest, ANodeFollowedByTheNextCommitsValuesGivesTheLayout) {
   EXPECT_FALSE(formats::OcdbtLastNode(SpanSource(values), self).ok());
 }
 
+// A node followed by more of the next commit's values than OcdbtLastNode
+// searches (4.2 MB in a failed run of the Orbax series): TensorStore reads
+// the node back before it writes the nodes describing those values, so its
+// pages are served before the seal, and the seal keeps every tensor that
+// shares one of them exact. Values around it are not served early.
+TEST(OcdbtTest, ANodeFarFromTheEndIsReadableAndItsPagesStayExact) {
+  Db db("raw");
+  const std::string self = db.Largest();
+  const Bytes& original = *db.files.at(self);
+  Result<formats::OcdbtRoot> tail = formats::OcdbtTailNode(SpanSource(original), self);
+  ASSERT_TRUE(tail.ok()) << tail.status().message();
+  const uint64_t node = tail->node.offset;
+  const uint64_t node_end = node + tail->node.length;
+  ASSERT_EQ(node_end, original.size());
+  Bytes more = original;
+  std::mt19937 rng(7);
+  for (size_t i = 0; i < formats::kMaxTailNodeSearch + (64u << 10); ++i) more.push_back(static_cast<uint8_t>(rng()));
+  more.resize((more.size() / 4096 + 1) * 4096, 0);
+  const SpanSource src(more);
+  ASSERT_FALSE(formats::OcdbtLastNode(src, self).ok());  // beyond the tail search
+  ASSERT_FALSE(OcdbtTailReadableFrom(src).has_value());
+
+  Result<std::vector<formats::OcdbtRef>> found = formats::FindOcdbtNodes(src, 0, src.size(), kOcdbtReadableNodeBytes);
+  ASSERT_TRUE(found.ok()) << found.status().message();
+  ASSERT_EQ(found->size(), 1u);
+  EXPECT_EQ((*found)[0].offset, node);
+  EXPECT_EQ((*found)[0].length, tail->node.length);
+  EXPECT_TRUE(formats::FindOcdbtNodes(src, node + 1, src.size(), kOcdbtReadableNodeBytes)->empty());
+  EXPECT_TRUE(formats::FindOcdbtNodes(src, 0, src.size(), tail->node.length - 1)->empty());  // longer than allowed
+
+  const uint64_t first_page = node / kOcdbtTailPage * kOcdbtTailPage;
+  const uint64_t pages_end = (node_end + kOcdbtTailPage - 1) / kOcdbtTailPage * kOcdbtTailPage;
+  EXPECT_TRUE(OcdbtNodePagesCover(src, first_page, pages_end - first_page));
+  EXPECT_TRUE(OcdbtNodePagesCover(src, node, 1));
+  EXPECT_FALSE(OcdbtNodePagesCover(src, first_page, pages_end - first_page + kOcdbtTailPage));  // and values after
+  EXPECT_FALSE(OcdbtNodePagesCover(src, pages_end, kOcdbtTailPage));
+  EXPECT_FALSE(OcdbtNodePagesCover(src, first_page - kOcdbtTailPage, kOcdbtTailPage));
+  EXPECT_FALSE(OcdbtNodePagesCover(src, src.size(), kOcdbtTailPage));
+  // A damaged node is no node.
+  Bytes damaged = more;
+  damaged[node + tail->node.length / 2] ^= 1;
+  EXPECT_FALSE(OcdbtNodePagesCover(SpanSource(damaged), first_page, kOcdbtTailPage));
+
+  Result<FileLayout> l = db.Layout(self);
+  ASSERT_TRUE(l.ok()) << l.status().message();
+  const size_t before_node = l->tensors.size();
+  const size_t in_first_page = static_cast<size_t>(std::count_if(
+      l->tensors.begin(), l->tensors.end(), [&](const TensorRegion& t) { return t.offset + t.length > first_page; }));
+  TensorRegion after = l->tensors.back();  // the next commit's first value, from the node's end
+  after.offset = node_end;
+  after.length = 8192;
+  TensorRegion far = after;
+  far.offset = pages_end + 2 * kOcdbtTailPage;
+  l->tensors.push_back(after);
+  l->tensors.push_back(far);
+  Result<size_t> dropped = KeepOcdbtNodePagesExact(src, &*l);
+  ASSERT_TRUE(dropped.ok()) << dropped.status().message();
+  EXPECT_EQ(*dropped, in_first_page + 1);
+  EXPECT_EQ(l->tensors.size(), before_node - in_first_page + 1);
+  EXPECT_EQ(l->tensors.back().offset, far.offset);
+}
+
 // Arrays move within an Orbax data file from save to save: its packs take
 // chunks of at most 1 MiB, other files the mount's size.
 TEST(OcdbtTest, DataFilesOfSeveralArraysTakeSmallerChunks) {
