@@ -636,7 +636,8 @@ struct LayoutBuilder {
     const uint64_t index_bytes = a.inner_per_shard * 16 + kCrcBytes;
     if (e.ref->length < index_bytes) return Status::Ok();
     const uint64_t index_off = e.ref->offset + (a.index_at_end ? e.ref->length - index_bytes : 0);
-    ASSIGN_OR_RETURN(std::vector<uint8_t> index, ReadRange(open, OcdbtRef{e.ref->path, index_off, index_bytes}, kMaxLayoutBytes));
+    ASSIGN_OR_RETURN(std::vector<uint8_t> index,
+                     ReadRange(open, OcdbtRef{e.ref->path, index_off, index_bytes, ""}, kMaxLayoutBytes));
     OcdbtCursor c(index);
     for (uint64_t i = 0; i < a.inner_per_shard; ++i) {
       ASSIGN_OR_RETURN(uint64_t off, c.Le64());
@@ -662,7 +663,7 @@ Result<FileLayout> OcdbtDataLayout(const std::vector<OcdbtEntry>& keys, const st
                                    const OcdbtOpener& open) {
   FileLayout l;
   l.format = "orbax-ocdbt";
-  LayoutBuilder b{self, self_size, open, &l};
+  LayoutBuilder b{self, self_size, open, &l, 0, {}};
   std::map<std::string, ZarrArray> arrays;
   bool referenced = false;
   for (const OcdbtEntry& e : keys) {
