@@ -173,3 +173,46 @@ def test_a_read_of_the_page_holding_an_orbax_tail_node_does_not_wait(mount_facto
     sealed = read_file(db / data)
     assert sealed[4096:] == raw[4096:], "bytes a reader could have been served before the seal changed"
     assert sealed[:4096] != raw[:4096], "the moments before the node's page were not coded lossily"
+
+
+def test_a_read_of_an_orbax_node_far_from_the_end_does_not_wait(mount_factory, tmp_path):
+    """TensorStore may write a commit's node, then more of the next commit's
+    values than the last 4 MiB the tail rule searches, and read that node
+    back before it writes the nodes describing them (the Orbax series under
+    load: a 4 KiB read at 0.53 MB of a 4.7 MB data file waited for the
+    seal, which waited for those nodes). A read within the pages of any node is
+    served while the seal is held, and the seal keeps those pages exact."""
+    hold = tmp_path / "hold"
+    hold.touch()
+    m = mount_factory(opts=SEAL_OPTS + [f"seal_hold={hold}"])
+    db = m.mnt / "ckpt" / "ocdbt.process_0"
+    (db / "d").mkdir(parents=True)
+    data = "d/6f0d4f352afbe02aa2c511bc5dd649f8"
+    for rel in ["manifest.ocdbt"] + [f"d/{p.name}" for p in sorted((ORBAX_RAW / "d").iterdir()) if f"d/{p.name}" != data]:
+        write_file(db / rel, read_file(ORBAX_RAW / rel))
+    raw = read_file(ORBAX_RAW / data)  # values, then the node at 6144
+    more = raw + os.urandom(4 << 20) + os.urandom(64 << 10)
+    more += bytes(-len(more) % 4096)
+    write_file(db / data, more)
+    wait_for(lambda: held_seals(m) >= 1, "a seal to reach the hold")
+
+    def read_node_byte():
+        fd = os.open(db / data, os.O_RDONLY)
+        try:
+            return os.pread(fd, 1, len(raw) - 1)
+        finally:
+            os.close(fd)
+
+    t, out = in_thread(read_node_byte)
+    t.join(60)
+    alive = t.is_alive()
+    hold.unlink()
+    t.join(120)
+    assert not alive, "a read of a node's page waited for the held lossy seal"
+    assert out.get("value") == raw[-1:], out
+    m.wait_sealed()
+    sealed = read_file(db / data)
+    assert len(sealed) == len(more)
+    assert sealed[4096:8192] == more[4096:8192], "the node's page a reader could have been served changed"
+    assert sealed[8192:] == more[8192:], "bytes no tree describes changed"
+    assert sealed[:4096] != raw[:4096], "the moments before the node's page were not coded lossily"
