@@ -487,15 +487,19 @@ bool FileContent::LossySealPending() {
   return store_->FidelityFor(stub_fd_.get()) > 0;
 }
 
-Status FileContent::SealIfIdle(bool reader_waits) {
+Status FileContent::SealIfIdle(bool reader_waits, bool may_postpone) {
   std::lock_guard seal(seal_mu_);
   std::unique_lock lk(mu_);
   if (!staging_ || open_writers_ > 0 || unlinked_) return Status::Ok();
-  spdlog::debug("sealing {}{}", label_, reader_waits ? " (a reader waits for it)" : "");
   const uint64_t gen = change_gen_;
   const StubRecord staged = rec_;
   const std::shared_ptr<Staging> sp = staging_;
   lk.unlock();
+  if (postponed_gen_ != gen) postponed_since_.reset();  // a new version waits afresh
+  if (!postponed_since_ || reader_waits)
+    spdlog::debug("sealing {}{}", label_, reader_waits ? " (a reader waits for it)" : "");
+  const SealWait wait{.may_postpone = may_postpone && !reader_waits,
+                      .since = postponed_since_.value_or(std::chrono::steady_clock::now())};
 
   // still_current takes the lock and keeps it when it answers yes, so no
   // write can slip in between that check and the switch of the stub.
@@ -506,7 +510,12 @@ Status FileContent::SealIfIdle(bool reader_waits) {
     commit.unlock();
     return false;
   };
-  auto sealed = store_->SealStub(stub_fd_.get(), staged, sp->fd.get(), still_current);
+  auto sealed = store_->SealStub(stub_fd_.get(), staged, sp->fd.get(), still_current, wait);
+  if (!sealed.ok() && sealed.status().code() == kSealPostponed && !commit.owns_lock()) {
+    postponed_since_ = wait.since;
+    postponed_gen_ = gen;
+    return sealed.status();
+  }
   if (!commit.owns_lock()) {
     if (sealed.ok() || sealed.status().code() == EAGAIN) return sealed.ok() ? Status::Ok() : sealed.status();
     return Fail(sealed.status(), "seal", 0);

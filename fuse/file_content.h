@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -117,7 +118,10 @@ class FileContent : public std::enable_shared_from_this<FileContent> {
   // Seals if staged and idle. Called from the seal queue. Returns EAGAIN
   // when the file changed meanwhile (a later release will queue it again).
   // `reader_waits`: a reader is blocked on it (it jumped the seal queue).
-  Status SealIfIdle(bool reader_waits = false);
+  // `may_postpone`: a seal that would wait for more of its save returns
+  // kSealPostponed instead (store/store.h, SealWait); its waits' bounds
+  // count from its first try.
+  Status SealIfIdle(bool reader_waits = false, bool may_postpone = false);
   bool NeedsSeal();
   // Whether a lossy policy will rewrite this staged file's bytes when it is
   // sealed: a handle opened for reading then seals it before its first read.
@@ -223,6 +227,9 @@ class FileContent : public std::enable_shared_from_this<FileContent> {
   static constexpr std::chrono::seconds kRemoteSealWait{600};
 
   std::mutex seal_mu_;                   // one seal at a time (seal queue, lossy reads)
+  // Under seal_mu_: when the first postponed try of this version began.
+  std::optional<std::chrono::steady_clock::time_point> postponed_since_;
+  uint64_t postponed_gen_ = 0;
   std::condition_variable released_cv_;  // a handle was released (mu_)
   std::condition_variable pushed_cv_;    // a page push ended (mu_)
   std::mutex mu_;

@@ -35,12 +35,14 @@ void SealQueue::Push(std::shared_ptr<FileContent> file) {
 
 void SealQueue::Drain() {
   std::unique_lock lk(mu_);
-  idle_cv_.wait(lk, [this] { return (queue_.empty() && running_ == 0) || workers_.empty(); });
+  draining_ = true;
+  cv_.notify_all();  // postponed seals are due now
+  idle_cv_.wait(lk, [this] { return (queue_.empty() && postponed_.empty() && running_ == 0) || workers_.empty(); });
 }
 
 size_t SealQueue::pending() const {
   std::lock_guard lk(mu_);
-  return queue_.size() + static_cast<size_t>(running_);
+  return queue_.size() + postponed_.size() + static_cast<size_t>(running_);
 }
 
 SealQueue::Backlog SealQueue::backlog() const {
@@ -54,8 +56,10 @@ SealQueue::Backlog SealQueue::backlog() const {
 
 void SealQueue::SettleLocked(const FileContent* file) {
   if (queued_.count(file)) return;
-  for (const auto& [due, f] : retries_)
-    if (f.get() == file) return;
+  for (const auto* waiting : {&retries_, &postponed_}) {
+    for (const auto& [due, f] : *waiting)
+      if (f.get() == file) return;
+  }
   since_.erase(file);
 }
 
@@ -66,23 +70,38 @@ void SealQueue::RetryLater(std::shared_ptr<FileContent> file) {
   retries_.emplace(std::chrono::steady_clock::now() + delay, std::move(file));
 }
 
+void SealQueue::PostponeLocked(std::shared_ptr<FileContent> file) {
+  postponed_.emplace(std::chrono::steady_clock::now() + kPostponedRetry, std::move(file));
+}
+
 void SealQueue::PromoteDueRetriesLocked() {
   const auto now = std::chrono::steady_clock::now();
-  while (!retries_.empty() && retries_.begin()->first <= now) {
-    std::shared_ptr<FileContent> file = std::move(retries_.begin()->second);
-    retries_.erase(retries_.begin());
-    if (queued_.insert(file.get()).second) queue_.push_back(std::move(file));
-  }
+  auto promote = [&](auto& waiting, bool all) {
+    while (!waiting.empty() && (all || waiting.begin()->first <= now)) {
+      std::shared_ptr<FileContent> file = std::move(waiting.begin()->second);
+      waiting.erase(waiting.begin());
+      if (queued_.insert(file.get()).second) queue_.push_back(std::move(file));
+    }
+  };
+  promote(retries_, false);
+  promote(postponed_, draining_);
+}
+
+std::optional<std::chrono::steady_clock::time_point> SealQueue::NextDueLocked() const {
+  std::optional<std::chrono::steady_clock::time_point> due;
+  if (!retries_.empty()) due = retries_.begin()->first;
+  if (!postponed_.empty() && (!due || postponed_.begin()->first < *due)) due = postponed_.begin()->first;
+  return due;
 }
 
 void SealQueue::Work() {
   std::unique_lock lk(mu_);
   for (;;) {
-    auto ready = [this] { return stop_ || !queue_.empty(); };
-    if (retries_.empty()) {
-      cv_.wait(lk, ready);
+    auto ready = [this] { return stop_ || !queue_.empty() || (draining_ && !postponed_.empty()); };
+    if (const std::optional<std::chrono::steady_clock::time_point> due = NextDueLocked()) {
+      cv_.wait_until(lk, *due, ready);
     } else {
-      cv_.wait_until(lk, retries_.begin()->first, ready);
+      cv_.wait(lk, ready);
     }
     PromoteDueRetriesLocked();
     if (queue_.empty()) {
@@ -93,11 +112,15 @@ void SealQueue::Work() {
     queue_.pop_front();
     queued_.erase(file.get());
     ++running_;
+    const bool may_postpone = !draining_;
     lk.unlock();
-    Status st = file->SealIfIdle();
+    Status st = file->SealIfIdle(/*reader_waits=*/false, may_postpone);
     if (st.ok()) {
       std::lock_guard relk(mu_);
       backoff_.erase(file.get());
+    } else if (st.code() == kSealPostponed) {
+      std::lock_guard relk(mu_);
+      PostponeLocked(file);
     } else if (st.code() == EAGAIN) {
       // Changed while sealing: the release that follows requeues it, unless
       // that already happened while we worked.

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 #include <vector>
@@ -24,7 +25,8 @@ class SealQueue {
   void Start();  // separate from construction: workers must start after fork()
   void Push(std::shared_ptr<FileContent> file);
   // Blocks until the queue is empty and no seal is running. Seals waiting
-  // to be retried are not waited for: recovery at the next mount does them.
+  // to be retried after a failure are not waited for: recovery at the next
+  // mount does them. Postponed seals are tried at once, without postponing.
   void Drain();
   size_t pending() const;
   // For the metrics: the files pushed and not yet sealed (queued, sealing,
@@ -40,7 +42,13 @@ class SealQueue {
   // A seal that failed (e.g. ENOSPC in the backing store) is retried with
   // backoff; the file stays readable from its staging file meanwhile.
   void RetryLater(std::shared_ptr<FileContent> file);
+  // A seal that waits for more of its save (kSealPostponed) is tried again
+  // after kPostponedRetry, and holds no worker meanwhile.
+  void PostponeLocked(std::shared_ptr<FileContent> file);
+  static constexpr std::chrono::milliseconds kPostponedRetry{100};
   void PromoteDueRetriesLocked();
+  // When the next retry or postponed seal is due.
+  std::optional<std::chrono::steady_clock::time_point> NextDueLocked() const;
   // After a worker is done with `file`: it leaves the backlog unless it is
   // queued again or waits for a retry.
   void SettleLocked(const FileContent* file);
@@ -52,11 +60,13 @@ class SealQueue {
   std::deque<std::shared_ptr<FileContent>> queue_;
   std::set<const FileContent*> queued_;
   std::multimap<std::chrono::steady_clock::time_point, std::shared_ptr<FileContent>> retries_;
+  std::multimap<std::chrono::steady_clock::time_point, std::shared_ptr<FileContent>> postponed_;
   std::map<const FileContent*, std::chrono::seconds> backoff_;
   // When each file of the backlog was first pushed.
   std::map<const FileContent*, std::chrono::steady_clock::time_point> since_;
   int running_ = 0;
   bool stop_ = false;
+  bool draining_ = false;  // seals no longer postpone
   std::vector<std::thread> workers_;
 };
 

@@ -120,7 +120,7 @@ std::optional<FileLayout> OcdbtDataLayoutFromSiblings(const ByteSource& file, Si
   if (!formats::LooksLikeOcdbtDataName(own) || formats::StartsWithOcdbtNode(file)) return std::nullopt;
   // Values end where the file's own node begins (or its padding).
   const uint64_t values_end = OcdbtTailNodeStart(file).value_or(file.size());
-  const auto started = std::chrono::steady_clock::now();
+  const auto started = siblings.WaitingSince();  // a seal tried again waits no longer in all
   const auto deadline = started + wait;
   auto waited_ms = [&] {
     return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count();
@@ -136,7 +136,7 @@ std::optional<FileLayout> OcdbtDataLayoutFromSiblings(const ByteSource& file, Si
       // Named like a data file, yet no tree described it while we could wait (the
       // wait ends at the deadline or when no more siblings can come): it is
       // sealed as generic bytes, with no base, which an admin may want to know.
-      if (!partial)
+      if (!partial && !siblings.Postponed())
         spdlog::info("{}: no OCDBT tree described it in {} ms of waiting, sealed without its layout: {}", own,
                      waited_ms(), f.status().message());
       return partial;

@@ -24,7 +24,8 @@ inline constexpr std::chrono::milliseconds kOcdbtNodeWait{3000};
 // file or a sibling data file, else from the latest version the parent
 // directory's manifest.ocdbt names. Nothing when the file is not named like
 // a data file, holds only tree nodes, or no tree found points into it
-// within `wait` (and while SiblingSource::WaitForMore allows).
+// within `wait` of SiblingSource::WaitingSince (and while WaitForMore
+// allows; a postponed seal returns at once).
 std::optional<FileLayout> OcdbtDataLayoutFromSiblings(const ByteSource& file, SiblingSource& siblings,
                                                       std::chrono::milliseconds wait = kOcdbtNodeWait);
 

@@ -1,7 +1,6 @@
 #include "store/onnx_external.h"
 
 #include <array>
-#include <thread>
 #include <vector>
 
 #include "codec/formats/onnx.h"
@@ -10,7 +9,6 @@ namespace ckptfs {
 namespace {
 
 constexpr size_t kMaxModelCandidates = 64;
-constexpr std::chrono::milliseconds kPollEvery{50};
 
 // The first sibling model (named *.onnx: every large unknown file looks, so
 // opening every sibling would cost each seal a pass over the directory) that
@@ -49,13 +47,12 @@ std::optional<FileLayout> OnnxExternalLayoutFromSiblings(const ByteSource& file,
                                                          std::chrono::milliseconds wait) {
   const std::string own = siblings.OwnName();
   if (own.empty() || file.size() == 0) return std::nullopt;
-  const auto deadline = std::chrono::steady_clock::now() + wait;
+  const auto deadline = siblings.WaitingSince() + wait;  // a seal tried again waits no longer in all
   const bool expect_model = LooksLikeOnnxDataName(own);
   if (!expect_model && file.size() < kMinUnnamedOnnxDataBytes) return std::nullopt;
   while (true) {
     if (std::optional<FileLayout> l = LayoutFromModels(file, own, siblings)) return l;
-    if (!expect_model || std::chrono::steady_clock::now() >= deadline) return std::nullopt;
-    std::this_thread::sleep_for(kPollEvery);
+    if (!expect_model || std::chrono::steady_clock::now() >= deadline || !siblings.WaitForMore()) return std::nullopt;
   }
 }
 

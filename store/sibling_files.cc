@@ -63,8 +63,13 @@ int64_t SecondsApart(const timespec& a, const timespec& b) {
 // coder first asks.
 class SameSaveFiles : public SiblingSource {
  public:
-  SameSaveFiles(Store* store, int staging_dir, int stub_fd, const timespec& written)
-      : store_(store), env_(store->env()), staging_dir_(staging_dir), stub_fd_(stub_fd), written_(written) {}
+  SameSaveFiles(Store* store, int staging_dir, int stub_fd, const timespec& written, const SealWait& wait)
+      : store_(store),
+        env_(store->env()),
+        staging_dir_(staging_dir),
+        stub_fd_(stub_fd),
+        written_(written),
+        wait_(wait) {}
 
   std::vector<std::string> Candidates() override;
   Result<std::shared_ptr<const ByteSource>> Open(const std::string& name) override;
@@ -72,6 +77,8 @@ class SameSaveFiles : public SiblingSource {
   std::string OwnName() override;
   std::string DirName() override;
   bool WaitForMore() override;
+  bool Postponed() const override { return postponed_; }
+  std::chrono::steady_clock::time_point WaitingSince() const override { return wait_.since; }
 
  private:
   struct Candidate {
@@ -91,6 +98,8 @@ class SameSaveFiles : public SiblingSource {
   int staging_dir_;
   int stub_fd_;
   timespec written_;
+  const SealWait wait_;
+  bool postponed_ = false;
   std::map<std::string, StubRecord> found_;  // what Candidates named
 };
 
@@ -204,14 +213,18 @@ bool SameSaveFiles::WaitForMore() {
   const uint64_t wait = std::chrono::duration_cast<std::chrono::nanoseconds>(kDcpMetadataWait).count();
   const uint64_t poll = std::chrono::duration_cast<std::chrono::nanoseconds>(kDcpMetadataPoll).count();
   if (env_->WallTimeNs() + poll > written + wait) return false;
+  if (wait_.may_postpone) {
+    postponed_ = true;
+    return false;
+  }
   std::this_thread::sleep_for(kDcpMetadataPoll);
   return true;
 }
 
 }  // namespace
 
-std::unique_ptr<SiblingSource> Store::SiblingsOf(int stub_fd, const timespec& written) {
-  return std::make_unique<SameSaveFiles>(this, staging_.get(), stub_fd, written);
+std::unique_ptr<SiblingSource> Store::SiblingsOf(int stub_fd, const timespec& written, const SealWait& wait) {
+  return std::make_unique<SameSaveFiles>(this, staging_.get(), stub_fd, written, wait);
 }
 
 }  // namespace ckptfs

@@ -455,7 +455,11 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
   std::optional<LossyCoder> lossy;
   uint32_t chunk_size = opts_.chunk_size;
   if (opts_.encoder.tensor_codec) {
+    // A seal that would wait for more of its save gives its slot back (SealWait).
+    const Status postponed = Status::Error(kSealPostponed, "waiting for more of its save");
+    auto waits_for_save = [&] { return siblings != nullptr && siblings->Postponed(); };
     FileLayout layout = LayoutForSeal(file, siblings);
+    if (waits_for_save()) return fail(postponed);
     chunk_size = PackChunkSizeFor(layout, chunk_size);
     // Reads of B+tree nodes did not wait for this seal: what they were
     // served stays as it is.
@@ -475,6 +479,7 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
     if (policy.lossy()) {
       lossy.emplace(file, layout, tensors, policy, TensorChunkOptions{opts_.encoder.zstd_level, opts_.encoder.planes},
                     siblings);
+      if (waits_for_save()) return fail(postponed);
       if (!lossy->active()) {
         spdlog::info("{}: {} under {}: nothing in the lossy scope, sealed losslessly", ctx, layout.format,
                      FormatLossyPolicy(policy));
@@ -914,7 +919,7 @@ Result<Store::Staged> Store::StageStub(int stub_fd, const StubRecord& sealed, ui
 }
 
 Result<StubRecord> Store::SealStub(int stub_fd, const StubRecord& staged, int staging_fd,
-                                   const std::function<bool()>& still_current) {
+                                   const std::function<bool()>& still_current, const SealWait& wait) {
   if (staged.state != StubState::kStaged) return Status::InvalidArgument("SealStub: stub is not staged");
   ASSIGN_OR_RETURN(struct stat sst, env_->Fstat(staging_fd));
   const uint64_t size = static_cast<uint64_t>(sst.st_size);
@@ -924,7 +929,7 @@ Result<StubRecord> Store::SealStub(int stub_fd, const StubRecord& staged, int st
   // durably (or the seal is abandoned), on every path out of here.
   std::unique_ptr<SealPin> pin;
   if (size > 0) {
-    const std::unique_ptr<SiblingSource> siblings = SiblingsOf(stub_fd, sst.st_mtim);
+    const std::unique_ptr<SiblingSource> siblings = SiblingsOf(stub_fd, sst.st_mtim, wait);
     ASSIGN_OR_RETURN(pack, PublishPack(staging_fd, size, nullptr, PolicyFor(stub_fd), siblings.get(), &pin));
   }
 

@@ -12,6 +12,8 @@
 #pragma once
 
 #include <atomic>
+#include <cerrno>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -92,6 +94,17 @@ struct StoreOptions {
 
 class BaseAdmission;
 class SealPin;
+
+// How a seal may wait for other files of its save (codec/lossy/siblings.h).
+struct SealWait {
+  // Give the seal slot back instead of waiting: the seal fails with
+  // kSealPostponed while more of the save can come, and is tried again.
+  bool may_postpone = false;
+  // When the first try began: the bounds on the waits span the tries.
+  std::chrono::steady_clock::time_point since = std::chrono::steady_clock::now();
+};
+// The status code of a postponed seal.
+inline constexpr int kSealPostponed = EINPROGRESS;
 struct ClusterGcReport;
 struct ClusterGcOptions;
 
@@ -213,7 +226,7 @@ class Store : public BaseSource {
   // when the coder asks: other files of the same directory with the same
   // owner whose last write is within kSaveWindowSeconds of it, nearest in
   // time first. The coder still checks their names and shapes.
-  std::unique_ptr<SiblingSource> SiblingsOf(int stub_fd, const struct timespec& written);
+  std::unique_ptr<SiblingSource> SiblingsOf(int stub_fd, const struct timespec& written, const SealWait& wait = {});
   // Where the stub `stub_fd` is now, relative to ns/ ("a/b/model.pt"):
   // found through /proc/self/fd, as a file can be renamed while open, and
   // checked to name that very inode under ns/. An error for a stub that is
@@ -327,8 +340,11 @@ class Store : public BaseSource {
   // file had before it was staged was released when it was staged.)
   // `still_current` is asked right before the stub is switched; returning
   // false abandons the new pack (the file changed meanwhile).
+  // With `wait.may_postpone`, a seal that would wait for more of its save
+  // (an OCDBT tree, a DCP .metadata) fails with kSealPostponed instead,
+  // leaving the stub staged, for the caller to try again later.
   Result<StubRecord> SealStub(int stub_fd, const StubRecord& staged, int staging_fd,
-                              const std::function<bool()>& still_current = {});
+                              const std::function<bool()>& still_current = {}, const SealWait& wait = {});
   // Deletes the objects a stub refers to (after its last link is gone).
   Status ReleaseStubObjects(const StubRecord& rec);
 

@@ -6,6 +6,7 @@
 // (its moments match the model's parameters one for one) is decided here.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <memory>
 #include <optional>
@@ -47,8 +48,17 @@ class SiblingSource {
   virtual std::string DirName() { return {}; }
   // Waits a little for more of the save to appear (the .metadata a DCP
   // save writes after its shards) and says whether it is still worth
-  // looking again; false once the file's save is surely over.
+  // looking again; false once the file's save is surely over, or when this
+  // seal may not wait here (Postponed).
   virtual bool WaitForMore() { return false; }
+  // Whether WaitForMore said false only because this seal gives its slot
+  // back instead of waiting, while more of the save could still come: the
+  // seal is then abandoned and tried again later.
+  virtual bool Postponed() const { return false; }
+  // When the coded file's wait for the rest of its save began: the first
+  // try's start, for a seal tried again, so that a bound on the wait spans
+  // the tries.
+  virtual std::chrono::steady_clock::time_point WaitingSince() const { return std::chrono::steady_clock::now(); }
 };
 
 // Parsing further than this many candidates costs more than it helps.

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from helpers import read_file
-from test_lossy import make_ckpt, write_file
+from test_lossy import make_ckpt, pypi_python, run_client, stats_entry, write_file  # noqa: F401 (a fixture)
 
 torch = pytest.importorskip("torch")
 
@@ -216,3 +216,28 @@ def test_a_read_of_an_orbax_node_far_from_the_end_does_not_wait(mount_factory, t
     assert sealed[4096:8192] == more[4096:8192], "the node's page a reader could have been served changed"
     assert sealed[8192:] == more[8192:], "bytes no tree describes changed"
     assert sealed[:4096] != raw[:4096], "the moments before the node's page were not coded lossily"
+
+
+def test_a_seal_waiting_for_its_save_leaves_the_seal_thread_to_others(mount_factory, tmp_path, plain_dir,
+                                                                       pypi_python):  # noqa: F811
+    """A DCP shard's lossy seal waits, up to 60 s after the shard's last
+    write, for the save's .metadata, which names its tensors. It gives the
+    mount's one seal thread back meanwhile and is tried again: a checkpoint
+    written after the shard is sealed while the shard still waits, and once
+    .metadata comes the shard is sealed with its names."""
+    src = plain_dir / "src"
+    run_client(pypi_python, tmp_path, "dcp", src, plain_dir / "ref")
+    shard = next(n for n in os.listdir(src) if n.endswith(".distcp"))
+    m = mount_factory(opts=["lossy=0.01", "seal_threads=1", "device=cpu"])
+    (m.mnt / "step1").mkdir()
+    write_file(m.mnt / "step1" / shard, read_file(src / shard))
+    write_file(m.mnt / "other.pt", ckpt_bytes(tmp_path, 1))
+
+    def staged() -> set:
+        return {f["path"].lstrip("/") for f in m.stats()["files"] if f.get("staged")}
+
+    wait_for(lambda: "other.pt" not in staged(), "the checkpoint written after the shard to be sealed", 50)
+    assert f"step1/{shard}" in staged(), "the shard was sealed before its save's .metadata came"
+    write_file(m.mnt / "step1" / ".metadata", read_file(src / ".metadata"))
+    lossy = stats_entry(m, f"step1/{shard}")["lossy"]
+    assert lossy is not None and lossy["sensitivity"] == "second-moments", lossy

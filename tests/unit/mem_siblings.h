@@ -2,10 +2,12 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "codec/formats/layout.h"
@@ -39,6 +41,11 @@ class MemSiblings : public SiblingSource {
     return std::shared_ptr<const ByteSource>(std::make_shared<Owning>(it->second));
   }
   std::string OwnName() override { return own_; }
+  // More may come for as long as the caller waits (Put from another thread).
+  bool WaitForMore() override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return true;
+  }
   std::atomic<int> rounds{0};
 
  private:

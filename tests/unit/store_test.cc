@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "store/lossy_xattrs.h"
+#include "store/ocdbt_data.h"
 #include "tests/unit/test_util.h"
 
 namespace ckptfs {
@@ -287,6 +288,36 @@ TEST_F(StoreTest, SealStubAbandonsWhenFileChanged) {
   EXPECT_EQ(Packs(), 0u);
   EXPECT_EQ(Staging(), 1u);
   EXPECT_EQ(Tmp(), 0u);
+}
+
+// A seal that would wait for the rest of its save (here an Orbax data file
+// no tree describes yet) gives its slot back when it may, as the seal
+// queue's do: it fails with kSealPostponed and leaves the stub staged. Its
+// wait counts from its first try: once that lies kOcdbtNodeWait back, the
+// seal goes on without waiting, as generic bytes.
+TEST_F(StoreTest, ASealThatWaitsForItsSaveIsPostponedWhenItMayBe) {
+  ASSERT_OK(store_->env()->MkdirAt(store_->ns_fd(), "d", 0755));
+  const std::string name = "d/0123456789abcdef0123456789abcdef";
+  const std::vector<uint8_t> values = test::RandomBytes(100000, 4);
+  auto staged = MakeStagedFile(store_.get(), name, values);
+  ASSERT_TRUE(staged.ok()) << staged.status().ToString();
+  auto staging = store_->OpenStaging(staged->object);
+  ASSERT_TRUE(staging.ok());
+  UniqueFd stub = OpenNs(name);
+  const SealWait first{.may_postpone = true};
+  auto r = store_->SealStub(stub.get(), *staged, staging->get(), {}, first);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), kSealPostponed) << r.status().ToString();
+  EXPECT_EQ(*ReadStub(store_->env(), stub.get()), *staged);
+  EXPECT_EQ(Packs(), 0u);
+  EXPECT_EQ(Tmp(), 0u);
+  EXPECT_EQ(Staging(), 1u);
+
+  const SealWait later{.may_postpone = true, .since = first.since - kOcdbtNodeWait};
+  auto sealed = store_->SealStub(stub.get(), *staged, staging->get(), {}, later);
+  ASSERT_TRUE(sealed.ok()) << sealed.status().ToString();
+  EXPECT_EQ(*test::ReadContent(store_.get(), stub.get()), values);
+  EXPECT_EQ(Staging(), 0u);
 }
 
 TEST_F(StoreTest, SealEmptyFile) {
