@@ -7,6 +7,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "base/le.h"
 #include "codec/formats/limits.h"
 #include "codec/formats/tf_bundle.h"
 
@@ -18,8 +19,12 @@ using nlohmann::json;
 constexpr uint32_t kManifestMagic = 0x0cdb3a2a;
 constexpr uint32_t kBtreeMagic = 0x0cdb20de;
 constexpr uint32_t kVersionTreeMagic = 0x0cdb1234;
+// A B+tree node's magic as it lies in a file (big-endian).
+constexpr uint8_t kBtreeMagicBytes[4] = {kBtreeMagic >> 24, (kBtreeMagic >> 16) & 0xff, (kBtreeMagic >> 8) & 0xff,
+                                         kBtreeMagic & 0xff};
 constexpr size_t kOuterHeader = 4 + 8;  // magic, length; then version and compression varints
 constexpr size_t kCrcBytes = 4;
+constexpr size_t kMinEncodedBytes = kOuterHeader + 2 + kCrcBytes;  // a manifest or node with an empty body
 // OCDBT keeps B+tree heights and key lengths small; these bound hostile input.
 constexpr unsigned kMaxHeight = 32;
 constexpr uint64_t kMaxKeyLength = 65535;
@@ -96,12 +101,11 @@ Result<std::vector<uint8_t>> Zstd(std::span<const uint8_t> in, uint64_t cap) {
 
 // The body of a manifest or node: header checked, decompressed.
 Result<std::vector<uint8_t>> Body(std::span<const uint8_t> enc, uint32_t magic, uint64_t cap) {
-  if (enc.size() < kOuterHeader + 2 + kCrcBytes) return Malformed("ocdbt: too short");
+  if (enc.size() < kMinEncodedBytes) return Malformed("ocdbt: too short");
   uint32_t m = 0;
   for (unsigned i = 0; i < 4; ++i) m = (m << 8) | enc[i];
   if (m != magic) return Malformed("ocdbt: bad magic");
-  uint64_t len = 0;
-  for (unsigned i = 0; i < 8; ++i) len |= static_cast<uint64_t>(enc[4 + i]) << (8 * i);
+  const uint64_t len = le::Get64(enc, 4);
   if (len != enc.size()) return Malformed("ocdbt: length field does not match");
   OcdbtCursor c(enc.subspan(kOuterHeader, enc.size() - kOuterHeader - kCrcBytes));
   ASSIGN_OR_RETURN(uint64_t version, c.Varint());
@@ -369,15 +373,12 @@ struct NodeSpan {
 // Whether `bytes` begins with a B+tree node (magic and CRC32C agree, and
 // it decodes) no longer than `bytes`.
 std::optional<NodeSpan> NodeAt(std::span<const uint8_t> bytes) {
-  if (bytes.size() < kOuterHeader + 2 + kCrcBytes) return std::nullopt;
-  if (bytes[0] != 0x0c || bytes[1] != 0xdb || bytes[2] != 0x20 || bytes[3] != 0xde) return std::nullopt;
-  uint64_t len = 0;
-  for (unsigned b = 0; b < 8; ++b) len |= static_cast<uint64_t>(bytes[4 + b]) << (8 * b);
-  if (len < kOuterHeader + kCrcBytes || len > bytes.size()) return std::nullopt;
+  if (bytes.size() < kMinEncodedBytes) return std::nullopt;
+  if (std::memcmp(bytes.data(), kBtreeMagicBytes, sizeof(kBtreeMagicBytes)) != 0) return std::nullopt;
+  const uint64_t len = le::Get64(bytes, 4);
+  if (len < kMinEncodedBytes || len > bytes.size()) return std::nullopt;
   std::span<const uint8_t> node = bytes.first(len);
-  uint32_t crc = 0;
-  for (unsigned b = 0; b < 4; ++b) crc |= static_cast<uint32_t>(node[len - 4 + b]) << (8 * b);
-  if (Crc32c(node.first(len - kCrcBytes)) != crc) return std::nullopt;
+  if (Crc32c(node.first(len - kCrcBytes)) != le::Get32(node, len - kCrcBytes)) return std::nullopt;
   Result<OcdbtNode> decoded = DecodeOcdbtNode(node, "", "");
   if (!decoded.ok()) return std::nullopt;
   return NodeSpan{len, decoded->height};
@@ -397,7 +398,7 @@ Result<OcdbtRoot> LastNode(const ByteSource& src, const std::string& path, bool 
   while (nonzero_end > 0 && tail[nonzero_end - 1] == 0) --nonzero_end;
   // From the end: the last node starts at the magic whose length field
   // reaches to the end of the file, or into its padding.
-  for (size_t i = span >= kOuterHeader + 2 + kCrcBytes ? span - (kOuterHeader + 2 + kCrcBytes) + 1 : 0; i-- > 0;) {
+  for (size_t i = span >= kMinEncodedBytes ? span - kMinEncodedBytes + 1 : 0; i-- > 0;) {
     std::optional<NodeSpan> node = NodeAt(std::span<const uint8_t>(tail).subspan(i));
     if (!node) continue;
     if (at_end && (i + node->length < nonzero_end || span - (i + node->length) >= kMaxOcdbtPadding)) continue;
@@ -429,10 +430,8 @@ Result<std::optional<uint64_t>> NodeLengthField(const ByteSource& src, uint64_t 
   uint8_t header[kOuterHeader];
   if (src.size() - off < sizeof(header)) return std::optional<uint64_t>();
   RETURN_IF_ERROR(src.ReadAt(off, header));
-  uint64_t len = 0;
-  for (unsigned b = 0; b < 8; ++b) len |= static_cast<uint64_t>(header[4 + b]) << (8 * b);
-  if (len < kOuterHeader + 2 + kCrcBytes || len > max_length || len > src.size() - off)
-    return std::optional<uint64_t>();
+  const uint64_t len = le::Get64(header, 4);
+  if (len < kMinEncodedBytes || len > max_length || len > src.size() - off) return std::optional<uint64_t>();
   return std::optional<uint64_t>(len);
 }
 
@@ -440,16 +439,15 @@ Result<std::optional<uint64_t>> NodeLengthField(const ByteSource& src, uint64_t 
 
 Result<std::vector<OcdbtRef>> FindOcdbtNodes(const ByteSource& src, uint64_t from, uint64_t to, uint64_t max_length) {
   constexpr uint64_t kWindow = 1u << 20;
-  constexpr uint8_t kMagic[4] = {0x0c, 0xdb, 0x20, 0xde};
   std::vector<OcdbtRef> found;
   to = std::min(to, src.size());
   std::vector<uint8_t> window;
   for (uint64_t at = from; at < to; at += kWindow) {
     const uint64_t starts = std::min(to - at, kWindow);  // magics starting in this window
-    window.resize(std::min(src.size() - at, starts + sizeof(kMagic) - 1));
+    window.resize(std::min(src.size() - at, starts + sizeof(kBtreeMagicBytes) - 1));
     RETURN_IF_ERROR(src.ReadAt(at, window));
     for (size_t i = 0; i < starts;) {
-      const void* hit = memmem(window.data() + i, window.size() - i, kMagic, sizeof(kMagic));
+      const void* hit = memmem(window.data() + i, window.size() - i, kBtreeMagicBytes, sizeof(kBtreeMagicBytes));
       if (hit == nullptr) break;
       i = static_cast<size_t>(static_cast<const uint8_t*>(hit) - window.data());
       if (i >= starts) break;
