@@ -456,10 +456,10 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
   uint32_t chunk_size = opts_.chunk_size;
   if (opts_.encoder.tensor_codec) {
     // A seal that would wait for more of its save gives its slot back (SealWait).
-    const Status postponed = Status::Error(kSealPostponed, "waiting for more of its save");
     auto waits_for_save = [&] { return siblings != nullptr && siblings->Postponed(); };
+    auto postponed = [] { return Status::Error(kSealPostponed, "waiting for more of its save"); };
     FileLayout layout = LayoutForSeal(file, siblings);
-    if (waits_for_save()) return fail(postponed);
+    if (waits_for_save()) return fail(postponed());
     chunk_size = PackChunkSizeFor(layout, chunk_size);
     // Reads of B+tree nodes did not wait for this seal: what they were
     // served stays as it is.
@@ -479,7 +479,7 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
     if (policy.lossy()) {
       lossy.emplace(file, layout, tensors, policy, TensorChunkOptions{opts_.encoder.zstd_level, opts_.encoder.planes},
                     siblings);
-      if (waits_for_save()) return fail(postponed);
+      if (waits_for_save()) return fail(postponed());
       if (!lossy->active()) {
         spdlog::info("{}: {} under {}: nothing in the lossy scope, sealed losslessly", ctx, layout.format,
                      FormatLossyPolicy(policy));
