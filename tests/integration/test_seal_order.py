@@ -135,6 +135,40 @@ def test_file_a_reader_waits_for_jumps_the_seal_queue(mount_factory, tmp_path):
 ORBAX_RAW = Path(__file__).resolve().parents[1] / "data" / "orbax" / "raw"
 
 
+ORBAX_DATA = "d/6f0d4f352afbe02aa2c511bc5dd649f8"  # values, then its root node at 6144 of 8125 bytes
+
+
+def read_orbax_data_while_held(mount_factory, tmp_path, data: bytes, off: int):
+    """Writes the raw Orbax database, with `data` for ORBAX_DATA, on a mount
+    whose seals are held at their publication, reads the byte at `off` on
+    a thread and lets the seals go. Returns the mount, the data file's path,
+    whether the read finished while the seals were held, and what it read."""
+    hold = tmp_path / "hold"
+    hold.touch()
+    m = mount_factory(opts=SEAL_OPTS + [f"seal_hold={hold}"])
+    db = m.mnt / "ckpt" / "ocdbt.process_0"
+    (db / "d").mkdir(parents=True)
+    others = [f"d/{p.name}" for p in sorted((ORBAX_RAW / "d").iterdir()) if f"d/{p.name}" != ORBAX_DATA]
+    for rel in ["manifest.ocdbt"] + others:
+        write_file(db / rel, read_file(ORBAX_RAW / rel))
+    write_file(db / ORBAX_DATA, data)
+    wait_for(lambda: held_seals(m) >= 1, "a seal to reach the hold")
+
+    def read_byte():
+        fd = os.open(db / ORBAX_DATA, os.O_RDONLY)
+        try:
+            return os.pread(fd, 1, off)
+        finally:
+            os.close(fd)
+
+    t, out = in_thread(read_byte)
+    t.join(60)
+    finished = not t.is_alive()
+    hold.unlink()
+    t.join(120)
+    return m, db / ORBAX_DATA, finished, out.get("value")
+
+
 def test_a_read_of_the_page_holding_an_orbax_tail_node_does_not_wait(mount_factory, tmp_path):
     """TensorStore reads back the B+tree node ending a closed data file
     before it writes the nodes describing the file's values, which that
@@ -142,35 +176,13 @@ def test_a_read_of_the_page_holding_an_orbax_tail_node_does_not_wait(mount_facto
     that starts mid-page (here at 6144 of 8125 bytes) is read from its
     page's start: that read is served while the seal is held, and the seal
     keeps the bytes from that page on exact (the tensor ending in it too)."""
-    hold = tmp_path / "hold"
-    hold.touch()
-    m = mount_factory(opts=SEAL_OPTS + [f"seal_hold={hold}"])
-    db = m.mnt / "ckpt" / "ocdbt.process_0"
-    (db / "d").mkdir(parents=True)
-    data = "d/6f0d4f352afbe02aa2c511bc5dd649f8"
-    for rel in ["manifest.ocdbt"] + [f"d/{p.name}" for p in sorted((ORBAX_RAW / "d").iterdir()) if f"d/{p.name}" != data]:
-        write_file(db / rel, read_file(ORBAX_RAW / rel))
-    raw = read_file(ORBAX_RAW / data)
+    raw = read_file(ORBAX_RAW / ORBAX_DATA)
     assert len(raw) == 8125
-    write_file(db / data, raw)
-    wait_for(lambda: held_seals(m) >= 1, "a seal to reach the hold")
-
-    def read_last_byte():
-        fd = os.open(db / data, os.O_RDONLY)
-        try:
-            return os.pread(fd, 1, len(raw) - 1)
-        finally:
-            os.close(fd)
-
-    t, out = in_thread(read_last_byte)
-    t.join(60)
-    alive = t.is_alive()
-    hold.unlink()
-    t.join(120)
-    assert not alive, "a read of the page holding the tail node waited for the held lossy seal"
-    assert out.get("value") == raw[-1:], out
+    m, path, finished, got = read_orbax_data_while_held(mount_factory, tmp_path, raw, len(raw) - 1)
+    assert finished, "a read of the page holding the tail node waited for the held lossy seal"
+    assert got == raw[-1:], got
     m.wait_sealed()
-    sealed = read_file(db / data)
+    sealed = read_file(path)
     assert sealed[4096:] == raw[4096:], "bytes a reader could have been served before the seal changed"
     assert sealed[:4096] != raw[:4096], "the moments before the node's page were not coded lossily"
 
@@ -182,36 +194,14 @@ def test_a_read_of_an_orbax_node_far_from_the_end_does_not_wait(mount_factory, t
     load: a 4 KiB read at 0.53 MB of a 4.7 MB data file waited for the
     seal, which waited for those nodes). A read within the pages of any node is
     served while the seal is held, and the seal keeps those pages exact."""
-    hold = tmp_path / "hold"
-    hold.touch()
-    m = mount_factory(opts=SEAL_OPTS + [f"seal_hold={hold}"])
-    db = m.mnt / "ckpt" / "ocdbt.process_0"
-    (db / "d").mkdir(parents=True)
-    data = "d/6f0d4f352afbe02aa2c511bc5dd649f8"
-    for rel in ["manifest.ocdbt"] + [f"d/{p.name}" for p in sorted((ORBAX_RAW / "d").iterdir()) if f"d/{p.name}" != data]:
-        write_file(db / rel, read_file(ORBAX_RAW / rel))
-    raw = read_file(ORBAX_RAW / data)  # values, then the node at 6144
+    raw = read_file(ORBAX_RAW / ORBAX_DATA)
     more = raw + os.urandom(4 << 20) + os.urandom(64 << 10)
     more += bytes(-len(more) % 4096)
-    write_file(db / data, more)
-    wait_for(lambda: held_seals(m) >= 1, "a seal to reach the hold")
-
-    def read_node_byte():
-        fd = os.open(db / data, os.O_RDONLY)
-        try:
-            return os.pread(fd, 1, len(raw) - 1)
-        finally:
-            os.close(fd)
-
-    t, out = in_thread(read_node_byte)
-    t.join(60)
-    alive = t.is_alive()
-    hold.unlink()
-    t.join(120)
-    assert not alive, "a read of a node's page waited for the held lossy seal"
-    assert out.get("value") == raw[-1:], out
+    m, path, finished, got = read_orbax_data_while_held(mount_factory, tmp_path, more, len(raw) - 1)
+    assert finished, "a read of a node's page waited for the held lossy seal"
+    assert got == raw[-1:], got
     m.wait_sealed()
-    sealed = read_file(db / data)
+    sealed = read_file(path)
     assert len(sealed) == len(more)
     assert sealed[4096:8192] == more[4096:8192], "the node's page a reader could have been served changed"
     assert sealed[8192:] == more[8192:], "bytes no tree describes changed"
