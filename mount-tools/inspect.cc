@@ -131,6 +131,7 @@ int RunInspect(const std::string& path, bool json, bool with_roles) {
         j["role"] = lossy::TensorRoleName(roles[i].role);
         j["partner_v"] = roles[i].partner_v;  // index into "tensors", or -1
         j["module_entry"] = t.module_entry;
+        j["optimizer_entry"] = t.optimizer_entry;
       }
       out["tensors"].push_back(std::move(j));
     }

@@ -74,9 +74,11 @@ struct TensorRegion {
   // Position in the file's own order (torch: first appearance in the pickle),
   // which pairs optimizer state with parameters; file order when unknown.
   uint32_t order = 0;
-  // torch: the tensor is a value of a collections.OrderedDict, as in what
-  // Module.state_dict() returns. Lossy mode's scope uses it.
+  // torch: the tensor is a value of a Module.state_dict() (an OrderedDict
+  // carrying `_metadata`), or of one parameter's entry in an optimizer
+  // state_dict's "state" (formats::StorageRef). Lossy mode's scope uses them.
   bool module_entry = false;
+  bool optimizer_entry = false;
 };
 
 // A zip member whose CRC-32 must follow its data: when lossy mode rewrites
@@ -97,9 +99,13 @@ struct FileLayout {
   std::string format = "unknown";
   std::vector<TensorRegion> tensors;  // sorted by offset, non-overlapping, inside the file
   bool lossy_allowed = true;          // false for formats whose loaders verify data checksums (TF)
-  // torch: the pickle holds an optimizer's state_dict ("state" and
-  // "param_groups" keys), so exp_avg & co. are optimizer moments.
+  // torch: the pickle holds an optimizer's state_dict (a dict with
+  // "param_groups" and a "state" dict), so exp_avg & co. in its entries are
+  // optimizer moments.
   bool optimizer_state = false;
+  // torch: the keys of that "state" when they are parameter names rather
+  // than indices (PickleScan::state_names).
+  std::vector<std::string> state_names;
   // torch: the names of the optimizer's parameters in index order, when
   // its param_groups carry them (PickleScan::param_names); else empty.
   std::vector<std::string> param_names;

@@ -104,15 +104,42 @@ enum class Op : uint8_t {
 
 struct Value {
   // kTensor: a tensor rebuilt on a storage (i: its index); kDict: a dict
-  // being filled (i: 1 for a collections.OrderedDict, 0 for a plain dict).
+  // being filled (i: 1 for a collections.OrderedDict, 0 for a plain dict;
+  // id: its entry in Machine::dicts_, shared by every copy of the value).
   enum Kind : uint8_t { kOther, kNone, kInt, kStr, kGlobal, kTuple, kList, kPid, kTensor, kDict, kFloat };
   Kind kind = kOther;
   double f = 0;  // kFloat
   int64_t i = 0;  // kInt; kPid, kTensor: index into storages; kDict; kStr: serial of its literal
   uint32_t depth = 0;                         // kTuple: nesting depth
+  uint32_t id = 0;                            // kDict: index into Machine::dicts_
   std::shared_ptr<const std::string> s;       // kStr, kGlobal ("module.name")
   std::shared_ptr<std::vector<Value>> items;  // kTuple (immutable), kList (scalars only, so no cycles)
 };
+
+// What the scanner learns about one dict while the pickle fills it. How
+// dicts nest is resolved once the pickle ends (Machine::ResolveDicts): a
+// dict's items are set before the dict itself is stored anywhere.
+struct DictInfo {
+  // Module.state_dict(): an OrderedDict that BUILD gave a __dict__ holding
+  // `_metadata` (an OrderedDict of per-module versions).
+  bool state_dict = false;
+  bool metadata_key = false;      // has "_metadata": an OrderedDict (it is a BUILD state)
+  bool param_groups_key = false;  // has "param_groups"
+  bool optimizer_state = false;   // the "state" of an optimizer's state_dict
+  bool optimizer_entry = false;   // one parameter's entry in such a "state"
+  int32_t state = -1;             // the dict under the key "state", if any
+};
+// A dict stored as a value of another under an int or string key (name:
+// the string key, else null).
+struct DictChild {
+  uint32_t parent = 0;
+  uint32_t child = 0;
+  std::shared_ptr<const std::string> name;
+};
+// Dicts the scanner keeps track of, and the items it records: past these,
+// dicts are opaque and items go unrecorded, which only proves less.
+constexpr size_t kMaxDicts = 1u << 20;
+constexpr size_t kMaxDictItems = 1u << 20;
 
 Status Truncated() { return Status::Error(ENODATA, "pickle: truncated"); }
 Status Bad(const std::string& m) { return Status::Corruption("pickle: " + m); }
@@ -233,12 +260,16 @@ class Machine {
     return Push(std::move(v));
   }
   Status PushOther() { return Push(Value{}); }
-  Status PushDict(bool ordered) {
+  Value NewDict(bool ordered) {
     Value v;
+    if (dicts_.size() >= kMaxDicts) return v;
     v.kind = Value::kDict;
     v.i = ordered ? 1 : 0;
-    return Push(std::move(v));
+    v.id = static_cast<uint32_t>(dicts_.size());
+    dicts_.emplace_back();
+    return v;
   }
+  Status PushDict(bool ordered) { return Push(NewDict(ordered)); }
   // A length-prefixed string; only unicode ones matter (keys, 'storage').
   Status SizedString(size_t len_bytes, bool keep) {
     ASSIGN_OR_RETURN(uint64_t n, Fixed(len_bytes));
@@ -266,6 +297,9 @@ class Machine {
   // --- semantic hooks
   Status Append(Value list, std::vector<Value> items);
   void SetItems(const Value& dict, const std::vector<Value>& items);
+  void RecordDictItem(uint32_t dict, const Value& key, const Value& value);
+  void Build(const Value& object, const Value& state);
+  void ResolveDicts();
   void DcpStorageField(const std::string& key, const Value& value);
   void RecordGroupNumber(const std::string& key, const Value& value);
   Status PersistentId(Value pid);
@@ -295,8 +329,9 @@ class Machine {
   size_t items_ = 0;
   PickleScan out_;
   std::unordered_map<std::string, size_t> by_key_;
-  bool seen_state_key_ = false;
-  bool seen_param_groups_key_ = false;
+  std::vector<DictInfo> dicts_;  // every dict the pickle built, by Value::id
+  std::vector<std::pair<uint32_t, uint32_t>> dict_tensors_;  // (dict, storage) of a tensor value
+  std::vector<DictChild> dict_children_;
   uint64_t strings_ = 0;  // string literals read so far
   // DCP metadata: set by its Metadata global; the fields of the
   // MetadataIndex and _StorageInfo being built.
@@ -317,25 +352,67 @@ Status Machine::Append(Value list, std::vector<Value> items) {
   return Status::Ok();
 }
 
-// Key/value pairs stored into `dict`: a tensor stored into an OrderedDict
-// is a module state_dict entry; "state" and "param_groups" keys mark an
-// optimizer's state_dict.
+// Key/value pairs stored into `dict` (or into an object SETITEMS fills):
+// what a dict holds is recorded for ResolveDicts, which tells a module's
+// state_dict and an optimizer's state from other dicts.
 void Machine::SetItems(const Value& dict, const std::vector<Value>& items) {
   for (size_t k = 0; k + 1 < items.size(); k += 2) {
     const Value& key = items[k];
     const Value& value = items[k + 1];
     if (key.kind == Value::kStr && dcp_metadata_) DcpStorageField(*key.s, value);
     if (key.kind == Value::kStr) {
-      seen_state_key_ |= *key.s == "state";
-      seen_param_groups_key_ |= *key.s == "param_groups";
       if (*key.s == "lr" || *key.s == "eps") RecordGroupNumber(*key.s, value);
       if (*key.s == "param_names" && value.kind == Value::kList) {
         for (const Value& n : *value.items) out_.param_names.push_back(n.kind == Value::kStr ? *n.s : std::string());
       }
     }
-    if (value.kind == Value::kTensor && dict.kind == Value::kDict && dict.i == 1) {
-      out_.storages[static_cast<size_t>(value.i)].module_entry = true;
-    }
+    if (dict.kind == Value::kDict) RecordDictItem(dict.id, key, value);
+  }
+}
+
+void Machine::RecordDictItem(uint32_t dict, const Value& key, const Value& value) {
+  const bool str_key = key.kind == Value::kStr;
+  if (value.kind == Value::kTensor && dict_tensors_.size() < kMaxDictItems) {
+    dict_tensors_.emplace_back(dict, static_cast<uint32_t>(value.i));
+  } else if (value.kind == Value::kDict && (str_key || key.kind == Value::kInt) &&
+             dict_children_.size() < kMaxDictItems) {
+    dict_children_.push_back({dict, value.id, str_key ? key.s : nullptr});
+  }
+  if (!str_key) return;
+  DictInfo& d = dicts_[dict];
+  if (*key.s == "state" && value.kind == Value::kDict) d.state = static_cast<int32_t>(value.id);
+  d.param_groups_key |= *key.s == "param_groups";
+  d.metadata_key |= *key.s == "_metadata" && value.kind == Value::kDict && value.i == 1;
+}
+
+// BUILD sets an object's state. Module.state_dict() returns an OrderedDict
+// with a `_metadata` attribute, which pickles as the OrderedDict, its items,
+// then BUILD with {'_metadata': OrderedDict(...)}.
+void Machine::Build(const Value& object, const Value& state) {
+  if (object.kind == Value::kDict && object.i == 1 && state.kind == Value::kDict &&
+      dicts_[state.id].metadata_key) {
+    dicts_[object.id].state_dict = true;
+  }
+}
+
+// Once every dict is filled: the tensors of a module's state_dict are module
+// entries; a dict with "param_groups" and a "state" dict is an optimizer's
+// state_dict, the dicts in its "state" its per-parameter entries.
+void Machine::ResolveDicts() {
+  for (const DictInfo& d : dicts_) {
+    if (d.state < 0 || !d.param_groups_key) continue;
+    out_.optimizer_state = true;
+    dicts_[static_cast<size_t>(d.state)].optimizer_state = true;
+  }
+  for (const DictChild& c : dict_children_) {
+    if (!dicts_[c.parent].optimizer_state) continue;
+    dicts_[c.child].optimizer_entry = true;
+    if (c.name) out_.state_names.push_back(*c.name);
+  }
+  for (const auto& [dict, storage] : dict_tensors_) {
+    StorageRef& s = out_.storages[storage];
+    s.module_entry |= dicts_[dict].state_dict;
+    s.optimizer_entry |= dicts_[dict].optimizer_entry;
   }
 }
 
@@ -688,8 +765,7 @@ Status Machine::BuildContainer(Op op) {
       return PushDict(/*ordered=*/false);
     case Op::kDict: {
       ASSIGN_OR_RETURN(auto items, PopToMark());
-      Value dict;
-      dict.kind = Value::kDict;
+      Value dict = NewDict(/*ordered=*/false);
       SetItems(dict, items);
       return Push(std::move(dict));
     }
@@ -789,9 +865,12 @@ Status Machine::BuildObject(Op op) {
     }
     case Op::kReduce:
       return Reduce();
-    case Op::kBuild:
-      RETURN_IF_ERROR(Pop().status());
-      return stack_.size() > Floor() ? Status::Ok() : Bad("build without object");
+    case Op::kBuild: {
+      ASSIGN_OR_RETURN(Value state, Pop());
+      if (stack_.size() <= Floor()) return Bad("build without object");
+      Build(stack_.back(), state);
+      return Status::Ok();
+    }
     case Op::kNewObj:
       RETURN_IF_ERROR(Pop().status());
       RETURN_IF_ERROR(Pop().status());
@@ -857,7 +936,7 @@ Result<PickleScan> Machine::Run() {
     }
   }
   out_.end = p_;
-  out_.optimizer_state = seen_state_key_ && seen_param_groups_key_;
+  ResolveDicts();
   return std::move(out_);
 }
 

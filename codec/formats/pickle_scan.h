@@ -6,7 +6,8 @@
 // _rebuild_tensor_v3 for untyped storages, the size and stride arguments
 // of _rebuild_tensor_v2/v3, and enough about the dicts tensors are stored
 // in to tell a module's state_dict and an optimizer's state from other
-// tensors (lossy mode's scope, codec/lossy/roles.h).
+// tensors by the pickle's structure, never by names (lossy mode's scope,
+// codec/lossy/roles.h).
 // Everything else becomes an opaque value.
 #pragma once
 
@@ -35,9 +36,13 @@ struct StorageRef {
   // all of it, contiguously, in C order; empty otherwise.
   std::vector<uint64_t> shape;
   bool viewed = false;  // a tensor rebuild has named this storage
-  // A tensor on this storage is a value of a collections.OrderedDict, which
-  // is what Module.state_dict() returns (and what torch.save keeps).
+  // A tensor on this storage is a value of a Module.state_dict(): a
+  // collections.OrderedDict whose pickled __dict__ holds the `_metadata`
+  // OrderedDict that state_dict() attaches (an OrderedDict alone is not one).
   bool module_entry = false;
+  // A tensor on this storage is a value of one parameter's entry in an
+  // optimizer state_dict: {'state': {key: {name: tensor}}, 'param_groups': ...}.
+  bool optimizer_entry = false;
 };
 
 // One entry of the storage_data of DCP's .metadata pickle
@@ -57,9 +62,12 @@ struct PickleScan {
   std::vector<StorageRef> storages;   // in first-seen order, one per key
   uint64_t end = 0;                   // offset just past STOP
   std::vector<std::string> str_list;  // the result, when it is a list of strings
-  // Some dict has both the keys "state" and "param_groups": the pickle holds
-  // an optimizer's state_dict (torch.optim.Optimizer.state_dict()).
+  // Some dict has the key "param_groups" and a dict under the key "state":
+  // the pickle holds an optimizer's state_dict (Optimizer.state_dict()).
   bool optimizer_state = false;
+  // The string keys of such a "state" dict, in order: optimizers keyed by
+  // parameter name (FSDP's optim_state_dict) rather than by index.
+  std::vector<std::string> state_names;
   // The "param_names" lists of its param_groups, concatenated in order
   // (torch >= 2.6 keeps them for optimizers built from named_parameters()):
   // the name of each parameter the optimizer state is keyed by index.

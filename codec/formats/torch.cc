@@ -57,6 +57,7 @@ RefMap ScanDataPkl(const ByteSource& src, const ZipArchive& z, const std::string
   for (StorageRef& s : scan->storages) refs.emplace(s.key, std::move(s));
   facts->optimizer_state |= scan->optimizer_state;
   facts->param_names.insert(facts->param_names.end(), scan->param_names.begin(), scan->param_names.end());
+  facts->state_names.insert(facts->state_names.end(), scan->state_names.begin(), scan->state_names.end());
   facts->group_lrs.insert(facts->group_lrs.end(), scan->group_lrs.begin(), scan->group_lrs.end());
   facts->group_eps.insert(facts->group_eps.end(), scan->group_eps.begin(), scan->group_eps.end());
   return refs;
@@ -92,6 +93,7 @@ TensorRegion RecordRegion(const ZipEntry& e, const StorageRef* ref) {
     r.label = ref->label;
     r.order = ref->index;
     r.module_entry = ref->module_entry;
+    r.optimizer_entry = ref->optimizer_entry;
   }
   r.shape = ShapeOf(r, ref);
   return r;
@@ -198,6 +200,7 @@ Result<FileLayout> ParseTorchLegacy(const ByteSource& src) {
   l.format = "torch-legacy";
   l.optimizer_state = scans[3].optimizer_state;
   l.param_names = scans[3].param_names;
+  l.state_names = scans[3].state_names;
   l.group_lrs = scans[3].group_lrs;
   l.group_eps = scans[3].group_eps;
   uint64_t pos = scans[4].end;
@@ -222,6 +225,7 @@ Result<FileLayout> ParseTorchLegacy(const ByteSource& src) {
     r.label = ref.label;
     r.order = ref.index;
     r.module_entry = ref.module_entry;
+    r.optimizer_entry = ref.optimizer_entry;
     if (r.length > 0) l.tensors.push_back(std::move(r));
     pos += 8 + *nbytes;
   }

@@ -5,6 +5,7 @@
 #include <numeric>
 #include <set>
 #include <string_view>
+#include <tuple>
 #include <utility>
 
 namespace ckptfs::lossy {
@@ -37,24 +38,34 @@ bool IsTorchFormat(const FileLayout& layout) {
 }
 bool IsNumpyFormat(const FileLayout& layout) { return layout.format == "npy" || layout.format == "npz"; }
 
-// The scope rules of LossyScope::kModels, for one float tensor.
-TensorRole ModelRole(const FileLayout& layout, const TensorRegion& t) {
-  if (IsNumpyFormat(layout)) return TensorRole::kOther;
-  const std::string_view l = t.label, last = LastComponent(l);
-  if (const TensorRole m = MomentRole(l); m != TensorRole::kOther) {
-    // In a torch pickle only an optimizer's state_dict makes them moments.
-    return !IsTorchFormat(layout) || layout.optimizer_state ? m : TensorRole::kOther;
-  }
+// The scope rules of LossyScope::kModels for one float tensor of a torch
+// pickle, where only the pickle's structure proves anything: a moment is a
+// tensor of an optimizer state_dict's per-parameter entry, a weight a value
+// of a Module.state_dict(). Any other tensor is a weight only if an
+// optimizer entry matches it (*needs_proof; AssignRoles settles it).
+TensorRole TorchModelRole(const TensorRegion& t, bool* needs_proof) {
+  const std::string_view last = LastComponent(t.label);
+  if (t.optimizer_entry) return MomentRole(t.label);  // exp_avg & co.; step, sum, square_avg stay exact
   if (IsBufferName(last) || IsDataName(last)) return TensorRole::kOther;
-  if (!IsTorchFormat(layout)) return TensorRole::kWeight;  // safetensors, GGUF, DCP: model files
-  return t.module_entry || IsParameterName(l) ? TensorRole::kWeight : TensorRole::kOther;
+  *needs_proof = !t.module_entry;
+  return TensorRole::kWeight;
 }
 
-TensorRole RoleOf(const FileLayout& layout, const TensorRegion& t, LossyScope scope) {
+// The scope rules of LossyScope::kModels, for one float tensor.
+TensorRole ModelRole(const FileLayout& layout, const TensorRegion& t, bool* needs_proof) {
+  if (IsNumpyFormat(layout)) return TensorRole::kOther;
+  if (IsTorchFormat(layout)) return TorchModelRole(t, needs_proof);
+  if (const TensorRole m = MomentRole(t.label); m != TensorRole::kOther) return m;
+  const std::string_view last = LastComponent(t.label);
+  if (IsBufferName(last) || IsDataName(last)) return TensorRole::kOther;
+  return TensorRole::kWeight;  // safetensors, GGUF, DCP, Orbax, Flax: model files
+}
+
+TensorRole RoleOf(const FileLayout& layout, const TensorRegion& t, LossyScope scope, bool* needs_proof) {
   if (!LossyFloat(t.dtype) || Elements(t) < 2) return TensorRole::kOther;
   std::string_view l = t.label;
   if (l == "step" || l.ends_with(".step")) return TensorRole::kOther;
-  if (scope == LossyScope::kModels) return ModelRole(layout, t);
+  if (scope == LossyScope::kModels) return ModelRole(layout, t, needs_proof);
   const TensorRole m = MomentRole(l);
   return m != TensorRole::kOther ? m : TensorRole::kWeight;
 }
@@ -72,8 +83,13 @@ struct Entry {
   int32_t v = -1;
 };
 
-using Key = std::pair<uint64_t, DType>;  // element count, element type
-Key KeyOf(const TensorRegion& t) { return {Elements(t), t.dtype}; }
+// Element count, element type and, in torch files (whose pickle gives
+// shapes), the shape: what an optimizer entry must share with its parameter.
+using Key = std::tuple<uint64_t, DType, std::vector<uint64_t>>;
+Key KeyOf(const TensorRegion& t) { return {Elements(t), t.dtype, {}}; }
+Key KeyOf(const FileLayout& layout, const TensorRegion& t) {
+  return {Elements(t), t.dtype, IsTorchFormat(layout) ? t.shape : std::vector<uint64_t>{}};
+}
 
 // Indices of layout.tensors in the file's logical order; ties (formats
 // without one) fall back to file order.
@@ -93,7 +109,7 @@ std::vector<Entry> GroupEntries(const FileLayout& layout, const std::vector<int3
                                 const std::vector<RoleAssignment>& roles) {
   std::vector<Entry> entries;
   int32_t open = -1;  // entry whose m still waits for its v
-  auto key_of = [&](const Entry& e) { return KeyOf(layout.tensors[e.m >= 0 ? e.m : e.v]); };
+  auto key_of = [&](const Entry& e) { return KeyOf(layout, layout.tensors[e.m >= 0 ? e.m : e.v]); };
   for (int32_t i : seq) {
     const TensorRegion& t = layout.tensors[i];
     if (roles[i].role == TensorRole::kAdamM) {
@@ -102,9 +118,9 @@ std::vector<Entry> GroupEntries(const FileLayout& layout, const std::vector<int3
       continue;
     }
     if (roles[i].role != TensorRole::kAdamV) continue;
-    bool fits_open = open >= 0 && key_of(entries[open]) == KeyOf(t);
+    bool fits_open = open >= 0 && key_of(entries[open]) == KeyOf(layout, t);
     if (t.label.ends_with("max_exp_avg_sq")) {
-      if (fits_open || (!entries.empty() && key_of(entries.back()) == KeyOf(t))) continue;
+      if (fits_open || (!entries.empty() && key_of(entries.back()) == KeyOf(layout, t))) continue;
       entries.push_back({-1, i});
     } else if (fits_open) {
       entries[open].v = i;
@@ -123,7 +139,7 @@ std::map<Key, std::set<size_t>> Candidates(const FileLayout& layout, const std::
   std::map<Key, std::set<size_t>> pool;
   for (size_t p = 0; p < seq.size(); ++p) {
     const TensorRegion& t = layout.tensors[seq[p]];
-    if (roles[seq[p]].role == TensorRole::kWeight && !NeverOptimized(t.label)) pool[KeyOf(t)].insert(p);
+    if (roles[seq[p]].role == TensorRole::kWeight && !NeverOptimized(t.label)) pool[KeyOf(layout, t)].insert(p);
   }
   return pool;
 }
@@ -134,12 +150,14 @@ std::map<Key, std::set<size_t>> Candidates(const FileLayout& layout, const std::
 // groups (decay / no-decay) list their state group by group. Sizes alone
 // cannot place a group boundary, so equal-sized tensors on both sides of
 // one (a late bias, an early norm) may be paired with each other's state.
-void MatchEntries(const FileLayout& layout, const std::vector<int32_t>& seq, const std::vector<Entry>& entries,
-                  std::vector<RoleAssignment>* roles) {
+// Returns, per tensor, whether an entry matched it.
+std::vector<bool> MatchEntries(const FileLayout& layout, const std::vector<int32_t>& seq,
+                               const std::vector<Entry>& entries, std::vector<RoleAssignment>* roles) {
+  std::vector<bool> matched(layout.tensors.size());
   auto pool = Candidates(layout, seq, *roles);
   size_t next = 0;  // position in seq just past the previous match
   for (const Entry& e : entries) {
-    auto it = pool.find(KeyOf(layout.tensors[e.m >= 0 ? e.m : e.v]));
+    auto it = pool.find(KeyOf(layout, layout.tensors[e.m >= 0 ? e.m : e.v]));
     if (it == pool.end() || it->second.empty()) continue;
     auto pos = it->second.lower_bound(next);
     if (pos == it->second.end()) pos = it->second.begin();
@@ -147,6 +165,26 @@ void MatchEntries(const FileLayout& layout, const std::vector<int32_t>& seq, con
     it->second.erase(pos);
     next = p + 1;
     (*roles)[seq[p]].partner_v = e.v;
+    matched[seq[p]] = true;
+  }
+  return matched;
+}
+
+// A torch tensor that needs proof of being a parameter (TorchModelRole)
+// without an optimizer entry that matched it by order and shape, or one
+// keyed by its name, is not one.
+void DropUnproven(const FileLayout& layout, const std::vector<bool>& needs_proof, const std::vector<bool>& matched,
+                  std::vector<RoleAssignment>* roles) {
+  std::set<std::string_view> named;
+  if (layout.optimizer_state) {
+    named.insert(layout.param_names.begin(), layout.param_names.end());
+    named.insert(layout.state_names.begin(), layout.state_names.end());
+  }
+  for (size_t i = 0; i < roles->size(); ++i) {
+    if (!needs_proof[i] || matched[i] || (!layout.tensors[i].label.empty() && named.count(layout.tensors[i].label))) {
+      continue;
+    }
+    (*roles)[i] = {TensorRole::kOther, -1};
   }
 }
 
@@ -234,17 +272,6 @@ bool IsBufferName(std::string_view c) {
          c == "masked_bias";
 }
 
-bool IsParameterName(std::string_view label) {
-  if (label.empty() || label.front() == '.' || label.back() == '.') return false;
-  const std::string_view last = LastComponent(label);
-  if (last == "weight" || last == "bias" || last.ends_with("_weight") || last.ends_with("_bias")) return true;
-  if (label.find('.') == std::string_view::npos) return false;
-  // Module paths are identifiers and list indices joined by dots.
-  return std::all_of(label.begin(), label.end(), [](char c) {
-    return c == '.' || c == '_' || (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
-  });
-}
-
 const char* LossyScopeName(LossyScope s) { return s == LossyScope::kAll ? "all" : "models"; }
 
 const char* TensorRoleName(TensorRole r) {
@@ -263,14 +290,19 @@ const char* TensorRoleName(TensorRole r) {
 
 std::vector<RoleAssignment> AssignRoles(const FileLayout& layout, LossyScope scope) {
   std::vector<RoleAssignment> roles(layout.tensors.size());
-  for (size_t i = 0; i < roles.size(); ++i) roles[i].role = RoleOf(layout, layout.tensors[i], scope);
+  std::vector<bool> needs_proof(layout.tensors.size());
+  for (size_t i = 0; i < roles.size(); ++i) {
+    bool proof = false;
+    roles[i].role = RoleOf(layout, layout.tensors[i], scope, &proof);
+    needs_proof[i] = proof;
+  }
   if (!IsTorchFormat(layout) && AssignOptaxMoments(layout, &roles)) return roles;
   std::vector<int32_t> seq = LogicalOrder(layout);
   std::vector<Entry> entries = GroupEntries(layout, seq, roles);
   for (const Entry& e : entries) {
     if (e.m >= 0) roles[e.m].partner_v = e.v;
   }
-  MatchEntries(layout, seq, entries, &roles);
+  DropUnproven(layout, needs_proof, MatchEntries(layout, seq, entries, &roles), &roles);
   return roles;
 }
 

@@ -25,19 +25,21 @@ const char* TensorRoleName(TensorRole r);
 
 // What a lossy policy may quantize.
 enum class LossyScope : uint8_t {
-  // Parameters and optimizer moments of files that are recognisably model
-  // weights or training checkpoints:
-  //  - torch.save files (zip or legacy): a tensor stored as a value of an
-  //    OrderedDict (a module's state_dict), or under a parameter name (a
-  //    dotted module path such as "encoder.0.weight", or one ending in
-  //    "weight"/"bias"); and, when the pickle holds an optimizer state_dict
-  //    (keys "state" and "param_groups"), its exp_avg, exp_avg_sq,
-  //    max_exp_avg_sq and momentum_buffer;
-  //  - safetensors, GGUF and DCP files: every float tensor.
+  // Parameters and optimizer moments that the file proves are such, by its
+  // format or its structure, never by names alone:
+  //  - torch.save files (zip or legacy): a tensor stored as a value of a
+  //    Module.state_dict() (an OrderedDict carrying the `_metadata` that
+  //    state_dict() attaches); the exp_avg, exp_avg_sq, max_exp_avg_sq and
+  //    momentum_buffer of an optimizer state_dict's per-parameter entries
+  //    (a dict with "param_groups" and a "state" dict of such entries); and
+  //    any other tensor that one of those entries matches, by order, element
+  //    type and shape (AssignRoles) or by name (the entry's key, or the
+  //    param_groups' "param_names");
+  //  - safetensors, GGUF, DCP, Orbax and Flax msgpack files: every float tensor.
   // Either way, a tensor whose name's last component names a buffer
   // (running_*, num_batches_tracked, inv_freq, position_ids, masked_bias)
   // or data (IsDataName) stays exact, and so does every tensor of a NumPy
-  // file (.npy, .npz).
+  // file (.npy, .npz): names only ever keep a tensor exact.
   kModels = 0,
   // Every float tensor of every format lossy mode handles (npy and npz
   // included, buffers and data too): opt-in, for arrays known to tolerate it.
@@ -49,9 +51,6 @@ const char* LossyScopeName(LossyScope s);
 // parameter ("inputs", "train.labels", "bn1.running_var").
 bool IsDataName(std::string_view last_component);
 bool IsBufferName(std::string_view last_component);
-// A state_dict-style parameter name: a dotted module path
-// ("layers.0.attn.q_proj.weight") or a name ending in weight or bias.
-bool IsParameterName(std::string_view label);
 
 struct RoleAssignment {
   TensorRole role = TensorRole::kOther;
