@@ -364,7 +364,8 @@ TEST(LossyScopeTest, TorchMomentsNeedAnOptimizerStateDict) {
   // Outside an optimizer's entries a tensor named exp_avg is just data.
   EXPECT_EQ(RoleIn("torch-zip", "exp_avg"), TensorRole::kOther);
   EXPECT_EQ(RoleIn("torch-zip", "exp_avg_sq"), TensorRole::kOther);
-  EXPECT_EQ(RoleIn("torch-zip", "exp_avg_sq", true), TensorRole::kOther);
+  EXPECT_EQ(RoleIn("torch-zip", "exp_avg_sq", /*module_entry=*/true), TensorRole::kWeight)
+      << "a state_dict's value is a weight, whatever its name";
   EXPECT_EQ(RoleIn("torch-zip", "exp_avg_sq", false, false, LossyScope::kAll), TensorRole::kAdamV);
 }
 
