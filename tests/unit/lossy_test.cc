@@ -1015,6 +1015,7 @@ FileLayout OptimizerFile(const std::vector<std::vector<uint64_t>>& shapes, const
     l.tensors.push_back(Region(v_prefix.empty() ? "exp_avg_sq" : v_prefix, s, off, order++));
     off += l.tensors.back().length;
   }
+  for (TensorRegion& t : l.tensors) t.optimizer_entry = true;  // all in the state's per-parameter entries
   return l;
 }
 
@@ -1048,6 +1049,7 @@ TEST(SiblingMatch, OtherModelsOptimizerIsRejected) {
   // Moments in a torch file that holds no optimizer state_dict are not moments.
   FileLayout fake = OptimizerFile(kMlp);
   fake.optimizer_state = false;
+  for (TensorRegion& t : fake.tensors) t.optimizer_entry = false;
   EXPECT_FALSE(MatchSiblingMoments(ModelFile(kMlp), fake, lossy::LossyScope::kModels).ok());
 }
 
