@@ -196,8 +196,9 @@ const MountOptionSpec kTable[] = {
      "quantize the float parameters and optimizer moments of model and checkpoint files (opt-in, whole mount; "
      "safe, the default: weights within one optimizer step's Fisher energy where the file holds Adam's state, "
      "else 0.5% relative error; aggressive: 3 steps, else 3%; steps:C: C steps; FIDELITY: relative error of "
-     "weights, docs/LOSSY.md): torch.save files holding a module state_dict or an "
-     "optimizer state_dict, safetensors, GGUF and DCP. NumPy files (.npy, .npz), data tensors (inputs, targets, "
+     "weights, docs/LOSSY.md): in torch.save files the tensors the pickle proves a module state_dict's or an "
+     "optimizer state_dict's (never by their names), safetensors, GGUF and DCP. NumPy files (.npy, .npz), data "
+     "tensors (inputs, targets, "
      "features...) and buffers (running_mean, running_var...) stay exact. A directory's user.ckptfs.policy xattr "
      "(lossless|lossy[=F][,scope=S]) overrides it for its subtree. Lossy files carry read-only "
      "user.ckptfs.lossy.* xattrs (fidelity, errors); see docs/SEMANTICS.md"},
