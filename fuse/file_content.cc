@@ -37,12 +37,18 @@ Result<std::shared_ptr<FileContent>> FileContent::Load(Store* store, ChunkCache*
   return fc;
 }
 
+uint32_t FileContent::owner_uid() const {
+  Result<struct stat> st = store_->env()->Fstat(stub_fd_.get());
+  return st.ok() ? st->st_uid : kLogAnyUid;
+}
+
 Status FileContent::Fail(const Status& st, const char* what, uint64_t off) {
   // Name the file as the user sees it: its current path under ns/.
   std::string where = FdPathForLog(stub_fd_.get());
   const std::string ns = store_->path() + "/ns";
   if (where.rfind(ns, 0) == 0) where = where.substr(ns.size());
-  spdlog::error("{} {} at offset {}: {}", what, where, off, st.message());
+  if (LogAllowed(log_kind::kReadError, owner_uid()))
+    spdlog::error("{} {} at offset {}: {}", what, LogSafe(where), off, LogSafe(st.message()));
   return st;
 }
 
@@ -572,7 +578,9 @@ void FileContent::MaybeReleaseObjectsLocked() {
     retired_ = 0;
   }
   Status st = store_->ReleaseStubObjects(rec_);
-  if (!st.ok()) spdlog::warn("freeing objects of deleted {}: {} (recovery will collect them)", label_, st.message());
+  if (!st.ok()) {
+    spdlog::warn("freeing objects of deleted {}: {} (recovery will collect them)", label_, LogSafe(st.message()));
+  }
   if (rec_.state == StubState::kSealed && rec_.object != 0) cache_->ErasePack(rec_.object);
   staging_.reset();
   pack_.reset();

@@ -182,6 +182,9 @@ class FileContent : public std::enable_shared_from_this<FileContent> {
   Status OnFlush();
 
   const std::string& label() const { return label_; }
+  // The file's owner, whose uid keys the rate limit of its log lines
+  // (kLogAnyUid when the stub cannot be read).
+  uint32_t owner_uid() const;
   int stub_fd() const { return stub_fd_.get(); }
 
  private:

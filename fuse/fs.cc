@@ -11,6 +11,12 @@ namespace ckptfs {
 
 namespace {
 
+// Whose file `fd` is, for the rate limit of the log lines it causes.
+uint32_t OwnerOf(Env* env, int fd) {
+  Result<struct stat> st = env->FstatAt(fd, "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW);
+  return st.ok() ? st->st_uid : kLogAnyUid;
+}
+
 int DecodeThreads(int configured) {
   if (configured >= 0) return configured;
   return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
@@ -49,7 +55,8 @@ Result<std::shared_ptr<FileContent>> Filesystem::ContentOf(Inode& inode) {
   auto content =
       FileContent::Load(store_, &cache_, std::move(stub), "inode " + std::to_string(inode.ino), &decode_ahead_);
   if (!content.ok()) {
-    spdlog::error("cannot load {}: {}", FdPathForLog(inode.fd.get()), content.status().message());
+    if (LogAllowed(log_kind::kLoad, OwnerOf(store_->env(), inode.fd.get())))
+      spdlog::error("cannot load {}: {}", LogSafe(FdPathForLog(inode.fd.get())), LogSafe(content.status().message()));
     return content.status();
   }
   inode.content = content.value();
@@ -89,7 +96,9 @@ void Filesystem::ForgetLinkIfGone(Inode* victim) {
   if (!st.ok() || st->st_nlink > 0) return;
   auto content = ContentOf(*victim);
   if (!content.ok()) {
-    spdlog::warn("deleted inode {}: {} (recovery will collect its objects)", victim->ino, content.status().message());
+    if (LogAllowed(log_kind::kLoad, OwnerOf(store_->env(), victim->fd.get())))
+      spdlog::warn("deleted inode {}: {} (recovery will collect its objects)", victim->ino,
+                   LogSafe(content.status().message()));
     return;
   }
   content.value()->MarkUnlinked();

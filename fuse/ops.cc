@@ -83,8 +83,8 @@ void ReplyCode(fuse_req_t req, int code) {
 }
 
 void ReplyErr(fuse_req_t req, const Status& st) {
-  if (st.code() != ENOENT && st.code() != EEXIST && st.code() != ENOTEMPTY && st.code() != ENODATA)
-    spdlog::debug("request failed: {}", st.message());
+  const bool expected = st.code() == ENOENT || st.code() == EEXIST || st.code() == ENOTEMPTY || st.code() == ENODATA;
+  if (!expected && spdlog::should_log(spdlog::level::debug)) spdlog::debug("request failed: {}", LogSafe(st.message()));
   ReplyCode(req, st.code());
 }
 
@@ -679,7 +679,8 @@ void OpSetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* va
   // They report how the file was sealed and is stored, or the daemon's figures: only ckptfs writes them.
   if (IsLossyXattr(name) || IsUsageXattr(name) || IsMetricsXattr(ino, name)) return (void)fuse_reply_err(req, EPERM);
   if (Status s = CheckPolicyXattr(req, In(req, ino), name, std::string_view(value, size)); !s.ok()) {
-    spdlog::warn("setxattr {}: {}", name, s.message());
+    if (LogAllowed(log_kind::kXattr, fuse_req_ctx(req)->uid))
+      spdlog::warn("setxattr {}: {}", LogSafe(name), LogSafe(s.message()));
     return ReplyErr(req, s);
   }
   Status s = E(req)->SetXattr(ProcFdPath(In(req, ino).fd.get()), name,
@@ -731,7 +732,8 @@ void OpRemovexattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
   if (IsLossyXattr(name) || IsUsageXattr(name) || IsMetricsXattr(ino, name)) return (void)fuse_reply_err(req, EPERM);
   if (name == std::string_view(kPolicyXattr)) {
     if (Status s = CheckPolicyOwner(req, In(req, ino)); !s.ok()) {
-      spdlog::warn("removexattr {}: {}", name, s.message());
+      if (LogAllowed(log_kind::kXattr, fuse_req_ctx(req)->uid))
+        spdlog::warn("removexattr {}: {}", LogSafe(name), LogSafe(s.message()));
       return ReplyErr(req, s);
     }
   }

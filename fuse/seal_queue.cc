@@ -126,7 +126,8 @@ void SealQueue::Work() {
       // that already happened while we worked.
       if (file->NeedsSeal()) Push(file);
     } else {
-      spdlog::error("sealing {} failed, will retry: {}", file->label(), st.message());
+      if (LogAllowed(log_kind::kSeal, file->owner_uid()))
+        spdlog::error("sealing {} failed, will retry: {}", file->label(), LogSafe(st.message()));
       GlobalMetrics().seal_failures.Add();
       if (file->NeedsSeal()) RetryLater(file);
     }

@@ -359,7 +359,7 @@ int RunClusterGc(const std::string& backing, std::optional<uint32_t> grace, cons
 
 int RunGc(const std::string& backing, std::optional<uint32_t> grace, const std::string& ceph_conf, bool json) {
   // stdout is the JSON alone; what recovery logs is in its "actions".
-  if (json) InitLogging("", "warn");
+  if (json) (void)InitLogging("", "warn");  // stderr only: cannot fail
   if (StoreIsShared(Normal(backing))) return RunClusterGc(Normal(backing), grace, ceph_conf, json);
   if (grace) {
     std::cerr << "ckptfs gc: --grace applies to shared (cluster) stores only; " << Normal(backing)

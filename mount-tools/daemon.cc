@@ -1,6 +1,7 @@
 #include "mount-tools/daemon.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -80,9 +81,31 @@ void OnHangup(int) {
   errno = saved;
 }
 
+// Reopens the log on 'h', reports suppressed lines each second and at the
+// end; returns on 's' or when the pipe fails.
+void RunLogUpkeep(int fd) {
+  for (;;) {
+    pollfd p{.fd = fd, .events = POLLIN, .revents = 0};
+    const int ready = ::poll(&p, 1, 1000);
+    if (ready < 0 && errno == EINTR) continue;
+    ReportSuppressedLogLines(/*all=*/false);
+    if (ready == 0) continue;
+    char c;
+    const ssize_t n = ::read(fd, &c, 1);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0 || c != 'h') break;
+    if (Status s = ReopenLogFile(); !s.ok()) {
+      spdlog::error("SIGHUP: {}; still writing to the file opened before", s.message());
+    } else {
+      spdlog::info("log reopened (SIGHUP)");
+    }
+  }
+  ReportSuppressedLogLines(/*all=*/true);
+}
+
 }  // namespace
 
-LogReopenOnHangup::LogReopenOnHangup() {
+LogUpkeep::LogUpkeep() {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) {
     spdlog::warn("SIGHUP will not reopen the log: pipe: {}", std::strerror(errno));
@@ -95,18 +118,10 @@ LogReopenOnHangup::LogReopenOnHangup() {
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;
   ::sigaction(SIGHUP, &sa, nullptr);
-  thread_ = std::thread([fd = read_end_.get()] {
-    char c;
-    for (ssize_t n; (n = ::read(fd, &c, 1)) != 0;) {
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 || c != 'h') return;
-      ReopenLogFile();
-      spdlog::info("log reopened (SIGHUP)");
-    }
-  });
+  thread_ = std::thread(RunLogUpkeep, read_end_.get());
 }
 
-LogReopenOnHangup::~LogReopenOnHangup() {
+LogUpkeep::~LogUpkeep() {
   if (!thread_.joinable()) return;
   struct sigaction sa {};
   sa.sa_handler = SIG_IGN;  // the daemon is stopping: a late SIGHUP changes nothing

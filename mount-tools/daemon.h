@@ -29,12 +29,14 @@ bool StderrIsJournal();
 // While alive, SIGHUP reopens the log file (logrotate's postrotate sends
 // it) instead of ending the mount, as libfuse's handler would. The
 // handler only writes to a pipe; a thread reopens and logs that it did.
-class LogReopenOnHangup {
+// The same thread reports the log lines the rate limits dropped, once
+// their flood is over (every second), and all of them when it stops.
+class LogUpkeep {
  public:
-  LogReopenOnHangup();
-  ~LogReopenOnHangup();
-  LogReopenOnHangup(const LogReopenOnHangup&) = delete;
-  LogReopenOnHangup& operator=(const LogReopenOnHangup&) = delete;
+  LogUpkeep();
+  ~LogUpkeep();
+  LogUpkeep(const LogUpkeep&) = delete;
+  LogUpkeep& operator=(const LogUpkeep&) = delete;
 
  private:
   UniqueFd read_end_;

@@ -37,13 +37,14 @@ void LogRecovery(const RecoveryReport& r, bool to_stderr) {
       r.stubs_scanned, r.staged_resealed, r.tmp_files_removed, r.orphan_packs_removed, r.orphan_staging_removed,
       r.broken_stubs);
   if (to_stderr)
-    for (const auto& a : r.actions) std::cerr << "ckptfs: recovery: " << a << "\n";
+    for (const auto& a : r.actions) std::cerr << "ckptfs: recovery: " << LogSafe(a, kLogSafeLineMaxBytes) << "\n";
   // Mounting goes on (every readable file is served), but the user must hear
   // of it: the mount's own terminal, even when the daemon goes to the
   // background.
   if (!r.swept()) {
     if (!to_stderr)
-      for (const auto& u : r.unreadable) std::cerr << "ckptfs: recovery: cannot read " << u << "\n";
+      for (const auto& u : r.unreadable)
+        std::cerr << "ckptfs: recovery: cannot read " << LogSafe(u, kLogSafeLineMaxBytes) << "\n";
     std::cerr << "ckptfs: warning: " << r.unreadable.size()
               << " object(s) in the store could not be read; nothing was deleted, and no pack will be until "
                  "they are repaired (run `ckptfs fsck`)\n";
@@ -155,20 +156,25 @@ void SetUpProcess() {
 
 // From here on the log goes to its file (and to stderr with -f). Under
 // systemd, whose journal is stderr, it goes to the journal with each line's
-// priority, and to a file only when log= names one.
-void StartDaemonLog(const MountOptions& opts, const MountPaths& paths, const Store& store) {
+// priority, and to a file only when log= names one. A file that someone
+// else could have chosen (a symlink, another user's file) fails the mount.
+Status StartDaemonLog(const MountOptions& opts, const MountPaths& paths) {
   std::string log_path = opts.log_path.empty() ? paths.backing + "/ckptfs.log" : opts.log_path;
   std::vector<spdlog::sink_ptr> journal;
   if (opts.foreground && StderrIsJournal()) {
     journal.push_back(std::make_shared<spdlog::sinks::systemd_sink_mt>());
     if (opts.log_path.empty()) log_path.clear();
   }
-  spdlog::drop_all();
-  InitLogging(log_path, opts.log_level, opts.foreground && journal.empty(), journal);
-  spdlog::info("ckptfs {} mounting {} on {}", CKPTFS_VERSION, paths.backing, paths.mountpoint);
-  for (const std::string& line : store.made_private()) spdlog::warn("store permissions: {}", line);
+  // On failure the stderr logger stays.
+  Status s = InitLogging(log_path, opts.log_level, opts.foreground && journal.empty(), journal, opts.log_file);
+  return s.ok() ? s : s.WithContext(opts.log_path.empty() ? "daemon log" : "option log=" + opts.log_path);
+}
+
+void LogMountStart(const MountPaths& paths, const Store& store) {
+  spdlog::info("ckptfs {} mounting {} on {}", CKPTFS_VERSION, LogSafe(paths.backing), LogSafe(paths.mountpoint));
+  for (const std::string& line : store.made_private()) spdlog::warn("store permissions: {}", LogSafe(line, 1000));
   for (const std::string& line : LooseParentsOf(Env::Default(), paths.backing))
-    spdlog::warn("store permissions: {}", line);
+    spdlog::warn("store permissions: {}", LogSafe(line, 1000));
 }
 
 // Goes to the background (unless -f), then seals and serves until unmounted.
@@ -195,7 +201,7 @@ int ServeMount(FuseMount& mount, Store* store, const MountOptions& opts, const M
   }
   UseDevice(store, opts.device, opts.cuda);
   mount.StartSealing();
-  const LogReopenOnHangup log_reopen;
+  const LogUpkeep log_upkeep;
   std::unique_ptr<MetricsServer> metrics;
   if (opts.metrics.enabled()) {
     auto server =
@@ -225,7 +231,7 @@ int ServeMount(FuseMount& mount, Store* store, const MountOptions& opts, const M
 
 int RunMount(const MountOptions& opts) {
   SetUpProcess();
-  InitLogging("", opts.log_level);
+  (void)InitLogging("", opts.log_level);  // stderr only: cannot fail
   auto paths = CheckPaths(opts);
   if (!paths.ok()) return Fail(paths.status().message());
   if (opts.metrics.enabled()) {
@@ -236,7 +242,8 @@ int RunMount(const MountOptions& opts) {
   }
   auto store = Store::Open(Env::Default(), paths->backing, opts.store);
   if (!store.ok()) return Fail(store.status().message());
-  StartDaemonLog(opts, *paths, **store);
+  if (Status s = StartDaemonLog(opts, *paths); !s.ok()) return Fail(s.message());
+  LogMountStart(*paths, **store);
 
   auto report = store.value()->Recover();
   if (!report.ok()) return Fail("recovery of " + paths->backing + " failed: " + report.status().message());
@@ -246,6 +253,7 @@ int RunMount(const MountOptions& opts) {
   auto mount = FuseMount::Mount(store->get(), paths->backing, paths->mountpoint, opts.fuse);
   if (!mount.ok()) return Fail(mount.status().message());
   const int rc = ServeMount(**mount, store->get(), opts, *paths);
+  ReportSuppressedLogLines(/*all=*/true);
   spdlog::shutdown();
   return rc;
 }

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <thread>
 
 #include "base/log.h"
@@ -289,7 +290,17 @@ const MountOptionSpec kTable[] = {
        o->log_path = a.value;
        return Status::Ok();
      },
-     "daemon log (default BACKING/ckptfs.log)"},
+     "daemon log (default BACKING/ckptfs.log). Opened without following a symlink; a file already there must "
+     "be a regular file of the daemon's user that no one else may write, or the mount is refused"},
+    {"log_max", Takes::kValue, "SIZE",
+     [](const OptionArg& a, MountOptions* o) {
+       const uint64_t max = std::numeric_limits<uint64_t>::max();
+       if (a.value == "0") return Into(Result<uint64_t>(0), &o->log_file.max_bytes);
+       return Into(SizeIn(a, 4096, max, false, "0 (never rotate) or at least 4K"), &o->log_file.max_bytes);
+     },
+     "size at which the log file rotates (PATH becomes PATH.1, PATH.1 PATH.2, the oldest goes); 0: never, as "
+     "when logrotate does it",
+     [](const MountOptions& d) { return ShowSize(d.log_file.max_bytes); }},
     {"log_level", Takes::kValue, "LEVEL", SetLogLevel, "trace|debug|info|warn|error|off",
      [](const MountOptions& d) { return d.log_level; }},
     {"metrics", Takes::kValue, "[HOST:]PORT", SetMetrics,

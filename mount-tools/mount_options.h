@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 
+#include "base/log_file.h"
 #include "base/status.h"
 #include "codec/compute_device.h"
 #include "fuse/mount.h"
@@ -44,6 +45,7 @@ struct MountOptions {
   // The daemon's own settings.
   bool foreground = false;
   std::string log_path;  // default: BACKING/ckptfs.log
+  LogFileOptions log_file;  // log_max=: the size at which the log rotates
   std::string log_level = "info";
   bool nonempty = false;  // mount over a directory that has entries
   MetricsAddress metrics;

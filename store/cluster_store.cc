@@ -80,7 +80,9 @@ Status Store::OpenNodeStaging() {
   ASSIGN_OR_RETURN(UniqueFd dir, env_->OpenAt(AT_FDCWD, c.staging_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   // Staged bytes are the user's: the same rules as the store root.
   RETURN_IF_ERROR(CheckStoreRootIsTrusted(env_, dir.get(), c.staging_dir));
-  RETURN_IF_ERROR(env_->FchmodAt(AT_FDCWD, c.staging_dir, kPrivateDirMode, 0));
+  // Through the fd just checked: by name, a parent that others can write
+  // (/var/tmp/ckptfs) lets them swap a symlink in first.
+  RETURN_IF_ERROR(env_->FchmodAt(AT_FDCWD, ProcFdPath(dir.get()), kPrivateDirMode, 0));
   staging_ = std::move(dir);
   return Status::Ok();
 }

@@ -40,7 +40,7 @@ Status DirPackObjects::Publish(ObjectId id, int tmp_dir_fd, const std::string& t
 
 Result<std::unique_ptr<PackBytes>> DirPackObjects::Open(ObjectId id) {
   ASSIGN_OR_RETURN(UniqueFd dir, PackDir(id, false));
-  ASSIGN_OR_RETURN(UniqueFd fd, env_->OpenAt(dir.get(), PackFileName(id), O_RDONLY));
+  ASSIGN_OR_RETURN(UniqueFd fd, env_->OpenAt(dir.get(), PackFileName(id), O_RDONLY | O_NOFOLLOW));
   return std::unique_ptr<PackBytes>(std::make_unique<FdPackBytes>(env_, std::move(fd), direct_reads_));
 }
 

@@ -38,7 +38,8 @@ Result<std::string> ReadText(Env* env, int dir_fd, const std::string& name) {
 }
 
 Status WriteFile(Env* env, int dir_fd, const std::string& name, const std::string& text) {
-  ASSIGN_OR_RETURN(UniqueFd fd, env->OpenAt(dir_fd, name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, kPrivateFileMode));
+  ASSIGN_OR_RETURN(UniqueFd fd,
+                   env->OpenAt(dir_fd, name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, kPrivateFileMode));
   RETURN_IF_ERROR(env->PWriteAll(fd.get(), std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size()), 0));
   return env->Fdatasync(fd.get());
 }

@@ -64,7 +64,8 @@ Result<UniqueFd> OpenOrMakeDir(Env* env, int parent, const std::string& name) {
 Status WriteRecord(Env* env, int node_dir, const MemberRecord& r) {
   const std::string tmp = std::string(kMemberFileName) + ".tmp";
   const std::string text = Encode(r);
-  ASSIGN_OR_RETURN(UniqueFd fd, env->OpenAt(node_dir, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, kPrivateFileMode));
+  ASSIGN_OR_RETURN(UniqueFd fd,
+                   env->OpenAt(node_dir, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, kPrivateFileMode));
   RETURN_IF_ERROR(env->PWriteAll(fd.get(), std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size()), 0));
   RETURN_IF_ERROR(env->Fdatasync(fd.get()));
   return env->RenameAt(node_dir, tmp, node_dir, kMemberFileName);

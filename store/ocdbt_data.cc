@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "base/log.h"
 #include "codec/formats/ocdbt.h"
 
 namespace ckptfs {
@@ -92,7 +93,7 @@ class Lookup {
       if (!r.ok()) seen += " " + name.substr(0, 6) + "@" + std::to_string((*src)->size()) + "=no tail node";
     }
     consider("manifest", FromManifest());
-    spdlog::debug("{}: {} bytes, trees tried (where=bytes described):{}", self_, file_.size(), seen);
+    spdlog::debug("{}: {} bytes, trees tried (where=bytes described):{}", LogSafe(self_), file_.size(), LogSafe(seen));
     if (best) return std::move(*best);
     return last;
   }
@@ -128,8 +129,8 @@ std::optional<FileLayout> OcdbtDataLayoutFromSiblings(const ByteSource& file, Si
   std::optional<FileLayout> partial;
   while (true) {
     Result<Lookup::Found> f = Lookup(file, own, siblings).Once();
-    spdlog::debug("{}: values end at {}, the best tree describes {} bytes, {} ms into the wait", own, values_end,
-                  f.ok() ? f->described : 0, waited_ms());
+    spdlog::debug("{}: values end at {}, the best tree describes {} bytes, {} ms into the wait", LogSafe(own),
+                  values_end, f.ok() ? f->described : 0, waited_ms());
     if (f.ok() && f->described + kOcdbtUndescribedSlack >= values_end) return std::move(f->layout);
     if (f.ok()) partial = std::move(f->layout);
     if (std::chrono::steady_clock::now() >= deadline || !siblings.WaitForMore()) {
@@ -137,8 +138,8 @@ std::optional<FileLayout> OcdbtDataLayoutFromSiblings(const ByteSource& file, Si
       // wait ends at the deadline or when no more siblings can come): it is
       // sealed as generic bytes, with no base, which an admin may want to know.
       if (!partial && !siblings.Postponed())
-        spdlog::info("{}: no OCDBT tree described it in {} ms of waiting, sealed without its layout: {}", own,
-                     waited_ms(), f.status().message());
+        spdlog::info("{}: no OCDBT tree described it in {} ms of waiting, sealed without its layout: {}", LogSafe(own),
+                     waited_ms(), LogSafe(f.status().message()));
       return partial;
     }
   }
@@ -264,7 +265,7 @@ std::optional<FileLayout> ZarrChunkLayoutFromSiblings(const ByteSource& file, Si
   if (!(*meta)->ReadAt(0, std::span(reinterpret_cast<uint8_t*>(text.data()), text.size())).ok()) return std::nullopt;
   Result<FileLayout> l = formats::ZarrChunkFileLayout(text, siblings.DirName(), own, file.size());
   if (!l.ok()) {
-    spdlog::debug("{}: not read as a zarr chunk: {}", own, l.status().message());
+    spdlog::debug("{}: not read as a zarr chunk: {}", LogSafe(own), LogSafe(l.status().message()));
     return std::nullopt;
   }
   return std::move(*l);

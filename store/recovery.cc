@@ -110,18 +110,18 @@ namespace {
 // it names.
 void NoteUnreadable(RecoveryReport* rep, const std::string& where, const std::string& why) {
   const std::string line = "cannot read " + where + ": " + why;
-  spdlog::error("recovery: {}", line);
+  spdlog::error("recovery: {}", LogSafe(line, kLogSafeLineMaxBytes));
   rep->unreadable.push_back(where + ": " + why);
   rep->actions.push_back(line);
 }
 
 void NoteDone(RecoveryReport* rep, const std::string& line) {
-  spdlog::info("recovery: {}", line);
+  spdlog::info("recovery: {}", LogSafe(line, kLogSafeLineMaxBytes));
   rep->actions.push_back(line);
 }
 
 void NoteProblem(RecoveryReport* rep, const std::string& line) {
-  spdlog::error("recovery: {}", line);
+  spdlog::error("recovery: {}", LogSafe(line, kLogSafeLineMaxBytes));
   rep->actions.push_back(line);
 }
 
@@ -276,7 +276,7 @@ Status Store::RemoveOrphanStaging(const std::unordered_set<ObjectId>& referenced
   for (const DirEntry& f : stage_files) {
     std::optional<ObjectId> id = internal::ParseObjectFileName(f.name, internal::kStagingSuffix);
     if (!id) {
-      spdlog::warn("recovery: leaving unexpected file staging/{}", f.name);
+      spdlog::warn("recovery: leaving unexpected file staging/{}", LogSafe(f.name));
       continue;
     }
     if (referenced.count(*id)) continue;
@@ -306,7 +306,7 @@ using FoundPacks = std::unordered_map<ObjectId, FoundPack>;
 // its grace period.
 Status RemoveUnfinishedPack(Store* store, const PackObjectEntry& e, RecoveryReport* rep) {
   if (store->options().cluster.enabled) {
-    spdlog::info("recovery: leaving {} to cluster gc (not published yet, or left by a crash)", e.where);
+    spdlog::info("recovery: leaving {} to cluster gc (not published yet, or left by a crash)", LogSafe(e.where));
     return Status::Ok();
   }
   RETURN_IF_ERROR(store->pack_objects().Delete(e.id).WithContext("recovery: removing unpublished " + e.where));
@@ -322,7 +322,8 @@ Result<FoundPacks> FindPacks(Store* store, RecoveryReport* rep, const Store::Pac
   for (const PackUnlisted& u : listing.unlisted) {
     NoteUnreadable(rep, u.where + (u.directory ? " (directory)" : " (pack)"), u.status.message());
   }
-  for (const std::string& where : listing.unexpected) spdlog::warn("recovery: leaving unexpected file {}", where);
+  for (const std::string& where : listing.unexpected)
+    spdlog::warn("recovery: leaving unexpected file {}", LogSafe(where));
   uint64_t read = 0;
   for (const PackObjectEntry& p : listing.packs) {
     if (progress) progress(read++, listing.packs.size());

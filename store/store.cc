@@ -156,7 +156,7 @@ std::optional<ObjectId> ParseObjectFileName(const std::string& name, const std::
 }
 
 Result<Superblock> ReadSuperblock(Env* env, int root_fd, const std::string& store_path) {
-  ASSIGN_OR_RETURN(UniqueFd fd, env->OpenAt(root_fd, kSuperblockName, O_RDONLY));
+  ASSIGN_OR_RETURN(UniqueFd fd, env->OpenAt(root_fd, kSuperblockName, O_RDONLY | O_NOFOLLOW));
   ASSIGN_OR_RETURN(std::string text, ReadSmallFile(env, fd.get(), kMaxSuperblockBytes));
   const std::string where = "store " + store_path + ": superblock " + kSuperblockName;
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
@@ -202,7 +202,7 @@ Status WriteSuperblock(Env* env, int root_fd, const std::string& backing, const 
   // tmp + fsync + rename + dir fsync: a crash leaves either no superblock
   // (an empty store, initialised again) or a complete one.
   Result<UniqueFd> fd =
-      env->OpenAt(root_fd, internal::kSuperblockTmpName, O_WRONLY | O_CREAT | O_TRUNC, kPrivateFileMode);
+      env->OpenAt(root_fd, internal::kSuperblockTmpName, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, kPrivateFileMode);
   if (!fd.ok()) {
     if (fd.status().code() == EACCES || fd.status().code() == EROFS || fd.status().code() == EPERM) {
       return fd.status().WithContext("backing directory " + backing + " is not writable");
@@ -220,7 +220,8 @@ Status WriteSuperblock(Env* env, int root_fd, const std::string& backing, const 
 // process dies, so a crash never leaves a stale lock), pid inside for humans
 // and for tests that need the daemon's pid.
 Result<UniqueFd> TakeLock(Env* env, int root_fd, const std::string& backing) {
-  ASSIGN_OR_RETURN(UniqueFd fd, env->OpenAt(root_fd, internal::kLockName, O_RDWR | O_CREAT, kPrivateFileMode));
+  ASSIGN_OR_RETURN(UniqueFd fd,
+                   env->OpenAt(root_fd, internal::kLockName, O_RDWR | O_CREAT | O_NOFOLLOW, kPrivateFileMode));
   if (Status locked = env->Flock(fd.get(), LOCK_EX | LOCK_NB); !locked.ok()) {
     if (locked.code() != EWOULDBLOCK) return locked.WithContext("cannot lock store " + backing);
     std::string pid = "unknown";
@@ -475,7 +476,7 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
     }
     tensors = TensorRangesOf(layout);
     spdlog::debug("{}: format {}, {} tensor ranges{}{}", ctx, layout.format, tensors.size(),
-                  layout.note.empty() ? "" : ": ", layout.note);
+                  layout.note.empty() ? "" : ": ", LogSafe(layout.note));
     if (policy.lossy()) {
       lossy.emplace(file, layout, tensors, policy, TensorChunkOptions{opts_.encoder.zstd_level, opts_.encoder.planes},
                     siblings);
@@ -488,7 +489,7 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
       if (lossy) {
         spdlog::info("{}: {} under {}: weights weighed by {}{}{}", ctx, layout.format, FormatLossyPolicy(policy),
                      SensitivityRuleName(lossy->info().sensitivity), lossy->sibling_note().empty() ? "" : "; ",
-                     lossy->sibling_note());
+                     LogSafe(lossy->sibling_note()));
       }
     }
   }
@@ -860,7 +861,9 @@ Result<UniqueFd> Store::CreateStaging(ObjectId* id) {
   return fd;
 }
 
-Result<UniqueFd> Store::OpenStaging(ObjectId id) { return env_->OpenAt(staging_.get(), StagingFileName(id), O_RDWR); }
+Result<UniqueFd> Store::OpenStaging(ObjectId id) {
+  return env_->OpenAt(staging_.get(), StagingFileName(id), O_RDWR | O_NOFOLLOW);
+}
 
 Status Store::DeleteStaging(ObjectId id) {
   if (id == 0) return Status::Ok();
@@ -906,7 +909,8 @@ Result<Store::Staged> Store::StageStub(int stub_fd, const StubRecord& sealed, ui
   }
   // Other nodes must read the record (it hides the file) before anything else.
   if (cluster()) {
-    if (Status s = env_->Fdatasync(stub_fd); !s.ok()) spdlog::warn("staged stub not yet visible to other nodes: {}", s.message());
+    if (Status s = env_->Fdatasync(stub_fd); !s.ok())
+      spdlog::warn("staged stub not yet visible to other nodes: {}", LogSafe(s.message()));
   }
   Staged staged{.rec = *written, .fd = std::move(fd)};
   // Drop the old pack only once no durable record can point at it.
@@ -1007,7 +1011,7 @@ LossyPolicy Store::PolicyFor(int stub_fd) {
   Result<std::string> path = NamespacePathOf(stub_fd);
   for (int attempt = 1; attempt < 3 && !path.ok(); ++attempt) path = NamespacePathOf(stub_fd);
   if (!path.ok()) {
-    spdlog::debug("no lossy policy for {}: {}", FdPathForLog(stub_fd), path.status().message());
+    spdlog::debug("no lossy policy for {}: {}", LogSafe(FdPathForLog(stub_fd)), LogSafe(path.status().message()));
     return {};
   }
   return PolicyAbove(*path);
@@ -1019,11 +1023,18 @@ LossyPolicy Store::PolicyOfDirectory(int dir_fd) {
   if (self.ok() && ns.ok() && self->st_dev == ns->st_dev && self->st_ino == ns->st_ino) return PolicyAbove("/");
   Result<std::string> path = NamespacePathOf(dir_fd);
   if (!path.ok()) {
-    spdlog::debug("no lossy policy for {}: {}", FdPathForLog(dir_fd), path.status().message());
+    spdlog::debug("no lossy policy for {}: {}", LogSafe(FdPathForLog(dir_fd)), LogSafe(path.status().message()));
     return {};
   }
   // As for a file in it: the search starts at the directory itself.
   return PolicyAbove(*path + "/");
+}
+
+// A policy that cannot be used is logged at each seal and each read of the
+// effective policy below it: limited per the directory owner's uid.
+bool Store::PolicyLogAllowed(const std::string& dir) {
+  Result<struct stat> st = env_->FstatAt(AT_FDCWD, dir, AT_SYMLINK_NOFOLLOW);
+  return LogAllowed(log_kind::kPolicy, st.ok() ? st->st_uid : kLogAnyUid);
 }
 
 LossyPolicy Store::PolicyAbove(const std::string& path) {
@@ -1035,15 +1046,19 @@ LossyPolicy Store::PolicyAbove(const std::string& path) {
     dir.resize(slash == std::string::npos ? 0 : slash);
     const std::string at = dir.empty() ? "" : "/" + dir;
     const std::string shown = path_ + "/ns" + at;
-    Result<size_t> n = env_->GetXattr(ProcFdPath(ns_.get()) + at, kPolicyXattr, buf);
+    const std::string where = ProcFdPath(ns_.get()) + at;
+    Result<size_t> n = env_->GetXattr(where, kPolicyXattr, buf);
     if (!n.ok()) {
       if (n.status().code() == ENODATA || n.status().code() == ENOTSUP) continue;
-      spdlog::warn("cannot read {} of {}: {}; sealing losslessly", kPolicyXattr, shown, n.status().message());
+      if (PolicyLogAllowed(where))
+        spdlog::warn("cannot read {} of {}: {}; sealing losslessly", kPolicyXattr, LogSafe(shown),
+                     LogSafe(n.status().message()));
       return {};
     }
     Result<LossyPolicy> p = ParseLossyPolicy(std::string_view(reinterpret_cast<const char*>(buf.data()), *n));
     if (!p.ok()) {
-      spdlog::warn("{} of {}: {}; sealing losslessly", kPolicyXattr, shown, p.status().message());
+      if (PolicyLogAllowed(where))
+        spdlog::warn("{} of {}: {}; sealing losslessly", kPolicyXattr, LogSafe(shown), LogSafe(p.status().message()));
       return {};
     }
     return *p;

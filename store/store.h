@@ -381,6 +381,7 @@ class Store : public BaseSource {
   Result<FileUsage> UsageOfStub(int stub_fd, std::string path);
   // The nearest policy of the directories above the namespace path `path`.
   LossyPolicy PolicyAbove(const std::string& path);
+  bool PolicyLogAllowed(const std::string& dir);
   Store(Env* env, std::string path, StoreOptions opts) : env_(env), path_(std::move(path)), opts_(opts) {}
   Status InitLayout();
   // Cluster mode at open: records the store as shared, joins as a node,

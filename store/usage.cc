@@ -83,7 +83,7 @@ Result<std::vector<FileUsage>> Store::Usage(const std::string& subpath) {
   auto visit = [&](const std::string& path, int fd, const Status& open_status) -> Status {
     Result<FileUsage> u = open_status.ok() ? UsageOfStub(fd, path) : Result<FileUsage>(open_status);
     if (!u.ok()) {
-      spdlog::warn("usage: skipping ns/{}: {}", path, u.status().message());
+      spdlog::warn("usage: skipping ns/{}: {}", LogSafe(path), LogSafe(u.status().message()));
       return Status::Ok();
     }
     out.push_back(std::move(*u));

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import describe, run_ckptfs
+from conftest import describe, is_mounted, run_ckptfs
 from local_users import PY, User, shared_mount, shared_top, users  # noqa: F401 (fixtures)
 
 
@@ -27,7 +27,143 @@ from local_users import PY, User, shared_mount, shared_top, users  # noqa: F401 
 
 
 # ----------------------------------------------------------- 2. the log
-# (section 2 tests go here)
+FORGED = "2026-01-01T00:00:00.000 info [1] FORGED ssh-ed25519 AAAAC3Nz attacker@evil"
+
+
+def attacker_dir(m, atk: User) -> Path:
+    """A directory of the attacker's own in the mount: where a policy
+    setxattr passes the owner check and reaches the parser."""
+    pub = m.mnt / "pub"
+    pub.mkdir(exist_ok=True)
+    pub.chmod(0o777)
+    own = pub / f"d{atk.uid}"
+    p = atk.run(f"os.mkdir({str(own)!r})")
+    assert p.returncode == 0, describe(p, "mkdir as the attacker")
+    return own
+
+
+def setxattr_flood(atk: User, path: Path, value: bytes, times: int) -> int:
+    """Sets an invalid user.ckptfs.policy `times` times as the attacker;
+    returns how many were refused with EINVAL."""
+    p = atk.run(f"""
+refused = 0
+for _ in range({times}):
+    try:
+        os.setxattr({str(path)!r}, 'user.ckptfs.policy', {value!r})
+    except OSError as e:
+        refused += e.errno == errno.EINVAL
+print(refused)
+""")
+    assert p.returncode == 0, describe(p, "setxattr as the attacker")
+    return int(p.stdout)
+
+
+def test_log_policy_value_cannot_forge_a_line(shared_mount, users):
+    # The value of a refused policy is logged: with its newlines verbatim, a
+    # user wrote whole log lines of their choosing, up to 64 KB.
+    atk, _ = users
+    m = shared_mount
+    own = attacker_dir(m, atk)
+    value = ("lossy=0.5\n" + FORGED + "\n" + "A" * 60_000).encode()
+    assert setxattr_flood(atk, own, value, 1) == 1
+    lines = m.log_text().splitlines()
+    assert not [ln for ln in lines if ln.startswith(FORGED[:23])], "a log line starts as the attacker chose"
+    logged = [ln for ln in lines if "setxattr user.ckptfs.policy" in ln]
+    assert len(logged) == 1, lines[-20:]
+    # escaped, and cut to about 200 bytes of the user's text
+    assert "\\x0a" + FORGED in logged[0], logged[0][:500]
+    assert "[cut" in logged[0] and len(logged[0]) < 600, len(logged[0])
+    assert "A" * 250 not in m.log_text()
+
+
+def test_log_flood_of_refused_policies_is_rate_limited(shared_mount, users):
+    # 12,051 refused setxattr calls in 2 s grew the log by 750 MB.
+    atk, _ = users
+    m = shared_mount
+    own = attacker_dir(m, atk)
+    log = m.backing / "ckptfs.log"
+    before = log.stat().st_size
+    value = ("lossy=2\n" + "B" * 2000).encode()
+    assert setxattr_flood(atk, own, value, 5000) == 5000
+    m.umount()  # the daemon reports what it dropped by the end, at the latest
+    grown = log.stat().st_size - before
+    text = m.log_text()
+    assert grown < 64 * 1024, f"log grew {grown} bytes for 5,000 refused calls"
+    assert "suppressed" in text and f"uid {atk.uid}" in text, text[-2000:]
+    shown = text.count("setxattr user.ckptfs.policy")
+    assert 1 <= shown < 200, shown
+
+
+def test_log_rotates_at_its_cap(mount_factory):
+    m = mount_factory(opts=["log_max=4K", "log_level=debug"])
+    for i in range(60):
+        (m.mnt / f"f{i}.bin").write_bytes(os.urandom(3000))
+    m.wait_sealed()
+    m.umount()
+    log = m.backing / "ckptfs.log"
+    rotated = [m.backing / f"ckptfs.log.{i}" for i in (1, 2)]
+    assert all(p.exists() for p in rotated), sorted(os.listdir(m.backing))
+    assert not (m.backing / "ckptfs.log.3").exists()
+    for p in [log, *rotated]:
+        assert p.stat().st_size <= 4096, (p, p.stat().st_size)
+        assert stat.S_IMODE(p.stat().st_mode) == 0o600
+    # the daemon went on logging into the new files, to the end
+    assert "unmounted" in log.read_text() + rotated[0].read_text()
+
+
+def refused_log_mount(mount_factory, backing: Path, mnt: Path, opts, why: str) -> None:
+    m = mount_factory(opts=opts, backing=backing, mnt=mnt, mount=False)
+    p = m.mount(check=False)
+    assert p.returncode == 2 and not is_mounted(mnt), describe(p, "mounted with a log it must refuse")
+    assert why in p.stderr, describe(p, f"no {why!r} in the message")
+
+
+def attacker_log_dir(shared_top: Path, atk: User) -> Path:
+    """A directory the attacker may write (here: owns), not sticky, where
+    an admin points log=; and a root-owned file worth attacking."""
+    logs = shared_top / "logs"
+    logs.mkdir()
+    os.chown(logs, atk.uid, atk.gid)
+    return logs
+
+
+def test_log_option_refuses_a_planted_symlink(shared_top, mount_factory, users):
+    # The attacker plants a symlink where the log will be, to a root-owned
+    # file: the root daemon appended its lines (theirs, with item 2) there.
+    atk, _ = users
+    link = attacker_log_dir(shared_top, atk) / "ckptfs.log"
+    keys = shared_top / "authorized_keys"
+    keys.write_text("ssh-ed25519 AAAA admin@host\n")
+    keys.chmod(0o600)
+    p = atk.run(f"os.symlink({str(keys)!r}, {str(link)!r})")
+    assert p.returncode == 0, describe(p, "planting as the attacker")
+    refused_log_mount(mount_factory, shared_top / "b", shared_top / "m", [f"log={link}"], "symlink")
+    assert keys.read_text() == "ssh-ed25519 AAAA admin@host\n"
+
+
+def test_log_option_refuses_another_users_file(shared_top, mount_factory, users):
+    # A log file the attacker made first stays theirs: they could read the
+    # daemon's lines, or swap the file under it.
+    atk, _ = users
+    theirs = attacker_log_dir(shared_top, atk) / "ckptfs.log"
+    p = atk.run(f"open({str(theirs)!r}, 'w').write('mine\\n')")
+    assert p.returncode == 0, describe(p, "planting as the attacker")
+    refused_log_mount(mount_factory, shared_top / "b", shared_top / "m", [f"log={theirs}"],
+                      f"owned by uid {atk.uid}")
+    assert theirs.read_text() == "mine\n"
+
+
+def test_backing_log_symlink_is_refused(mount_factory, tmp_path):
+    m = mount_factory()
+    m.umount()
+    target = tmp_path / "target"
+    target.write_text("untouched\n")
+    log = m.backing / "ckptfs.log"
+    log.unlink()
+    log.symlink_to(target)
+    refused_log_mount(mount_factory, m.backing, m.mnt, [], "symlink")
+    assert target.read_text() == "untouched\n"
+    log.unlink()  # for the teardown's fsck and unmount
 
 
 # ----------------------------------------------------- 3. fair, bounded sealing

@@ -62,6 +62,8 @@ std::vector<SetterCase> SetterCases() {
       {"entry_timeout=0", [](const MountOptions& o) { EXPECT_DOUBLE_EQ(o.fuse.fs.entry_timeout, 0); }},
       {"log=/var/log/x.log", [](const MountOptions& o) { EXPECT_EQ(o.log_path, "/var/log/x.log"); }},
       {"log_level=off", [](const MountOptions& o) { EXPECT_EQ(o.log_level, "off"); }},
+      {"log_max=1M", [](const MountOptions& o) { EXPECT_EQ(o.log_file.max_bytes, 1u << 20); }},
+      {"log_max=0", [](const MountOptions& o) { EXPECT_EQ(o.log_file.max_bytes, 0u); }},
       {"max_write=4K", [](const MountOptions& o) { EXPECT_EQ(o.fuse.fs.max_write, 4096u); }},
       {"writeback", [](const MountOptions& o) { EXPECT_TRUE(o.fuse.fs.writeback_cache); }},
       {"debug",
@@ -192,6 +194,7 @@ TEST(MountOptionsTest, BadWordsSayWhatIsAccepted) {
   EXPECT_NE(ErrorOf("delta=yes").find("option delta=yes: use 1 ("), std::string::npos);
   EXPECT_NE(ErrorOf("direct_reads=2").find("option direct_reads=2: use 1 ("), std::string::npos);
   EXPECT_EQ(ErrorOf("log_level=shouty"), "option log_level=shouty: use trace, debug, info, warn, error or off");
+  EXPECT_EQ(ErrorOf("log_max=100"), "option log_max=100: 0 (never rotate) or at least 4K");
   EXPECT_NE(ErrorOf("device=tpu").find("device=tpu: use auto"), std::string::npos);
   EXPECT_NE(ErrorOf("lossy_scope=npy").find("lossy scope \"npy\""), std::string::npos);
   EXPECT_NE(ErrorOf("lossy=2").find("lossy policy \"lossy=2\""), std::string::npos);
