@@ -212,10 +212,12 @@ Result<ReadPieces> FileContent::ReadForReply(uint64_t off, size_t size, DecodeAh
   ReadPieces out;
   std::unique_lock lk(mu_);
   if (RemoteStagedLocked()) return Status::Error(ESTALE, "file is being written on another node");
-  if (std::shared_ptr<Staging> sp = staging_) {
+  if (staging_) {
+    // Leased under mu_: a seal may delete the staging file once mu_ is
+    // released, and an evicted fd could then not be reopened.
+    ASSIGN_OR_RETURN(FdCache::Lease fd, StagingFd(staging_));
     lk.unlock();
     const std::span<uint8_t> buf = staged_buffer().first(size);
-    ASSIGN_OR_RETURN(FdCache::Lease fd, StagingFd(sp));
     ASSIGN_OR_RETURN(out.size, store_->env()->PRead(fd.get(), buf, off));
     out.iov.push_back(iovec{buf.data(), out.size});
     return out;
@@ -314,17 +316,16 @@ Status FileContent::Sync() {
 Status FileContent::SyncContent() {
   std::shared_ptr<Staging> sp;
   bool sync_stub = false;
+  FdCache::Lease fd;  // taken under mu_, before a seal may delete the file
   {
     std::lock_guard lk(mu_);
     if (!staging_) return Status::Ok();  // a sealed record is fsync'd when sealed
     sp = staging_;
+    ASSIGN_OR_RETURN(fd, StagingFd(sp));
     sync_stub = !stub_synced_;
   }
   Env* env = store_->env();
-  {
-    ASSIGN_OR_RETURN(FdCache::Lease fd, StagingFd(sp));
-    RETURN_IF_ERROR(env->Fdatasync(fd.get()));
-  }
+  RETURN_IF_ERROR(env->Fdatasync(fd.get()));
   if (!sync_stub) return Status::Ok();
   // The staging file's name first: a durable stub naming a staging file
   // that a power cut takes away would lose the file's previous content too.
@@ -478,6 +479,7 @@ Status FileContent::SealForLossyRead() {
 
 bool FileContent::ReadableBeforeLossySeal(uint64_t off, uint64_t length) {
   std::shared_ptr<Staging> sp;
+  Result<FdCache::Lease> fd = Status::Error(EBADF, "not staged");
   uint64_t gen = 0;
   std::optional<uint64_t> tail;  // known for this generation
   {
@@ -491,10 +493,10 @@ bool FileContent::ReadableBeforeLossySeal(uint64_t off, uint64_t length) {
     }
     sp = staging_;
     gen = change_gen_;
+    fd = StagingFd(sp);  // under mu_, before a seal may delete the file
   }
-  Env* env = store_->env();
-  auto fd = StagingFd(sp);
   if (!fd.ok()) return false;
+  Env* env = store_->env();
   Result<struct stat> st = env->Fstat(fd->get());
   if (!st.ok()) return false;
   const EnvSource staged(env, fd->get(), static_cast<uint64_t>(st->st_size));
@@ -531,7 +533,11 @@ Status FileContent::SealIfIdle(bool reader_waits, bool may_postpone) {
   const uint64_t gen = change_gen_;
   const StubRecord staged = rec_;
   const std::shared_ptr<Staging> sp = staging_;
+  // Under mu_: once it is released, an unlink may free the staging file.
+  auto stub = Stub();
+  auto staging = StagingFd(sp);
   lk.unlock();
+  if (!stub.ok() || !staging.ok()) return Fail(stub.ok() ? staging.status() : stub.status(), "seal", 0);
   if (postponed_gen_ != gen) postponed_since_.reset();  // a new version waits afresh
   if (!postponed_since_ || reader_waits)
     spdlog::debug("sealing {}{}", label_, reader_waits ? " (a reader waits for it)" : "");
@@ -547,9 +553,6 @@ Status FileContent::SealIfIdle(bool reader_waits, bool may_postpone) {
     commit.unlock();
     return false;
   };
-  auto stub = Stub();
-  auto staging = StagingFd(sp);
-  if (!stub.ok() || !staging.ok()) return Fail(stub.ok() ? staging.status() : stub.status(), "seal", 0);
   auto sealed = store_->SealStub(stub->get(), staged, staging->get(), still_current, wait);
   if (!sealed.ok() && sealed.status().code() == kSealPostponed && !commit.owns_lock()) {
     postponed_since_ = wait.since;

@@ -174,6 +174,7 @@ TEST(FdCacheTest, FullFdTableEvictsIdleFdsInsteadOfFailing) {
       ASSERT_TRUE(f.ok()) << f.status().ToString();
       more.push_back(std::move(f).value());
     }
+    for (int fd; (fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;) held.emplace_back(fd);  // full again
     auto refused = Env::Default()->OpenAt(AT_FDCWD, "/dev/null", O_RDONLY);
     ASSERT_FALSE(refused.ok());
     EXPECT_EQ(refused.status().code(), EMFILE);
@@ -204,7 +205,7 @@ TEST(FdCacheTest, InodesBeyondTheBoundAreReopenedByHandle) {
     ASSERT_TRUE((*fs)->Stat(**inode, &st).ok());  // loads the content: the stub's fd too
     inodes.push_back(*inode);
   }
-  EXPECT_LE((*fs)->fds().open_fds(), 32u);
+  EXPECT_LE((*fs)->fds().open_fds(), 32u + 1);  // and the root's, kept open
   EXPECT_LE(OpenFdsOfProcess(), before + 32);
   if ((*fs)->inodes().root().handle.empty() && inodes[0]->handle.empty()) GTEST_SKIP() << "no file handles here";
   ASSERT_EQ(::renameat((*store)->ns_fd(), "f0", (*store)->ns_fd(), "renamed"), 0);
