@@ -45,7 +45,10 @@ void FdCache::Slot::Reset() {
   if (cache_ == nullptr) return;
   UniqueFd closing;
   {
-    std::lock_guard lk(cache_->mu_);
+    std::unique_lock lk(cache_->mu_);
+    // A request may still hold a lease for a moment after its reply let
+    // the kernel FORGET the inode: the Inode waits for it before it goes.
+    cache_->released_cv_.wait(lk, [this] { return leases_ == 0; });
     cache_->BusyLocked(this);
     if (fd_.valid()) --cache_->open_;
     closing = std::move(fd_);
@@ -89,6 +92,7 @@ void FdCache::Release(Slot* slot) {
   std::vector<UniqueFd> closing;
   std::lock_guard lk(mu_);
   if (--slot->leases_ > 0) return;
+  released_cv_.notify_all();  // a Reset may wait for it (it runs under mu_, after this)
   IdleLocked(slot);
   TrimLocked(capacity_, SIZE_MAX, &closing);
 }

@@ -14,6 +14,7 @@
 // idle fds and retries.
 #pragma once
 
+#include <condition_variable>
 #include <cstddef>
 #include <functional>
 #include <list>
@@ -51,8 +52,10 @@ class FdCache {
     std::shared_ptr<const void> owner_;
   };
 
-  // One descriptor the cache may close while it is idle. Must not be
-  // destroyed while leased.
+  // One descriptor the cache may close while it is idle. Its destruction
+  // (Reset) waits until no lease is held: the kernel may FORGET an inode
+  // as soon as a request's reply is sent, before the request's leases go.
+  // So a thread must not destroy a Slot it holds a lease on.
   class Slot {
    public:
     Slot() = default;  // empty until Assign
@@ -68,7 +71,7 @@ class FdCache {
     // may not be reachable by handle any more): best effort, reopening it
     // now if it was evicted.
     void KeepOpen();
-    // Closes the fd and leaves the cache (no lease may be held).
+    // Closes the fd and leaves the cache, once no lease is held.
     void Reset();
 
    private:
@@ -107,7 +110,8 @@ class FdCache {
 
   const size_t capacity_;
   mutable std::mutex mu_;
-  std::list<Slot*> lru_;  // idle slots with an fd; front: most recently used
+  std::condition_variable released_cv_;  // a slot's last lease went
+  std::list<Slot*> lru_;                 // idle slots with an fd; front: most recently used
   size_t open_ = 0;
   uint64_t reopens_ = 0;
   // Last: unregistered before the rest goes.
