@@ -16,11 +16,12 @@
 
 namespace ckptfs {
 
-Result<std::shared_ptr<FileContent>> FileContent::Load(Store* store, ChunkCache* cache, UniqueFd stub_fd,
-                                                       std::string label, DecodeAhead* ahead) {
-  auto rec = ReadStub(store->env(), stub_fd.get());
+Result<std::shared_ptr<FileContent>> FileContent::Load(Store* store, ChunkCache* cache, StubFd stub, std::string label,
+                                                       DecodeAhead* ahead) {
+  auto rec = ReadStub(store->env(), stub.fd.get());
   if (!rec.ok()) return rec.status().WithContext("stub of " + label);
-  std::shared_ptr<FileContent> fc(new FileContent(store, cache, ahead, std::move(stub_fd), std::move(label)));
+  std::shared_ptr<FileContent> fc(new FileContent(store, cache, ahead, stub.fds, std::move(label)));
+  fc->stub_.Assign(stub.fds, std::move(stub.fd), std::move(stub.reopen));
   fc->rec_ = rec.value();
   if (fc->RemoteStagedLocked()) return fc;  // its bytes are on that node until it seals
   if (fc->rec_.state == StubState::kStaged) {
@@ -32,19 +33,34 @@ Result<std::shared_ptr<FileContent>> FileContent::Load(Store* store, ChunkCache*
       const Status st = fd.status().code() == ENOENT ? Status::Error(EIO, "staging file is missing") : fd.status();
       return st.WithContext("staging file of " + fc->label_);
     }
-    fc->staging_ = std::make_shared<Staging>(Staging{fc->rec_.object, std::move(fd).value()});
+    fc->staging_ = fc->NewStaging(fc->rec_.object, std::move(fd).value());
   }
   return fc;
 }
 
-uint32_t FileContent::owner_uid() const {
-  Result<struct stat> st = store_->env()->Fstat(stub_fd_.get());
+uint32_t FileContent::owner_uid() {
+  Result<FdCache::Lease> stub = Stub();
+  if (!stub.ok()) return kLogAnyUid;
+  Result<struct stat> st = store_->env()->Fstat(stub->get());
   return st.ok() ? st->st_uid : kLogAnyUid;
+}
+
+std::shared_ptr<FileContent::Staging> FileContent::NewStaging(ObjectId id, UniqueFd fd) {
+  auto sp = std::make_shared<Staging>();
+  sp->id = id;
+  sp->fd.Assign(fds_, std::move(fd), [store = store_, id] { return store->OpenStaging(id); });
+  return sp;
+}
+
+double FileContent::FidelityFor() {
+  auto stub = Stub();
+  return stub.ok() ? store_->FidelityFor(stub->get()) : 0;
 }
 
 Status FileContent::Fail(const Status& st, const char* what, uint64_t off) {
   // Name the file as the user sees it: its current path under ns/.
-  std::string where = FdPathForLog(stub_fd_.get());
+  auto stub = Stub();
+  std::string where = stub.ok() ? FdPathForLog(stub->get()) : label_;
   const std::string ns = store_->path() + "/ns";
   if (where.rfind(ns, 0) == 0) where = where.substr(ns.size());
   if (LogAllowed(log_kind::kReadError, owner_uid()))
@@ -69,7 +85,8 @@ Status FileContent::FillStat(struct stat* st) {
     return Status::Ok();
   }
   if (staging_) {
-    auto sst = store_->env()->Fstat(staging_->fd.get());
+    ASSIGN_OR_RETURN(FdCache::Lease fd, StagingFd(staging_));
+    auto sst = store_->env()->Fstat(fd.get());
     if (!sst.ok()) return sst.status();
     st->st_size = sst->st_size;
     st->st_blocks = sst->st_blocks;
@@ -203,10 +220,13 @@ Result<ReadPieces> FileContent::ReadForReply(uint64_t off, size_t size, DecodeAh
   ReadPieces out;
   std::unique_lock lk(mu_);
   if (RemoteStagedLocked()) return Status::Error(ESTALE, "file is being written on another node");
-  if (std::shared_ptr<Staging> sp = staging_) {
+  if (staging_) {
+    // Leased under mu_: a seal may delete the staging file once mu_ is
+    // released, and an evicted fd could then not be reopened.
+    ASSIGN_OR_RETURN(FdCache::Lease fd, StagingFd(staging_));
     lk.unlock();
     const std::span<uint8_t> buf = staged_buffer().first(size);
-    ASSIGN_OR_RETURN(out.size, store_->env()->PRead(sp->fd.get(), buf, off));
+    ASSIGN_OR_RETURN(out.size, store_->env()->PRead(fd.get(), buf, off));
     out.iov.push_back(iovec{buf.data(), out.size});
     return out;
   }
@@ -251,11 +271,15 @@ Result<size_t> FileContent::Read(uint64_t off, std::span<uint8_t> out) {
 Status FileContent::EnsureStagedLocked(uint64_t keep_bytes) {
   if (staging_) return ReopenStubLocked();
   if (RemoteStagedLocked()) return Status::Error(EBUSY, "file is being written on another node");
-  Result<Store::Staged> staged = store_->StageStub(stub_fd_.get(), rec_, keep_bytes);
+  Result<Store::Staged> staged = Status::Ok();
+  {
+    ASSIGN_OR_RETURN(FdCache::Lease stub, Stub());
+    staged = store_->StageStub(stub.get(), rec_, keep_bytes);
+  }
   if (!staged.ok()) return Fail(staged.status(), "stage", 0);
   const StubRecord old = rec_;
   rec_ = staged->rec;
-  staging_ = std::make_shared<Staging>(Staging{rec_.object, std::move(staged->fd)});
+  staging_ = NewStaging(rec_.object, std::move(staged->fd));
   stub_synced_ = staged->stub_synced;
   if (staged->retired != 0) {
     if (retired_ != 0) (void)store_->ReleaseRetired(retired_);
@@ -267,14 +291,13 @@ Status FileContent::EnsureStagedLocked(uint64_t keep_bytes) {
   return Status::Ok();
 }
 
-Result<int> FileContent::BeginWrite() {
+Result<FdCache::Lease> FileContent::BeginWrite() {
   std::lock_guard lk(mu_);
   RETURN_IF_ERROR(EnsureStagedLocked(UINT64_MAX));
+  ASSIGN_OR_RETURN(FdCache::Lease fd, StagingFd(staging_));
   ++change_gen_;
   ++writes_in_flight_;
-  // A seal only switches the stub when no write is in flight, so the staging
-  // fd outlives this write.
-  return staging_->fd.get();
+  return fd;
 }
 
 void FileContent::EndWrite() {
@@ -289,7 +312,8 @@ Status FileContent::Truncate(uint64_t size) {
   if (page_pushes_ > 0) return Status::Error(EAGAIN, "truncate while pages of the file are being pushed");
   RETURN_IF_ERROR(EnsureStagedLocked(size));
   ++change_gen_;
-  return store_->env()->Ftruncate(staging_->fd.get(), size);
+  ASSIGN_OR_RETURN(FdCache::Lease fd, StagingFd(staging_));
+  return store_->env()->Ftruncate(fd.get(), size);
 }
 
 Status FileContent::Sync() {
@@ -300,19 +324,24 @@ Status FileContent::Sync() {
 Status FileContent::SyncContent() {
   std::shared_ptr<Staging> sp;
   bool sync_stub = false;
+  FdCache::Lease fd;  // taken under mu_, before a seal may delete the file
   {
     std::lock_guard lk(mu_);
     if (!staging_) return Status::Ok();  // a sealed record is fsync'd when sealed
     sp = staging_;
+    ASSIGN_OR_RETURN(fd, StagingFd(sp));
     sync_stub = !stub_synced_;
   }
   Env* env = store_->env();
-  RETURN_IF_ERROR(env->Fdatasync(sp->fd.get()));
+  RETURN_IF_ERROR(env->Fdatasync(fd.get()));
   if (!sync_stub) return Status::Ok();
   // The staging file's name first: a durable stub naming a staging file
   // that a power cut takes away would lose the file's previous content too.
   RETURN_IF_ERROR(store_->SyncStagingDir());
-  RETURN_IF_ERROR(env->Fsync(stub_fd_.get()));
+  {
+    ASSIGN_OR_RETURN(FdCache::Lease stub, Stub());
+    RETURN_IF_ERROR(env->Fsync(stub.get()));
+  }
   std::lock_guard lk(mu_);
   if (staging_ == sp) stub_synced_ = true;
   return Status::Ok();
@@ -329,7 +358,10 @@ Status FileContent::SyncNewDirEntry() {
     if (dir_entry_synced_) return Status::Ok();
   }
   // The directory it is in now (it may have been renamed since creation).
-  RETURN_IF_ERROR(store_->SyncDirectoryOf(stub_fd_.get()));
+  {
+    ASSIGN_OR_RETURN(FdCache::Lease stub, Stub());
+    RETURN_IF_ERROR(store_->SyncDirectoryOf(stub.get()));
+  }
   std::lock_guard lk(mu_);
   dir_entry_synced_ = true;
   return Status::Ok();
@@ -338,10 +370,14 @@ Status FileContent::SyncNewDirEntry() {
 Status FileContent::SetTimes(const struct timespec times[2]) {
   std::lock_guard lk(mu_);
   Env* env = store_->env();
-  RETURN_IF_ERROR(env->Futimens(stub_fd_.get(), times));
+  {
+    ASSIGN_OR_RETURN(FdCache::Lease stub, Stub());
+    RETURN_IF_ERROR(env->Futimens(stub.get(), times));
+  }
   if (!staging_) return Status::Ok();
   ++change_gen_;  // a seal in progress copied the old mtime: make it retry
-  return env->Futimens(staging_->fd.get(), times);
+  ASSIGN_OR_RETURN(FdCache::Lease fd, StagingFd(staging_));
+  return env->Futimens(fd.get(), times);
 }
 
 FileContent::PushHold FileContent::OnOpen(bool writable) {
@@ -419,6 +455,8 @@ bool FileContent::OnRelease(bool writable) {
   --open_handles_;
   if (writable) --open_writers_;
   released_cv_.notify_all();
+  // An idle file holds no pack fds (a read in flight keeps its own reference).
+  if (open_handles_ == 0) pack_.reset();
   MaybeReleaseObjectsLocked();
   return NeedsSealLocked();
 }
@@ -433,7 +471,7 @@ Status FileContent::SealForLossyRead() {
     std::lock_guard lk(mu_);
     if (!staging_ || unlinked_) return Status::Ok();
   }
-  if (store_->FidelityFor(stub_fd_.get()) <= 0) return Status::Ok();
+  if (FidelityFor() <= 0) return Status::Ok();
   {
     // close() returns before the kernel's RELEASE of the writer's handle
     // reaches the daemon: give a writer that just closed the file time to
@@ -449,6 +487,7 @@ Status FileContent::SealForLossyRead() {
 
 bool FileContent::ReadableBeforeLossySeal(uint64_t off, uint64_t length) {
   std::shared_ptr<Staging> sp;
+  Result<FdCache::Lease> fd = Status::Error(EBADF, "not staged");
   uint64_t gen = 0;
   std::optional<uint64_t> tail;  // known for this generation
   {
@@ -462,11 +501,13 @@ bool FileContent::ReadableBeforeLossySeal(uint64_t off, uint64_t length) {
     }
     sp = staging_;
     gen = change_gen_;
+    fd = StagingFd(sp);  // under mu_, before a seal may delete the file
   }
+  if (!fd.ok()) return false;
   Env* env = store_->env();
-  Result<struct stat> st = env->Fstat(sp->fd.get());
+  Result<struct stat> st = env->Fstat(fd->get());
   if (!st.ok()) return false;
-  const EnvSource staged(env, sp->fd.get(), static_cast<uint64_t>(st->st_size));
+  const EnvSource staged(env, fd->get(), static_cast<uint64_t>(st->st_size));
   const bool known = tail.has_value();
   if (!known) tail = OcdbtTailReadableFrom(staged).value_or(UINT64_MAX);
   const bool readable = off >= *tail || OcdbtNodePagesCover(staged, off, length);
@@ -490,7 +531,7 @@ bool FileContent::LossySealPending() {
     std::lock_guard lk(mu_);
     if (!staging_ || unlinked_) return false;
   }
-  return store_->FidelityFor(stub_fd_.get()) > 0;
+  return FidelityFor() > 0;
 }
 
 Status FileContent::SealIfIdle(bool reader_waits, bool may_postpone) {
@@ -500,7 +541,11 @@ Status FileContent::SealIfIdle(bool reader_waits, bool may_postpone) {
   const uint64_t gen = change_gen_;
   const StubRecord staged = rec_;
   const std::shared_ptr<Staging> sp = staging_;
+  // Under mu_: once it is released, an unlink may free the staging file.
+  auto stub = Stub();
+  auto staging = StagingFd(sp);
   lk.unlock();
+  if (!stub.ok() || !staging.ok()) return Fail(stub.ok() ? staging.status() : stub.status(), "seal", 0);
   if (postponed_gen_ != gen) postponed_since_.reset();  // a new version waits afresh
   if (!postponed_since_ || reader_waits)
     spdlog::debug("sealing {}{}", label_, reader_waits ? " (a reader waits for it)" : "");
@@ -516,7 +561,7 @@ Status FileContent::SealIfIdle(bool reader_waits, bool may_postpone) {
     commit.unlock();
     return false;
   };
-  auto sealed = store_->SealStub(stub_fd_.get(), staged, sp->fd.get(), still_current, wait);
+  auto sealed = store_->SealStub(stub->get(), staged, staging->get(), still_current, wait);
   if (!sealed.ok() && sealed.status().code() == kSealPostponed && !commit.owns_lock()) {
     postponed_since_ = wait.since;
     postponed_gen_ = gen;
@@ -530,7 +575,7 @@ Status FileContent::SealIfIdle(bool reader_waits, bool may_postpone) {
     rec_ = sealed.value();
   } else {
     // Failed after the commit point: trust what the stub on disk says.
-    auto now = ReadStub(store_->env(), stub_fd_.get());
+    auto now = ReadStub(store_->env(), stub->get());
     if (!now.ok() || now->state == StubState::kStaged) return Fail(sealed.status(), "seal", 0);
     rec_ = now.value();
   }
@@ -547,6 +592,7 @@ Status FileContent::SealIfIdle(bool reader_waits, bool may_postpone) {
 }
 
 void FileContent::MarkUnlinked() {
+  stub_.KeepOpen();
   std::lock_guard lk(mu_);
   unlinked_ = true;
   MaybeReleaseObjectsLocked();
@@ -561,7 +607,9 @@ void FileContent::MarkForgotten() {
 bool FileContent::Reattach(dev_t dev, ino_t ino) {
   std::lock_guard lk(mu_);
   if (unlinked_ || released_) return false;
-  auto st = store_->env()->Fstat(stub_fd_.get());
+  auto stub = Stub();
+  if (!stub.ok()) return false;
+  auto st = store_->env()->Fstat(stub->get());
   if (!st.ok() || st->st_nlink == 0 || st->st_dev != dev || st->st_ino != ino) return false;
   ++inodes_;
   return true;
@@ -597,12 +645,16 @@ Status FileContent::Refresh() {
   // thread): none start after the switch (pack_ is reset), and the open
   // that drops the old pages (drop_cache_) waits for them (OnOpen).
   if (staging_ || open_handles_ > 0 || writes_in_flight_ > 0 || unlinked_) return Status::Ok();
-  ASSIGN_OR_RETURN(StubRecord now, ReadStub(store_->env(), stub_fd_.get()));
+  StubRecord now;
+  {
+    ASSIGN_OR_RETURN(FdCache::Lease stub, Stub());
+    ASSIGN_OR_RETURN(now, ReadStub(store_->env(), stub.get()));
+  }
   if (now == rec_) return Status::Ok();
   if (now.state == StubState::kStaged && now.node == store_->node_id()) {
     // Ours: only recovery leaves one, and it seals them. Serve it as Load does.
     ASSIGN_OR_RETURN(UniqueFd fd, store_->OpenStaging(now.object));
-    staging_ = std::make_shared<Staging>(Staging{now.object, std::move(fd)});
+    staging_ = NewStaging(now.object, std::move(fd));
   }
   rec_ = now;
   pack_.reset();
@@ -653,14 +705,17 @@ Status FileContent::OnFlush() {
   if (!store_->cluster()) return Status::Ok();
   std::lock_guard lk(mu_);
   if (!staging_ || rec_.closed) return Status::Ok();
-  ASSIGN_OR_RETURN(struct stat st, store_->env()->Fstat(staging_->fd.get()));
-  ASSIGN_OR_RETURN(rec_, store_->MarkStubClosed(stub_fd_.get(), rec_, static_cast<uint64_t>(st.st_size)));
+  ASSIGN_OR_RETURN(FdCache::Lease fd, StagingFd(staging_));
+  ASSIGN_OR_RETURN(struct stat st, store_->env()->Fstat(fd.get()));
+  ASSIGN_OR_RETURN(FdCache::Lease stub, Stub());
+  ASSIGN_OR_RETURN(rec_, store_->MarkStubClosed(stub.get(), rec_, static_cast<uint64_t>(st.st_size)));
   return Status::Ok();
 }
 
 Status FileContent::ReopenStubLocked() {
   if (!rec_.closed) return Status::Ok();
-  ASSIGN_OR_RETURN(rec_, store_->MarkStubOpen(stub_fd_.get(), rec_));
+  ASSIGN_OR_RETURN(FdCache::Lease stub, Stub());
+  ASSIGN_OR_RETURN(rec_, store_->MarkStubOpen(stub.get(), rec_));
   return Status::Ok();
 }
 

@@ -27,6 +27,7 @@
 #include "cache/chunk_cache.h"
 #include "cache/decode_ahead.h"
 #include "cache/read_order.h"
+#include "fuse/fd_cache.h"
 #include "store/pack.h"
 #include "store/store.h"
 #include "store/stub.h"
@@ -72,9 +73,16 @@ class FileContent : public std::enable_shared_from_this<FileContent> {
     bool must_wait_ = false;
   };
 
-  // stub_fd: the stub opened O_RDWR; label: how log lines name the file.
+  // The stub opened O_RDWR, kept in `fds` while idle and reopened with
+  // `reopen` once evicted (null: kept open while the content lives).
+  struct StubFd {
+    FdCache* fds = nullptr;
+    UniqueFd fd;
+    FdCache::Reopen reopen;
+  };
+  // label: how log lines name the file.
   // ahead: decodes chunks ahead of sequential readers (null: none).
-  static Result<std::shared_ptr<FileContent>> Load(Store* store, ChunkCache* cache, UniqueFd stub_fd, std::string label,
+  static Result<std::shared_ptr<FileContent>> Load(Store* store, ChunkCache* cache, StubFd stub, std::string label,
                                                    DecodeAhead* ahead = nullptr);
 
   // Fills size, blocks and (when staged) mtime/ctime into a stat of the stub.
@@ -86,9 +94,9 @@ class FileContent : public std::enable_shared_from_this<FileContent> {
   Result<ReadPieces> ReadForReply(uint64_t off, size_t size, DecodeAhead::Stream* stream,
                                   const std::function<std::span<uint8_t>()>& staged_buffer);
   // A write, in two halves, because libfuse moves the bytes itself (spliced
-  // from /dev/fuse when it can): BeginWrite stages the file and returns the
-  // staging fd, which stays valid until EndWrite.
-  Result<int> BeginWrite();
+  // from /dev/fuse when it can): BeginWrite stages the file and leases the
+  // staging fd, to be dropped before EndWrite.
+  Result<FdCache::Lease> BeginWrite();
   void EndWrite();
   // Never waits: the caller keeps page pushes out and waits for those in
   // flight first (HoldPagePushes, or the writable open's OnOpen); EAGAIN if
@@ -104,7 +112,8 @@ class FileContent : public std::enable_shared_from_this<FileContent> {
   // because a staged file reports the staging file's mtime.
   Status SetTimes(const struct timespec times[2]);
 
-  // Handle bookkeeping. OnOpen counts the handle at once and never waits;
+  // Handle bookkeeping (the pack's fds are held while a handle is open,
+  // and closed after the last one goes). OnOpen counts the handle at once and never waits;
   // a writable handle keeps page pushes out until it is released. The open
   // must not be answered before the pushes in flight have landed when it is
   // writable, or when it will drop the kernel's pages (TakeCacheDrop): the
@@ -157,6 +166,8 @@ class FileContent : public std::enable_shared_from_this<FileContent> {
   // handle is left on it (MarkForgotten, from InodeTable), and no handle is
   // open here. Until then the file reads and writes as before, like an
   // open, unlinked file on a local file system.
+  // MarkUnlinked also keeps the stub's fd open from then on: with no name
+  // left, the file may not be reachable by handle again.
   void MarkUnlinked();
   void MarkForgotten();
   // A new Inode of the same file takes over this content, which the seal
@@ -184,17 +195,24 @@ class FileContent : public std::enable_shared_from_this<FileContent> {
   const std::string& label() const { return label_; }
   // The file's owner, whose uid keys the rate limit of its log lines
   // (kLogAnyUid when the stub cannot be read).
-  uint32_t owner_uid() const;
-  int stub_fd() const { return stub_fd_.get(); }
+  uint32_t owner_uid();
 
  private:
   struct Staging {
     ObjectId id = 0;
-    UniqueFd fd;
+    FdCache::Slot fd;  // O_RDWR, reopened by id once evicted
   };
 
-  FileContent(Store* store, ChunkCache* cache, DecodeAhead* ahead, UniqueFd stub_fd, std::string label)
-      : store_(store), cache_(cache), ahead_(ahead), stub_fd_(std::move(stub_fd)), label_(std::move(label)) {}
+  FileContent(Store* store, ChunkCache* cache, DecodeAhead* ahead, FdCache* fds, std::string label)
+      : store_(store), cache_(cache), ahead_(ahead), fds_(fds), label_(std::move(label)) {}
+
+  std::shared_ptr<Staging> NewStaging(ObjectId id, UniqueFd fd);
+  // Leases of the stub's and a staging file's fds (the latter keeps `sp` alive).
+  Result<FdCache::Lease> Stub() { return stub_.Take(); }
+  static Result<FdCache::Lease> StagingFd(const std::shared_ptr<Staging>& sp) { return sp->fd.Take(sp); }
+  // The fidelity the policy over the stub asks for (0: lossless, also when
+  // the stub cannot be reached).
+  double FidelityFor();
 
   Status EnsureStagedLocked(uint64_t keep_bytes);
   Status SyncContent();
@@ -221,7 +239,8 @@ class FileContent : public std::enable_shared_from_this<FileContent> {
   Store* const store_;
   ChunkCache* const cache_;
   DecodeAhead* const ahead_;
-  const UniqueFd stub_fd_;
+  FdCache* const fds_;
+  FdCache::Slot stub_;
   const std::string label_;
 
   // How long a lossy read waits for a writer's pending RELEASE.
@@ -229,7 +248,7 @@ class FileContent : public std::enable_shared_from_this<FileContent> {
   // How long an open waits for another node's seal of a closed file.
   static constexpr std::chrono::seconds kRemoteSealWait{600};
 
-  std::mutex seal_mu_;                   // one seal at a time (seal queue, lossy reads)
+  std::mutex seal_mu_;  // one seal at a time (seal queue, lossy reads)
   // Under seal_mu_: when the first postponed try of this version began.
   std::optional<std::chrono::steady_clock::time_point> postponed_since_;
   uint64_t postponed_gen_ = 0;

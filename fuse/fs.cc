@@ -22,6 +22,11 @@ int DecodeThreads(int configured) {
   return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
 }
 
+size_t FdCacheCapacity(uint64_t max_fds) {
+  const uint64_t bound = std::max(kMinMaxFds, max_fds == 0 ? kDefaultMaxFds : max_fds);
+  return static_cast<size_t>(bound - FdReserve(bound));
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Filesystem>> Filesystem::Open(Store* store, const FsConfig& cfg) {
@@ -35,10 +40,11 @@ Result<std::unique_ptr<Filesystem>> Filesystem::Open(Store* store, const FsConfi
 Filesystem::Filesystem(Store* store, const FsConfig& cfg, UniqueFd ns_root, const struct stat& ns_root_st)
     : store_(store),
       cfg_(cfg),
+      fds_(FdCacheCapacity(cfg.max_fds)),
       page_push_(&inodes_, cfg.page_push && !cfg.writeback_cache),
       cache_(cfg.cache_bytes),
       decode_ahead_(&cache_, DecodeThreads(cfg.decode_threads)),
-      inodes_(store->env(), std::move(ns_root), ns_root_st),
+      inodes_(store->env(), &fds_, std::move(ns_root), ns_root_st),
       seals_(cfg.seal_threads) {
   // Bases of deltas and references are decoded chunks like any other: one
   // cache bounds them all.
@@ -51,12 +57,16 @@ Filesystem::Filesystem(Store* store, const FsConfig& cfg, UniqueFd ns_root, cons
 Result<std::shared_ptr<FileContent>> Filesystem::ContentOf(Inode& inode) {
   std::lock_guard lk(inode.content_mu);
   if (inode.content) return inode.content;
-  ASSIGN_OR_RETURN(UniqueFd stub, store_->env()->OpenAt(AT_FDCWD, ProcFdPath(inode.fd.get()), O_RDWR | O_CLOEXEC));
+  ASSIGN_OR_RETURN(FdCache::Lease path, inode.Path());
+  ASSIGN_OR_RETURN(UniqueFd stub, store_->env()->OpenAt(AT_FDCWD, ProcFdPath(path.get()), O_RDWR | O_CLOEXEC));
+  FileContent::StubFd stub_fd{.fds = &fds_,
+                              .fd = std::move(stub),
+                              .reopen = inodes_.ReopenByHandle(inode.handle, O_RDWR, inode.dev, inode.ino)};
   auto content =
-      FileContent::Load(store_, &cache_, std::move(stub), "inode " + std::to_string(inode.ino), &decode_ahead_);
+      FileContent::Load(store_, &cache_, std::move(stub_fd), "inode " + std::to_string(inode.ino), &decode_ahead_);
   if (!content.ok()) {
-    if (LogAllowed(log_kind::kLoad, OwnerOf(store_->env(), inode.fd.get())))
-      spdlog::error("cannot load {}: {}", LogSafe(FdPathForLog(inode.fd.get())), LogSafe(content.status().message()));
+    if (LogAllowed(log_kind::kLoad, OwnerOf(store_->env(), path.get())))
+      spdlog::error("cannot load {}: {}", LogSafe(FdPathForLog(path.get())), LogSafe(content.status().message()));
     return content.status();
   }
   inode.content = content.value();
@@ -64,7 +74,10 @@ Result<std::shared_ptr<FileContent>> Filesystem::ContentOf(Inode& inode) {
 }
 
 Status Filesystem::Stat(Inode& inode, struct stat* st) {
-  ASSIGN_OR_RETURN(*st, store_->env()->FstatAt(inode.fd.get(), "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW));
+  {
+    ASSIGN_OR_RETURN(FdCache::Lease path, inode.Path());
+    ASSIGN_OR_RETURN(*st, store_->env()->FstatAt(path.get(), "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW));
+  }
   if (!S_ISREG(st->st_mode)) return Status::Ok();
   ASSIGN_OR_RETURN(auto content, ContentOf(inode));
   if (store_->cluster()) {
@@ -92,11 +105,17 @@ MetricsSample Filesystem::SampleMetrics() {
 
 void Filesystem::ForgetLinkIfGone(Inode* victim) {
   if (victim == nullptr || victim->type != S_IFREG) return;
-  auto st = store_->env()->Fstat(victim->fd.get());
+  auto path = victim->Path();
+  if (!path.ok()) return;
+  auto st = store_->env()->Fstat(path->get());
   if (!st.ok() || st->st_nlink > 0) return;
+  // With no name left, a handle may not reach the inode again once no fd
+  // holds it: the Inode's fd stays open until the Inode goes (recovery
+  // collects what a file unreachable after a crash leaves).
+  victim->path.KeepOpen();
   auto content = ContentOf(*victim);
   if (!content.ok()) {
-    if (LogAllowed(log_kind::kLoad, OwnerOf(store_->env(), victim->fd.get())))
+    if (LogAllowed(log_kind::kLoad, OwnerOf(store_->env(), path->get())))
       spdlog::warn("deleted inode {}: {} (recovery will collect its objects)", victim->ino,
                    LogSafe(content.status().message()));
     return;

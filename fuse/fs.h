@@ -5,6 +5,8 @@
 
 #include <fuse_lowlevel.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -13,6 +15,7 @@
 #include "cache/chunk_cache.h"
 #include "cache/decode_ahead.h"
 #include "fuse/deferred_ops.h"
+#include "fuse/fd_cache.h"
 #include "fuse/inode.h"
 #include "fuse/page_push.h"
 #include "fuse/seal_queue.h"
@@ -36,7 +39,26 @@ struct FsConfig {
   // otherwise libfuse 3.14 stops splicing for good.
   uint32_t max_write = 512u << 10;
   bool chown_new_files = true;  // daemon is root: hand new files to the caller
+  // The descriptors the daemon may hold (docs/SEMANTICS.md "File
+  // descriptors"); the fd cache keeps those of idle files within it,
+  // leaving FdReserve(max_fds) for everything else. 0: kDefaultMaxFds.
+  uint64_t max_fds = 0;
 };
+
+// max_fds when none is configured (the mount command derives one from
+// RLIMIT_NOFILE instead: DefaultMaxFds).
+inline constexpr uint64_t kDefaultMaxFds = 1024;
+inline constexpr uint64_t kMinMaxFds = 64;
+// The fds max_fds leaves outside the fd cache: the store's directories, the
+// log, /dev/fuse and the FUSE threads' pipes, the packs of open files and
+// the fds of requests in flight.
+inline uint64_t FdReserve(uint64_t max_fds) { return std::min<uint64_t>(256, max_fds / 2); }
+// The max_fds a soft RLIMIT_NOFILE of `limit` allows: an eighth (at least
+// 64) stays free, for what the daemon opens outside its own count.
+inline uint64_t DefaultMaxFds(uint64_t limit) {
+  const uint64_t headroom = std::max<uint64_t>(64, limit / 8);
+  return std::max(kMinMaxFds, limit > headroom ? limit - headroom : 0);
+}
 
 class Filesystem {
  public:
@@ -49,6 +71,7 @@ class Filesystem {
   ChunkCache& cache() { return cache_; }
   DecodeAhead& decode_ahead() { return decode_ahead_; }
   InodeTable& inodes() { return inodes_; }
+  FdCache& fds() { return fds_; }
   PagePush& page_push() { return page_push_; }
   DeferredOps& deferred() { return deferred_; }
   SealQueue& seals() { return seals_; }
@@ -77,6 +100,9 @@ class Filesystem {
 
   Store* store_;
   FsConfig cfg_;
+  // Before everything that holds a Slot (inodes and their contents, which
+  // the seal queue, page pushes and handles may keep).
+  FdCache fds_;
   // Before cache_: the cache's evictions (decode-ahead's threads among
   // them) reach it until they stop. Its own thread stops before inodes_
   // goes (FuseMount stops it).

@@ -5,19 +5,66 @@
 #include <algorithm>
 #include <vector>
 
+#include "base/log.h"
+
 namespace ckptfs {
 
-InodeTable::InodeTable(Env* env, UniqueFd root_fd, const struct stat& root_st)
-    : env_(env), root_(std::make_unique<Inode>()) {
-  root_->fd = std::move(root_fd);
+InodeTable::InodeTable(Env* env, FdCache* fds, UniqueFd root_fd, const struct stat& root_st)
+    : env_(env), fds_(fds), root_(std::make_unique<Inode>()) {
+  if (Status st = ProbeHandles(root_fd.get(), root_st); !st.ok()) {
+    mount_fd_.reset();
+    spdlog::warn(
+        "backing inodes cannot be reopened by file handle ({}): each inode the kernel caches keeps "
+        "its fds open, and -o max_fds does not bound them",
+        st.message());
+  }
+  root_->path.Assign(fds_, std::move(root_fd), nullptr);  // the root's fd stays open
   root_->dev = root_st.st_dev;
   root_->ino = root_st.st_ino;
   root_->type = S_IFDIR;
   root_->nlookup = 2;  // never forgotten
 }
 
+Status InodeTable::ProbeHandles(int root_fd, const struct stat& root_st) {
+  ASSIGN_OR_RETURN(mount_fd_, env_->OpenAt(AT_FDCWD, ProcFdPath(root_fd), O_RDONLY | O_DIRECTORY));
+  ASSIGN_OR_RETURN(std::string handle, env_->NameToHandleAt(root_fd, "", AT_EMPTY_PATH));
+  // Needs CAP_DAC_READ_SEARCH: a daemon without it finds out here, not at a reopen.
+  return ReopenByHandle(handle, O_PATH, root_st.st_dev, root_st.st_ino)().status();
+}
+
+FdCache::Reopen InodeTable::ReopenByHandle(const std::string& handle, int flags, dev_t dev, ino_t ino) const {
+  if (handle.empty() || !mount_fd_.valid()) return nullptr;
+  return [env = env_, mount_fd = mount_fd_.get(), handle, flags, dev, ino]() -> Result<UniqueFd> {
+    ASSIGN_OR_RETURN(UniqueFd fd, env->OpenByHandleAt(mount_fd, handle, flags | O_NOFOLLOW));
+    ASSIGN_OR_RETURN(struct stat st, env->Fstat(fd.get()));
+    if (st.st_dev != dev || st.st_ino != ino) {
+      return Status::Error(ESTALE, "inode " + std::to_string(ino) + " is gone (its handle names another)");
+    }
+    return fd;
+  };
+}
+
+void InodeTable::AssignPath(Inode& inode, UniqueFd fd) {
+  if (!mount_fd_.valid()) return inode.path.Assign(fds_, std::move(fd), nullptr);  // warned at start
+  auto handle = env_->NameToHandleAt(fd.get(), "", AT_EMPTY_PATH);
+  if (handle.ok()) {
+    inode.handle = std::move(handle).value();
+  } else {
+    static std::once_flag warned;
+    std::call_once(warned, [&] {
+      spdlog::warn("no file handle for backing inodes ({}): their fds stay open while the kernel caches them",
+                   handle.status().message());
+    });
+  }
+  inode.path.Assign(fds_, std::move(fd), ReopenByHandle(inode.handle, O_PATH, inode.dev, inode.ino));
+}
+
 Result<Inode*> InodeTable::Lookup(Inode& parent, const std::string& name, struct stat* st) {
-  ASSIGN_OR_RETURN(UniqueFd owned, env_->OpenAt(parent.fd.get(), name, O_PATH | O_NOFOLLOW));
+  UniqueFd owned;
+  {
+    ASSIGN_OR_RETURN(FdCache::Lease dir, parent.Path());
+    ASSIGN_OR_RETURN(owned, env_->OpenAt(dir.get(), name, O_PATH | O_NOFOLLOW));
+  }
   ASSIGN_OR_RETURN(*st, env_->Fstat(owned.get()));
   std::lock_guard lk(mu_);
   auto key = std::make_pair(st->st_dev, st->st_ino);
@@ -27,11 +74,11 @@ Result<Inode*> InodeTable::Lookup(Inode& parent, const std::string& name, struct
     return it->second.get();
   }
   auto inode = std::make_unique<Inode>();
-  inode->fd = std::move(owned);
   inode->dev = st->st_dev;
   inode->ino = st->st_ino;
   inode->type = st->st_mode & S_IFMT;
   inode->nlookup = 1;
+  AssignPath(*inode, std::move(owned));
   if (auto d = detached_.find(key); d != detached_.end()) {
     std::shared_ptr<FileContent> content = d->second.lock();
     detached_.erase(d);

@@ -54,6 +54,8 @@ Filesystem& Fs(fuse_req_t req) {
 }
 Env* E(fuse_req_t req) { return Fs(req).store()->env(); }
 Inode& In(fuse_req_t req, fuse_ino_t ino) { return Fs(req).inodes().Get(ino); }
+// The inode's O_PATH fd (fuse/fd_cache.h), open while the lease lives.
+Result<FdCache::Lease> PathOf(fuse_req_t req, fuse_ino_t ino) { return In(req, ino).Path(); }
 
 struct FileHandle {
   FileHandle(Inode* i, std::shared_ptr<FileContent> c, bool w, DecodeAhead* ahead)
@@ -120,13 +122,14 @@ void ReplyEntry(fuse_req_t req, Inode& parent, const char* name) {
 Status GiveToCaller(fuse_req_t req, Inode& parent, const char* name, mode_t type) {
   if (!Fs(req).config().chown_new_files || ::geteuid() != 0) return Status::Ok();
   const fuse_ctx* ctx = fuse_req_ctx(req);
-  auto pst = E(req)->FstatAt(parent.fd.get(), "", AT_EMPTY_PATH);
+  ASSIGN_OR_RETURN(FdCache::Lease dir, parent.Path());
+  auto pst = E(req)->FstatAt(dir.get(), "", AT_EMPTY_PATH);
   // A setgid directory hands its group down; the kernel already did that.
   gid_t gid = (pst.ok() && (pst->st_mode & S_ISGID)) ? static_cast<gid_t>(-1) : ctx->gid;
   // Whoever may write `parent` can rename another entry over the new one
   // before this chown: only the daemon's own fresh entry changes hands,
   // never a file someone linked or moved there.
-  ASSIGN_OR_RETURN(UniqueFd fd, E(req)->OpenAt(parent.fd.get(), name, O_PATH | O_NOFOLLOW | O_CLOEXEC));
+  ASSIGN_OR_RETURN(UniqueFd fd, E(req)->OpenAt(dir.get(), name, O_PATH | O_NOFOLLOW | O_CLOEXEC));
   ASSIGN_OR_RETURN(struct stat st, E(req)->Fstat(fd.get()));
   if ((st.st_mode & S_IFMT) != type || st.st_uid != ::geteuid() || (type != S_IFDIR && st.st_nlink != 1)) {
     return Status::Error(EEXIST, std::string("new entry ") + name + " was replaced before it was handed to uid " +
@@ -135,11 +138,21 @@ Status GiveToCaller(fuse_req_t req, Inode& parent, const char* name, mode_t type
   return E(req)->FchownAt(fd.get(), "", ctx->uid, gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW);
 }
 
-// Finds the inode currently named `name` in `parent`, if the kernel knows it.
-Inode* Victim(fuse_req_t req, Inode& parent, const char* name) {
-  auto st = E(req)->FstatAt(parent.fd.get(), name, AT_SYMLINK_NOFOLLOW);
-  if (!st.ok() || !S_ISREG(st->st_mode)) return nullptr;
-  return Fs(req).inodes().Find(st->st_dev, st->st_ino);
+// The inode currently named `name` in a directory, if the kernel knows
+// it, with its fd leased: the fd keeps the inode reachable after its last
+// name goes, for ForgetLinkIfGone.
+struct Victim {
+  Inode* inode = nullptr;
+  FdCache::Lease path;
+};
+Victim FindVictim(fuse_req_t req, int dir_fd, const char* name) {
+  auto st = E(req)->FstatAt(dir_fd, name, AT_SYMLINK_NOFOLLOW);
+  if (!st.ok() || !S_ISREG(st->st_mode)) return {};
+  Inode* inode = Fs(req).inodes().Find(st->st_dev, st->st_ino);
+  if (inode == nullptr) return {};
+  auto path = inode->Path();
+  if (!path.ok()) return {};
+  return Victim{inode, std::move(path).value()};
 }
 
 void OpInit(void* userdata, fuse_conn_info* conn) {
@@ -200,17 +213,19 @@ Status SetTimes(fuse_req_t req, Inode& inode, const struct stat* attr, int valid
     return content->SetTimes(tv);
   }
   if (inode.type == S_IFLNK) return Status::Ok();  // no portable way through O_PATH; times stay
-  return E(req)->UtimensAt(AT_FDCWD, ProcFdPath(inode.fd.get()), tv, 0);
+  ASSIGN_OR_RETURN(FdCache::Lease path, inode.Path());
+  return E(req)->UtimensAt(AT_FDCWD, ProcFdPath(path.get()), tv, 0);
 }
 
 Status ApplySetattr(fuse_req_t req, Inode& inode, const struct stat* attr, int valid) {
   Env* env = E(req);
+  ASSIGN_OR_RETURN(FdCache::Lease path, inode.Path());
   if ((valid & FUSE_SET_ATTR_MODE) && inode.type != S_IFLNK)
-    RETURN_IF_ERROR(env->FchmodAt(AT_FDCWD, ProcFdPath(inode.fd.get()), attr->st_mode & 07777, 0));
+    RETURN_IF_ERROR(env->FchmodAt(AT_FDCWD, ProcFdPath(path.get()), attr->st_mode & 07777, 0));
   if (valid & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID)) {
     uid_t uid = (valid & FUSE_SET_ATTR_UID) ? attr->st_uid : static_cast<uid_t>(-1);
     gid_t gid = (valid & FUSE_SET_ATTR_GID) ? attr->st_gid : static_cast<gid_t>(-1);
-    RETURN_IF_ERROR(env->FchownAt(inode.fd.get(), "", uid, gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW));
+    RETURN_IF_ERROR(env->FchownAt(path.get(), "", uid, gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW));
   }
   if (valid & FUSE_SET_ATTR_SIZE) {
     if (inode.type != S_IFREG) return Status::Error(EINVAL, "truncate of a non-regular file");
@@ -261,16 +276,20 @@ void OpSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int valid, fus
 }
 
 void OpReadlink(fuse_req_t req, fuse_ino_t ino) {
-  auto target = E(req)->ReadlinkAt(In(req, ino).fd.get(), "");
+  auto path = PathOf(req, ino);
+  if (!path.ok()) return ReplyErr(req, path.status());
+  auto target = E(req)->ReadlinkAt(path->get(), "");
   if (!target.ok()) return ReplyErr(req, target.status());
   fuse_reply_readlink(req, target->c_str());
 }
 
 void OpMknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev) {
   Inode& dir = In(req, parent);
+  auto dir_fd = dir.Path();
+  if (!dir_fd.ok()) return ReplyErr(req, dir_fd.status());
   Status s = S_ISREG(mode)
-                 ? E(req)->OpenAt(dir.fd.get(), name, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, mode & 07777).status()
-                 : E(req)->MknodAt(dir.fd.get(), name, mode, rdev);
+                 ? E(req)->OpenAt(dir_fd->get(), name, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, mode & 07777).status()
+                 : E(req)->MknodAt(dir_fd->get(), name, mode, rdev);
   if (s.ok()) s = GiveToCaller(req, dir, name, (mode & S_IFMT) != 0 ? mode & S_IFMT : S_IFREG);
   if (!s.ok()) return ReplyErr(req, s);
   ReplyEntry(req, dir, name);
@@ -278,7 +297,9 @@ void OpMknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, d
 
 void OpMkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
   Inode& dir = In(req, parent);
-  Status s = E(req)->MkdirAt(dir.fd.get(), name, mode);
+  auto dir_fd = dir.Path();
+  if (!dir_fd.ok()) return ReplyErr(req, dir_fd.status());
+  Status s = E(req)->MkdirAt(dir_fd->get(), name, mode);
   if (s.ok()) s = GiveToCaller(req, dir, name, S_IFDIR);
   if (!s.ok()) return ReplyErr(req, s);
   ReplyEntry(req, dir, name);
@@ -286,7 +307,9 @@ void OpMkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
 
 void OpSymlink(fuse_req_t req, const char* link, fuse_ino_t parent, const char* name) {
   Inode& dir = In(req, parent);
-  Status s = E(req)->SymlinkAt(link, dir.fd.get(), name);
+  auto dir_fd = dir.Path();
+  if (!dir_fd.ok()) return ReplyErr(req, dir_fd.status());
+  Status s = E(req)->SymlinkAt(link, dir_fd->get(), name);
   if (s.ok()) s = GiveToCaller(req, dir, name, S_IFLNK);
   if (!s.ok()) return ReplyErr(req, s);
   ReplyEntry(req, dir, name);
@@ -294,33 +317,40 @@ void OpSymlink(fuse_req_t req, const char* link, fuse_ino_t parent, const char* 
 
 void OpLink(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname) {
   Inode& dir = In(req, newparent);
-  Status s = E(req)->LinkAt(AT_FDCWD, ProcFdPath(In(req, ino).fd.get()), dir.fd.get(), newname, AT_SYMLINK_FOLLOW);
+  auto path = PathOf(req, ino);
+  auto dir_fd = dir.Path();
+  if (!path.ok() || !dir_fd.ok()) return ReplyErr(req, path.ok() ? dir_fd.status() : path.status());
+  Status s = E(req)->LinkAt(AT_FDCWD, ProcFdPath(path->get()), dir_fd->get(), newname, AT_SYMLINK_FOLLOW);
   if (!s.ok()) return ReplyErr(req, s);
   ReplyEntry(req, dir, newname);
 }
 
 void OpUnlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
-  Inode& dir = In(req, parent);
-  Inode* victim = Victim(req, dir, name);
-  Status s = E(req)->UnlinkAt(dir.fd.get(), name, 0);
+  auto dir_fd = PathOf(req, parent);
+  if (!dir_fd.ok()) return ReplyErr(req, dir_fd.status());
+  Victim victim = FindVictim(req, dir_fd->get(), name);
+  Status s = E(req)->UnlinkAt(dir_fd->get(), name, 0);
   if (!s.ok()) return ReplyErr(req, s);
-  Fs(req).ForgetLinkIfGone(victim);
+  Fs(req).ForgetLinkIfGone(victim.inode);
   fuse_reply_err(req, 0);
 }
 
 void OpRmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
-  Status s = E(req)->UnlinkAt(In(req, parent).fd.get(), name, AT_REMOVEDIR);
+  auto dir_fd = PathOf(req, parent);
+  if (!dir_fd.ok()) return ReplyErr(req, dir_fd.status());
+  Status s = E(req)->UnlinkAt(dir_fd->get(), name, AT_REMOVEDIR);
   ReplyCode(req, s.code());
 }
 
 void OpRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent, const char* newname,
               unsigned int flags) {
-  Inode& from = In(req, parent);
-  Inode& to = In(req, newparent);
-  Inode* victim = (flags & RENAME_EXCHANGE) ? nullptr : Victim(req, to, newname);
-  Status s = E(req)->RenameAt(from.fd.get(), name, to.fd.get(), newname, flags);
+  auto from = PathOf(req, parent);
+  auto to = PathOf(req, newparent);
+  if (!from.ok() || !to.ok()) return ReplyErr(req, from.ok() ? to.status() : from.status());
+  Victim victim = (flags & RENAME_EXCHANGE) ? Victim{} : FindVictim(req, to->get(), newname);
+  Status s = E(req)->RenameAt(from->get(), name, to->get(), newname, flags);
   if (!s.ok()) return ReplyErr(req, s);
-  Fs(req).ForgetLinkIfGone(victim);
+  Fs(req).ForgetLinkIfGone(victim.inode);
   fuse_reply_err(req, 0);
 }
 
@@ -443,12 +473,14 @@ Status CreateStagedElsewhere(fuse_req_t req, Inode& dir, const char* name, mode_
   } remove_tmp{E(req), tmp_dir, tmp};
   if (Fs(req).config().chown_new_files && ::geteuid() == 0) {
     const fuse_ctx* ctx = fuse_req_ctx(req);
-    auto pst = E(req)->FstatAt(dir.fd.get(), "", AT_EMPTY_PATH);
+    ASSIGN_OR_RETURN(FdCache::Lease dir_fd, dir.Path());
+    auto pst = E(req)->FstatAt(dir_fd.get(), "", AT_EMPTY_PATH);
     const gid_t gid = (pst.ok() && (pst->st_mode & S_ISGID)) ? pst->st_gid : ctx->gid;
     RETURN_IF_ERROR(E(req)->FchownAt(fd.get(), "", ctx->uid, gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW));
   }
   ASSIGN_OR_RETURN(Store::Staged staged, store->StageStub(fd.get(), StubRecord{}, 0));
-  Status linked = E(req)->LinkAt(tmp_dir, tmp, dir.fd.get(), name, 0);
+  ASSIGN_OR_RETURN(FdCache::Lease dir_fd, dir.Path());
+  Status linked = E(req)->LinkAt(tmp_dir, tmp, dir_fd.get(), name, 0);
   if (!linked.ok()) (void)store->DeleteStaging(staged.rec.object);
   *made = linked.ok();
   return linked;
@@ -462,8 +494,10 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, 
   bool made_ok = false;
   if (fs.store()->cluster()) {
     s = CreateStagedElsewhere(req, dir, name, mode, &made_ok);
+  } else if (auto dir_fd = dir.Path(); !dir_fd.ok()) {
+    s = dir_fd.status();
   } else {
-    auto made = E(req)->OpenAt(dir.fd.get(), name, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, mode & 07777);
+    auto made = E(req)->OpenAt(dir_fd->get(), name, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, mode & 07777);
     s = made.status();
     made_ok = made.ok();
     if (s.ok()) s = GiveToCaller(req, dir, name, S_IFREG);
@@ -522,13 +556,16 @@ void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* 
 // it from /dev/fuse) straight into the staging file.
 void OpWriteBuf(fuse_req_t req, fuse_ino_t, fuse_bufvec* in, off_t off, fuse_file_info* fi) {
   FileContent& content = *FH(fi)->content;
-  auto fd = content.BeginWrite();
-  if (!fd.ok()) return ReplyErr(req, fd.status());
-  fuse_bufvec out = FUSE_BUFVEC_INIT(fuse_buf_size(in));
-  out.buf[0].flags = static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK | FUSE_BUF_FD_RETRY);
-  out.buf[0].fd = fd.value();
-  out.buf[0].pos = off;
-  ssize_t n = fuse_buf_copy(&out, in, static_cast<fuse_buf_copy_flags>(0));
+  ssize_t n = 0;
+  {
+    auto fd = content.BeginWrite();
+    if (!fd.ok()) return ReplyErr(req, fd.status());
+    fuse_bufvec out = FUSE_BUFVEC_INIT(fuse_buf_size(in));
+    out.buf[0].flags = static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK | FUSE_BUF_FD_RETRY);
+    out.buf[0].fd = fd->get();
+    out.buf[0].pos = off;
+    n = fuse_buf_copy(&out, in, static_cast<fuse_buf_copy_flags>(0));
+  }  // the staging fd's lease goes before the write is counted out
   content.EndWrite();
   if (n < 0) return ReplyErr(req, Status::FromErrno(static_cast<int>(-n), "write to staging file"));
   fuse_reply_write(req, static_cast<size_t>(n));
@@ -560,7 +597,9 @@ void OpFsync(fuse_req_t req, fuse_ino_t, int, fuse_file_info* fi) {
 }
 
 void OpOpendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
-  auto fd = E(req)->OpenAt(AT_FDCWD, ProcFdPath(In(req, ino).fd.get()), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  auto path = PathOf(req, ino);
+  if (!path.ok()) return ReplyErr(req, path.status());
+  auto fd = E(req)->OpenAt(AT_FDCWD, ProcFdPath(path->get()), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (!fd.ok()) return ReplyErr(req, fd.status());
   auto* dh = new DirHandle{std::move(fd).value(), {}};
   fi->fh = reinterpret_cast<uintptr_t>(dh);
@@ -605,7 +644,9 @@ void OpFsyncdir(fuse_req_t req, fuse_ino_t, int, fuse_file_info* fi) {
 }
 
 void OpStatfs(fuse_req_t req, fuse_ino_t ino) {
-  auto st = E(req)->Fstatvfs(In(req, ino).fd.get());
+  auto path = PathOf(req, ino);
+  if (!path.ok()) return ReplyErr(req, path.status());
+  auto st = E(req)->Fstatvfs(path->get());
   if (!st.ok()) return ReplyErr(req, st.status());
   fuse_reply_statfs(req, &st.value());
 }
@@ -616,7 +657,8 @@ void OpStatfs(fuse_req_t req, fuse_ino_t ino) {
 Status CheckPolicyOwner(fuse_req_t req, Inode& inode) {
   const uid_t caller = fuse_req_ctx(req)->uid;
   if (caller == 0) return Status::Ok();
-  ASSIGN_OR_RETURN(struct stat st, E(req)->FstatAt(inode.fd.get(), "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW));
+  ASSIGN_OR_RETURN(FdCache::Lease path, inode.Path());
+  ASSIGN_OR_RETURN(struct stat st, E(req)->FstatAt(path.get(), "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW));
   if (st.st_uid == caller) return Status::Ok();
   return Status::Error(EPERM, std::string(kPolicyXattr) + ": uid " + std::to_string(caller) +
                                   " does not own the directory (only its owner or root may set a policy)");
@@ -635,23 +677,25 @@ Status CheckPolicyXattr(fuse_req_t req, Inode& inode, std::string_view name, std
 
 // A lossy file's user.ckptfs.lossy.* attributes (store/lossy_xattrs.h);
 // none for directories and files that are staged or lossless.
-Result<std::vector<std::pair<std::string, std::string>>> LossyAttrs(fuse_req_t req, const Inode& inode) {
+Result<std::vector<std::pair<std::string, std::string>>> LossyAttrs(fuse_req_t req, Inode& inode) {
   if (inode.type != S_IFREG) return std::vector<std::pair<std::string, std::string>>{};
-  ASSIGN_OR_RETURN(std::optional<LossyInfo> info, Fs(req).store()->LossyInfoOf(ProcFdPath(inode.fd.get())));
+  ASSIGN_OR_RETURN(FdCache::Lease path, inode.Path());
+  ASSIGN_OR_RETURN(std::optional<LossyInfo> info, Fs(req).store()->LossyInfoOf(ProcFdPath(path.get())));
   return LossyXattrs(info);
 }
 
 // A usage attribute (store/usage_xattrs.h), from the stub and pack at each
 // call, so that a poll sees a seal finish; nothing where there is none.
-Result<std::optional<std::string>> UsageAttr(fuse_req_t req, const Inode& inode, std::string_view name) {
+Result<std::optional<std::string>> UsageAttr(fuse_req_t req, Inode& inode, std::string_view name) {
   Store* store = Fs(req).store();
   const bool dir = inode.type == S_IFDIR;
+  ASSIGN_OR_RETURN(FdCache::Lease path, inode.Path());
   if (name == kEffectivePolicyXattr && (dir || inode.type == S_IFREG)) {
-    const int fd = inode.fd.get();
+    const int fd = path.get();
     return std::optional<std::string>(FormatLossyPolicy(dir ? store->PolicyOfDirectory(fd) : store->PolicyFor(fd)));
   }
   if (inode.type != S_IFREG) return std::optional<std::string>();
-  ASSIGN_OR_RETURN(FileUsage usage, store->UsageOf(ProcFdPath(inode.fd.get())));
+  ASSIGN_OR_RETURN(FileUsage usage, store->UsageOf(ProcFdPath(path.get())));
   return UsageXattr(usage, name);
 }
 
@@ -683,8 +727,10 @@ void OpSetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* va
       spdlog::warn("setxattr {}: {}", LogSafe(name), LogSafe(s.message()));
     return ReplyErr(req, s);
   }
-  Status s = E(req)->SetXattr(ProcFdPath(In(req, ino).fd.get()), name,
-                              std::span(reinterpret_cast<const uint8_t*>(value), size), flags);
+  auto path = PathOf(req, ino);
+  if (!path.ok()) return ReplyErr(req, path.status());
+  Status s =
+      E(req)->SetXattr(ProcFdPath(path->get()), name, std::span(reinterpret_cast<const uint8_t*>(value), size), flags);
   ReplyCode(req, s.code());
 }
 
@@ -705,7 +751,9 @@ void OpGetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
     return (void)fuse_reply_err(req, ENODATA);
   }
   std::vector<uint8_t> buf(size);
-  auto n = E(req)->GetXattr(ProcFdPath(In(req, ino).fd.get()), name, buf);
+  auto path = PathOf(req, ino);
+  if (!path.ok()) return ReplyErr(req, path.status());
+  auto n = E(req)->GetXattr(ProcFdPath(path->get()), name, buf);
   if (!n.ok()) return ReplyErr(req, n.status());
   if (size == 0) return (void)fuse_reply_xattr(req, n.value());
   fuse_reply_buf(req, reinterpret_cast<const char*>(buf.data()), n.value());
@@ -714,7 +762,9 @@ void OpGetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
 void OpListxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
   auto attrs = LossyAttrs(req, In(req, ino));
   if (!attrs.ok()) return ReplyErr(req, attrs.status());
-  const std::string path = ProcFdPath(In(req, ino).fd.get());
+  auto fd = PathOf(req, ino);
+  if (!fd.ok()) return ReplyErr(req, fd.status());
+  const std::string path = ProcFdPath(fd->get());
   // The stored names first: sized by a probe, so both come in one reply.
   auto n = E(req)->ListXattr(path, {});
   if (!n.ok()) return ReplyErr(req, n.status());
@@ -737,7 +787,9 @@ void OpRemovexattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
       return ReplyErr(req, s);
     }
   }
-  ReplyCode(req, E(req)->RemoveXattr(ProcFdPath(In(req, ino).fd.get()), name).code());
+  auto path = PathOf(req, ino);
+  if (!path.ok()) return ReplyErr(req, path.status());
+  ReplyCode(req, E(req)->RemoveXattr(ProcFdPath(path->get()), name).code());
 }
 
 fuse_lowlevel_ops MakeOps() {

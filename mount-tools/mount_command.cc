@@ -2,14 +2,14 @@
 // mounts it and serves, in the background unless -f.
 #include <dirent.h>
 #include <malloc.h>
+#include <spdlog/sinks/systemd_sink.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <iostream>
-
-#include <spdlog/sinks/systemd_sink.h>
 
 #include "base/log.h"
 #include "base/metrics_text.h"
@@ -23,12 +23,55 @@
 namespace ckptfs {
 namespace {
 
-void RaiseFdLimit() {
+// RLIMIT_NOFILE before and after RaiseFdLimit.
+struct FdLimit {
+  uint64_t was = 0;   // the soft limit the daemon started with
+  uint64_t soft = 0;  // the soft limit now
+  uint64_t hard = 0;
+  int error = 0;  // errno of a failed getrlimit/setrlimit
+};
+
+// The soft limit goes up to the hard one: descriptors held for the files
+// in use count against it (docs/SEMANTICS.md "File descriptors").
+FdLimit RaiseFdLimit() {
+  FdLimit out;
   struct rlimit rl {};
-  if (::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-    rl.rlim_cur = rl.rlim_max;
-    ::setrlimit(RLIMIT_NOFILE, &rl);
+  if (::getrlimit(RLIMIT_NOFILE, &rl) != 0) {
+    out.error = errno;
+    return out;
   }
+  out.was = out.soft = rl.rlim_cur;
+  out.hard = rl.rlim_max;
+  if (rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &rl) == 0) {
+      out.soft = rl.rlim_max;
+    } else {
+      out.error = errno;
+    }
+  }
+  return out;
+}
+
+// max_fds, derived from the limit unless -o max_fds set it; says both.
+uint64_t ChooseMaxFds(uint64_t configured, const FdLimit& limit) {
+  const uint64_t derived = DefaultMaxFds(limit.soft);
+  const uint64_t max_fds = configured != 0 ? configured : derived;
+  if (limit.error != 0) {
+    spdlog::warn("RLIMIT_NOFILE: soft {} (hard {}) could not be raised: {}", limit.soft, limit.hard,
+                 std::strerror(limit.error));
+  } else {
+    spdlog::info("RLIMIT_NOFILE: soft {} (was {}), hard {}", limit.soft, limit.was, limit.hard);
+  }
+  spdlog::info("max_fds {}{}: at most {} fds of idle files stay open", max_fds,
+               configured != 0 ? "" : " (from RLIMIT_NOFILE)", max_fds - FdReserve(max_fds));
+  if (max_fds > derived) {
+    spdlog::warn(
+        "max_fds {} is above what RLIMIT_NOFILE {} leaves free ({}): a full fd table is met by closing "
+        "idle fds",
+        max_fds, limit.soft, derived);
+  }
+  return max_fds;
 }
 
 void LogRecovery(const RecoveryReport& r, bool to_stderr) {
@@ -232,6 +275,7 @@ int ServeMount(FuseMount& mount, Store* store, const MountOptions& opts, const M
 int RunMount(const MountOptions& opts) {
   SetUpProcess();
   (void)InitLogging("", opts.log_level);  // stderr only: cannot fail
+  const FdLimit fd_limit = RaiseFdLimit();  // before the store opens its files
   auto paths = CheckPaths(opts);
   if (!paths.ok()) return Fail(paths.status().message());
   if (opts.metrics.enabled()) {
@@ -248,9 +292,10 @@ int RunMount(const MountOptions& opts) {
   auto report = store.value()->Recover();
   if (!report.ok()) return Fail("recovery of " + paths->backing + " failed: " + report.status().message());
   LogRecovery(report.value(), opts.foreground);
-  RaiseFdLimit();
+  FuseOptions fuse = opts.fuse;
+  fuse.fs.max_fds = ChooseMaxFds(opts.fuse.fs.max_fds, fd_limit);
   // Destroyed on every return below: no path leaves a mount or a session behind.
-  auto mount = FuseMount::Mount(store->get(), paths->backing, paths->mountpoint, opts.fuse);
+  auto mount = FuseMount::Mount(store->get(), paths->backing, paths->mountpoint, fuse);
   if (!mount.ok()) return Fail(mount.status().message());
   const int rc = ServeMount(**mount, store->get(), opts, *paths);
   ReportSuppressedLogLines(/*all=*/true);

@@ -261,6 +261,11 @@ const MountOptionSpec kTable[] = {
      [](const OptionArg& a, MountOptions* o) { return Into(IntIn(a, 1, kMaxSealWorkers), &o->store.seal_workers); },
      "threads coding one file's chunks as it seals, 1..64; each holds about 5 chunks, and under a lossy policy "
      "about 6 more chunks' worth of per-element state (default: every core, up to 64)"},
+    {"max_fds", Takes::kValue, "N",
+     [](const OptionArg& a, MountOptions* o) { return Into(IntIn(a, 64, 1L << 30), &o->fuse.fs.max_fds); },
+     "file descriptors the daemon may hold, at least 64: those of idle files stay within N minus a reserve "
+     "(N/2, at most 256) and are reopened on demand, however many files the kernel caches (default: the soft "
+     "RLIMIT_NOFILE, raised to the hard limit at start, less an eighth)"},
     {"max_threads", Takes::kValue, "N",
      [](const OptionArg& a, MountOptions* o) { return Into(IntIn(a, 1, 256), &o->fuse.max_threads); },
      "FUSE worker threads, 1..256", [](const MountOptions& d) { return std::to_string(d.fuse.max_threads); }},

@@ -9,6 +9,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -76,11 +77,38 @@ class Env {
   virtual Result<size_t> GetXattr(const std::string& path, const std::string& name, std::span<uint8_t> out) = 0;
   virtual Result<size_t> ListXattr(const std::string& path, std::span<char> out) = 0;
   virtual Status RemoveXattr(const std::string& path, const std::string& name) = 0;
+  // name_to_handle_at(2): an opaque handle naming the inode at `path`
+  // (AT_EMPTY_PATH: dirfd's own) on its file system for as long as the
+  // inode lives, whatever its names become. EOPNOTSUPP where the file
+  // system has none.
+  virtual Result<std::string> NameToHandleAt(int dirfd, const std::string& path, int flags) = 0;
+  // open_by_handle_at(2): opens what `handle` names; mount_fd is any fd on
+  // its file system. Needs CAP_DAC_READ_SEARCH (EPERM without it); ESTALE
+  // once the inode is gone.
+  virtual Result<UniqueFd> OpenByHandleAt(int mount_fd, const std::string& handle, int flags) = 0;
 
   // Loops over PWrite until all of `buf` is written; a zero-byte write is ENOSPC.
   Status PWriteAll(int fd, std::span<const uint8_t> buf, uint64_t off);
   // Reads exactly buf.size() bytes or fails with EIO ("short read").
   Status PReadExact(int fd, std::span<uint8_t> buf, uint64_t off);
+};
+
+// Descriptors are a process-wide resource. When an open fails with EMFILE
+// or ENFILE, the POSIX Env asks every registered relief (fuse/fd_cache.h)
+// to close descriptors it keeps only as a cache, and retries while one
+// closed some: a full table is no error while an idle descriptor can go.
+// A relief returns how many it closed; it must not open anything.
+class FdRelief {
+ public:
+  explicit FdRelief(std::function<size_t()> relieve);
+  ~FdRelief();
+  FdRelief(const FdRelief&) = delete;
+  FdRelief& operator=(const FdRelief&) = delete;
+  // Runs the registered reliefs; the number of descriptors they closed.
+  static size_t RelieveAll();
+
+ private:
+  std::function<size_t()> relieve_;
 };
 
 // "/proc/self/fd/N": reaches an O_PATH fd's inode through path-based calls.

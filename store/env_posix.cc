@@ -10,8 +10,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -57,13 +59,39 @@ auto RetryEintr(F&& f) -> decltype(f()) {
   return r;
 }
 
+// The registered reliefs (FdRelief), process-wide like the fd table.
+std::mutex relief_mu;
+std::vector<const std::function<size_t()>*>& Reliefs() {
+  static std::vector<const std::function<size_t()>*> reliefs;
+  return reliefs;
+}
+
+// Runs `open` (returning an fd or -1 with errno); a full fd table
+// (EMFILE, or the system's: ENFILE) is retried while reliefs close idle
+// descriptors, a bounded number of times.
+template <typename F>
+int OpenRelieved(F&& open) {
+  for (int tries = 0;; ++tries) {
+    const int fd = RetryEintr(open);
+    if (fd >= 0 || (errno != EMFILE && errno != ENFILE) || tries == 16) return fd;
+    const int err = errno;
+    if (FdRelief::RelieveAll() == 0) {
+      errno = err;
+      return fd;
+    }
+  }
+}
+
 class PosixEnv final : public Env {
  public:
   Result<UniqueFd> OpenAt(int dirfd, const std::string& path, int flags, mode_t mode) override {
-    int fd = RetryEintr([&] { return ::openat(dirfd, path.c_str(), flags | O_CLOEXEC, mode); });
+    int fd = OpenRelieved([&] { return ::openat(dirfd, path.c_str(), flags | O_CLOEXEC, mode); });
     if (fd < 0) return ErrAt("open", dirfd, path);
     return UniqueFd(fd);
   }
+
+  Result<std::string> NameToHandleAt(int dirfd, const std::string& path, int flags) override;
+  Result<UniqueFd> OpenByHandleAt(int mount_fd, const std::string& handle, int flags) override;
 
   Result<size_t> PRead(int fd, std::span<uint8_t> buf, uint64_t off) override {
     size_t done = 0;
@@ -207,9 +235,8 @@ class PosixEnv final : public Env {
   }
 
   Status SyncFileRange(int fd, uint64_t off, uint64_t len, unsigned flags) override {
-    if (RetryEintr([&] {
-          return ::sync_file_range(fd, static_cast<off64_t>(off), static_cast<off64_t>(len), flags);
-        }) != 0)
+    if (RetryEintr(
+            [&] { return ::sync_file_range(fd, static_cast<off64_t>(off), static_cast<off64_t>(len), flags); }) != 0)
       return ErrFd("sync_file_range", fd);
     return Status::Ok();
   }
@@ -251,8 +278,39 @@ class PosixEnv final : public Env {
 // getdents. openat(".") also works on O_PATH fds, which fdopendir cannot use;
 // dup() (shared offset, hence rewinddir) is the fallback when "." cannot be
 // opened, e.g. without read permission on the directory.
+// The handle is kept as its bytes: the struct file_handle header
+// (handle_bytes, handle_type) followed by f_handle.
+Result<std::string> PosixEnv::NameToHandleAt(int dirfd, const std::string& path, int flags) {
+  union {
+    file_handle fh;
+    char room[sizeof(file_handle) + MAX_HANDLE_SZ];
+  } buf{};
+  buf.fh.handle_bytes = MAX_HANDLE_SZ;
+  int mount_id = 0;
+  if (::name_to_handle_at(dirfd, path.c_str(), &buf.fh, &mount_id, flags) != 0)
+    return ErrAt("name_to_handle_at", dirfd, path);
+  return std::string(buf.room, sizeof(file_handle) + buf.fh.handle_bytes);
+}
+
+Result<UniqueFd> PosixEnv::OpenByHandleAt(int mount_fd, const std::string& handle, int flags) {
+  union {
+    file_handle fh;
+    char room[sizeof(file_handle) + MAX_HANDLE_SZ];
+  } buf{};
+  if (handle.size() < sizeof(file_handle) || handle.size() > sizeof(buf)) {
+    return Status::Error(EINVAL, "open_by_handle_at: a malformed handle");
+  }
+  std::copy(handle.begin(), handle.end(), buf.room);
+  if (buf.fh.handle_bytes != handle.size() - sizeof(file_handle)) {
+    return Status::Error(EINVAL, "open_by_handle_at: a malformed handle");
+  }
+  int fd = OpenRelieved([&] { return ::open_by_handle_at(mount_fd, &buf.fh, flags | O_CLOEXEC); });
+  if (fd < 0) return ErrFd("open_by_handle_at on", mount_fd);
+  return UniqueFd(fd);
+}
+
 Result<std::vector<DirEntry>> PosixEnv::ListDir(int dirfd) {
-  int fd = RetryEintr([&] { return ::openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC); });
+  int fd = OpenRelieved([&] { return ::openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC); });
   bool shared_offset = false;
   if (fd < 0) {
     fd = ::fcntl(dirfd, F_DUPFD_CLOEXEC, 0);
@@ -287,6 +345,23 @@ Result<std::vector<DirEntry>> PosixEnv::ListDir(int dirfd) {
 }
 
 }  // namespace
+
+FdRelief::FdRelief(std::function<size_t()> relieve) : relieve_(std::move(relieve)) {
+  std::lock_guard lk(relief_mu);
+  Reliefs().push_back(&relieve_);
+}
+
+FdRelief::~FdRelief() {
+  std::lock_guard lk(relief_mu);
+  std::erase(Reliefs(), &relieve_);
+}
+
+size_t FdRelief::RelieveAll() {
+  std::lock_guard lk(relief_mu);
+  size_t closed = 0;
+  for (const auto* relieve : Reliefs()) closed += (*relieve)();
+  return closed;
+}
 
 Env* Env::Default() {
   static PosixEnv* env = new PosixEnv();  // never destroyed: used from static destructors too

@@ -224,7 +224,8 @@ bool RenameOver(Filesystem* fs, const std::string& from, const std::string& to) 
 bool WriteAt(FileContent* f, Env* e, std::span<const uint8_t> bytes, uint64_t off) {
   auto fd = f->BeginWrite();
   if (!fd.ok()) return false;
-  const bool ok = e->PWriteAll(*fd, bytes, off).ok();
+  const bool ok = e->PWriteAll(fd->get(), bytes, off).ok();
+  *fd = FdCache::Lease();  // the lease goes before EndWrite, as in OpWriteBuf
   f->EndWrite();
   return ok;
 }

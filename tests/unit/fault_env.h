@@ -88,6 +88,8 @@ class FaultEnv : public Env {
     kFlock,
     kFadvise,
     kSyncFileRange,
+    kNameToHandle,
+    kOpenByHandle,
     kNumOps,
   };
 
@@ -96,7 +98,7 @@ class FaultEnv : public Env {
         "open",    "pread",   "pwrite",   "fsync",    "fdatasync", "ftruncate", "fstat",       "fstatat", "futimens",
         "rename",  "unlink",  "mkdir",    "symlink",  "readlink",  "link",      "mknod",       "fchmod",  "fchown",
         "utimens", "listdir", "fstatvfs", "setxattr", "getxattr",  "listxattr", "removexattr", "syncfs",
-        "flock",   "fadvise", "sync_file_range"};
+        "flock",   "fadvise", "sync_file_range", "name_to_handle_at", "open_by_handle_at"};
     return op >= 0 && op < kNumOps ? kNames[op] : "?";
   }
 
@@ -322,6 +324,14 @@ class FaultEnv : public Env {
   Result<size_t> ListXattr(const std::string& path, std::span<char> out) override {
     RETURN_IF_ERROR(Enter(kListXattr, false));
     return base_->ListXattr(path, out);
+  }
+  Result<std::string> NameToHandleAt(int dirfd, const std::string& path, int flags) override {
+    RETURN_IF_ERROR(Enter(kNameToHandle, false));
+    return base_->NameToHandleAt(dirfd, path, flags);
+  }
+  Result<UniqueFd> OpenByHandleAt(int mount_fd, const std::string& handle, int flags) override {
+    RETURN_IF_ERROR(Enter(kOpenByHandle, false));
+    return base_->OpenByHandleAt(mount_fd, handle, flags);
   }
   Status RemoveXattr(const std::string& path, const std::string& name) override {
     return Mutate(kRemoveXattr, [&] { return base_->RemoveXattr(path, name); });

@@ -55,6 +55,7 @@ std::vector<SetterCase> SetterCases() {
       {"seal_workers=2", [](const MountOptions& o) { EXPECT_EQ(o.store.seal_workers, 2u); }},
       {"decode_threads=3", [](const MountOptions& o) { EXPECT_EQ(o.fuse.fs.decode_threads, 3); }},
       {"max_threads=256", [](const MountOptions& o) { EXPECT_EQ(o.fuse.max_threads, 256); }},
+      {"max_fds=512", [](const MountOptions& o) { EXPECT_EQ(o.fuse.fs.max_fds, 512u); }},
       {"device=cuda", [](const MountOptions& o) { EXPECT_EQ(o.device, DeviceRequest::kGpu); }},
       {"gpu_mem=64M", [](const MountOptions& o) { EXPECT_EQ(o.cuda.memory_bytes, size_t{64} << 20); }},
       {"read_ahead=1M", [](const MountOptions& o) { EXPECT_EQ(o.fuse.read_ahead, 1u << 20); }},
@@ -175,6 +176,7 @@ TEST(MountOptionsTest, BadNumbersNameOptionAndRange) {
   EXPECT_EQ(ErrorOf("seal_threads=0"), "option seal_threads=0: expected an integer in [1, 64]");
   EXPECT_EQ(ErrorOf("seal_workers=1x"), "option seal_workers=1x: expected an integer in [1, 64]");
   EXPECT_EQ(ErrorOf("max_threads=257"), "option max_threads=257: expected an integer in [1, 256]");
+  EXPECT_EQ(ErrorOf("max_fds=63"), "option max_fds=63: expected an integer in [64, 1073741824]");
   EXPECT_EQ(ErrorOf("attr_timeout=-1"), "option attr_timeout=-1: expected seconds >= 0");
   EXPECT_EQ(ErrorOf("entry_timeout=soon"), "option entry_timeout=soon: expected seconds >= 0");
 }
