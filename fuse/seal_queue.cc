@@ -1,6 +1,7 @@
 #include "fuse/seal_queue.h"
 
 #include <algorithm>
+#include <span>
 
 #include "base/log.h"
 #include "base/metrics.h"
@@ -46,7 +47,10 @@ void SealQueue::Push(std::shared_ptr<SealTarget> file) {
 }
 
 std::optional<SealQueue::Queued> SealQueue::PopLocked(bool small_only) {
-  for (int l = 0; l < (small_only ? 1 : 2); ++l) {
+  // The general workers take big files first: small ones have a worker of
+  // their own, and a flood of small files must not starve big ones.
+  static constexpr int kSmallOnly[] = {0}, kBigFirst[] = {1, 0};
+  for (int l : small_only ? std::span<const int>(kSmallOnly) : std::span<const int>(kBigFirst)) {
     Lane& lane = lanes_[l];
     if (lane.turn.empty()) continue;
     const uid_t owner = lane.turn.front();

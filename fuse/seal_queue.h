@@ -4,9 +4,10 @@
 // Fair across owners (docs/ARCHITECTURE.md, "Sealing"): files wait in two
 // lanes, small and big (SealTarget::SealClass), each a round robin over the
 // files' owners, so one user's many files take turns with another user's
-// one. The seal_threads workers take small files first, then big ones; one
+// one. The seal_threads workers take big files first, then small ones; one
 // more worker takes small files only, so a small file never waits for a
-// big seal in progress, whoever's it is.
+// big seal in progress, whoever's it is, and a flood of small files does
+// not starve big ones.
 #pragma once
 
 #include <sys/types.h>
@@ -86,8 +87,8 @@ class SealQueue {
   };
   void Work(bool small_only);
   void EnqueueLocked(std::shared_ptr<SealTarget> file, SealTarget::SealClass cls);
-  // The next file for a worker (small lane first; `small_only`: nothing
-  // else), or null.
+  // The next file for a worker (big lane first; `small_only`: the small
+  // lane only), or nothing.
   std::optional<Queued> PopLocked(bool small_only);
   bool ReadyLocked(bool small_only) const;
   size_t QueuedLocked() const { return lanes_[0].files + lanes_[1].files; }
