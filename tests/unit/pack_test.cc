@@ -249,7 +249,9 @@ TEST_F(PackTest, UnknownHeaderFlagsAreRejected) {
     test::WriteFileBytes(dir_.Sub("p"), b);
     auto r = Open();
     EXPECT_EQ(r.ok(), flags == kPackFlagHoles) << "flags " << flags;
-    if (!r.ok()) EXPECT_NE(r.status().message().find("unknown header flags"), std::string::npos);
+    if (!r.ok()) {
+      EXPECT_NE(r.status().message().find("unknown header flags"), std::string::npos);
+    }
   }
 }
 

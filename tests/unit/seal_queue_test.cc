@@ -113,6 +113,12 @@ TEST(SealQueueTest, SmallFilesPassABigSealAndOwnersTakeTurns) {
   Gate big_gate, small_gate;
   SealQueue q(1);
   q.Start();
+  // On a failed assertion, the gates open before the queue drains.
+  struct OpenAtExit {
+    Gate* a;
+    Gate* b;
+    ~OpenAtExit() { a->Open(), b->Open(); }
+  } open_at_exit{&big_gate, &small_gate};
   std::vector<std::shared_ptr<SealTarget>> files;
   auto push = [&](const std::string& name, uid_t owner, bool small, Gate* gate = nullptr) {
     files.push_back(std::make_shared<FakeFile>(name, owner, small, &log, gate));
@@ -229,7 +235,8 @@ TEST_F(SealCancelTest, DeletingAFileStopsItsSealBetweenChunks) {
 // The unmount's Drain does not wait for the seal of a deleted file, even
 // one that would wait at -o seal_hold for ever.
 TEST_F(SealCancelTest, DrainDoesNotWaitForTheSealOfADeletedFile) {
-  const std::string hold = dir_.Sub("hold");
+  const TempDir elsewhere;  // not in the store's directory, which must be empty
+  const std::string hold = elsewhere.Sub("hold");
   test::WriteFileBytes(hold, {});
   Open(hold);
   auto rec = MakeStagedFile(store_.get(), "f", RandomBytes(8 * kChunk, 2));
