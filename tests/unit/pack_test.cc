@@ -238,6 +238,16 @@ TEST_F(PackTest, HolesOfASparseSourceAreNeverRead) {
   }
 }
 
+// A size past kMaxPackChunks chunks, which any user can give a file
+// (truncate -s 8E), is EFBIG before anything is allocated for its table.
+TEST_F(PackTest, MoreChunksThanAPackHoldsIsEfbig) {
+  for (uint64_t size : {kMaxPackChunks * 4096 + 1, uint64_t{1} << 62}) {
+    Result<PackStats> st = Write({}, 4096, "p", nullptr, size);
+    ASSERT_FALSE(st.ok()) << size;
+    EXPECT_EQ(st.status().code(), EFBIG) << st.status().ToString();
+  }
+}
+
 // Header flags: kPackFlagHoles is read; any other bit is corruption, as an
 // unknown version is.
 TEST_F(PackTest, UnknownHeaderFlagsAreRejected) {
