@@ -291,6 +291,17 @@ Status FileContent::EnsureStagedLocked(uint64_t keep_bytes) {
   return Status::Ok();
 }
 
+Status FileContent::TooBig(uint64_t end) const {
+  return Status::Error(EFBIG, label_ + ": " + std::to_string(end) + " bytes is past the largest file this store seals (" +
+                                  std::to_string(store_->max_file_size()) + " bytes)");
+}
+
+Status FileContent::CheckWriteEnd(uint64_t off, uint64_t len) const {
+  const uint64_t max = store_->max_file_size();
+  if (off > max || len > max - off) return TooBig(off + len);
+  return Status::Ok();
+}
+
 Result<FdCache::Lease> FileContent::BeginWrite() {
   std::lock_guard lk(mu_);
   RETURN_IF_ERROR(EnsureStagedLocked(UINT64_MAX));
@@ -306,6 +317,7 @@ void FileContent::EndWrite() {
 }
 
 Status FileContent::Truncate(uint64_t size) {
+  if (size > store_->max_file_size()) return TooBig(size);
   std::lock_guard lk(mu_);
   if (!staging_ && size == rec_.size) return Status::Ok();
   // Once staged, nothing more is pushed; a push in flight would land after.
@@ -461,6 +473,26 @@ bool FileContent::OnRelease(bool writable) {
   return NeedsSealLocked();
 }
 
+SealTarget::SealClass FileContent::ClassForSeal() {
+  SealClass cls;
+  Env* env = store_->env();
+  cls.owner = owner_uid();
+  std::shared_ptr<Staging> sp;
+  {
+    std::lock_guard lk(mu_);
+    sp = staging_;
+  }
+  if (!sp) return cls;  // nothing to seal: done at once
+  // Data bytes, not the size: holes cost a seal nothing (store/pack.h).
+  Result<FdCache::Lease> fd = StagingFd(sp);
+  if (!fd.ok()) return cls;
+  if (Result<struct stat> st = env->Fstat(fd->get()); st.ok()) {
+    const uint64_t data = static_cast<uint64_t>(st->st_blocks) * 512;
+    cls.small = data <= kSmallSealBytes && static_cast<uint64_t>(st->st_size) <= kSmallSealSize;
+  }
+  return cls;
+}
+
 bool FileContent::NeedsSeal() {
   std::lock_guard lk(mu_);
   return NeedsSealLocked();
@@ -561,7 +593,11 @@ Status FileContent::SealIfIdle(bool reader_waits, bool may_postpone) {
     commit.unlock();
     return false;
   };
-  auto sealed = store_->SealStub(stub->get(), staged, staging->get(), still_current, wait);
+  auto sealed = store_->SealStub(stub->get(), staged, staging->get(), still_current, wait, &seal_cancel_);
+  if (!sealed.ok() && sealed.status().code() == ECANCELED && seal_cancel_.load()) {
+    spdlog::debug("seal of {} cancelled: the file was deleted", label_);
+    return Status::Ok();
+  }
   if (!sealed.ok() && sealed.status().code() == kSealPostponed && !commit.owns_lock()) {
     postponed_since_ = wait.since;
     postponed_gen_ = gen;
@@ -595,6 +631,7 @@ void FileContent::MarkUnlinked() {
   stub_.KeepOpen();
   std::lock_guard lk(mu_);
   unlinked_ = true;
+  seal_cancel_.store(true);
   MaybeReleaseObjectsLocked();
 }
 

@@ -28,6 +28,7 @@
 #include "cache/decode_ahead.h"
 #include "cache/read_order.h"
 #include "fuse/fd_cache.h"
+#include "fuse/seal_queue.h"
 #include "store/pack.h"
 #include "store/store.h"
 #include "store/stub.h"
@@ -43,7 +44,7 @@ struct ReadPieces {
   size_t size = 0;
 };
 
-class FileContent : public std::enable_shared_from_this<FileContent> {
+class FileContent : public SealTarget, public std::enable_shared_from_this<FileContent> {
  public:
   // Keeps new page pushes (BeginPagePush) out of the file while it lives,
   // for a request that must not be answered before the pushes in flight
@@ -98,6 +99,8 @@ class FileContent : public std::enable_shared_from_this<FileContent> {
   // staging fd, to be dropped before EndWrite.
   Result<FdCache::Lease> BeginWrite();
   void EndWrite();
+  // EFBIG when a write would end past Store::max_file_size().
+  Status CheckWriteEnd(uint64_t off, uint64_t len) const;
   // Never waits: the caller keeps page pushes out and waits for those in
   // flight first (HoldPagePushes, or the writable open's OnOpen); EAGAIN if
   // one is still in flight.
@@ -130,8 +133,12 @@ class FileContent : public std::enable_shared_from_this<FileContent> {
   // `may_postpone`: a seal that would wait for more of its save returns
   // kSealPostponed instead (store/store.h, SealWait); its waits' bounds
   // count from its first try.
-  Status SealIfIdle(bool reader_waits = false, bool may_postpone = false);
-  bool NeedsSeal();
+  // A seal of a file whose last link is gone is cancelled (MarkUnlinked)
+  // and returns Ok, as if there was nothing to seal.
+  Status SealIfIdle(bool reader_waits = false, bool may_postpone = false) override;
+  bool NeedsSeal() override;
+  // The stub's owner, and whether the staging file is small (seal_queue.h).
+  SealClass ClassForSeal() override;
   // Whether a lossy policy will rewrite this staged file's bytes when it is
   // sealed: a handle opened for reading then seals it before its first read.
   bool LossySealPending();
@@ -192,7 +199,7 @@ class FileContent : public std::enable_shared_from_this<FileContent> {
   // its final size, so other nodes wait for its seal instead of hiding it.
   Status OnFlush();
 
-  const std::string& label() const { return label_; }
+  const std::string& label() const override { return label_; }
   // The file's owner, whose uid keys the rate limit of its log lines
   // (kLogAnyUid when the stub cannot be read).
   uint32_t owner_uid();
@@ -235,6 +242,7 @@ class FileContent : public std::enable_shared_from_this<FileContent> {
   Status ReopenStubLocked();
 
   Status Fail(const Status& st, const char* what, uint64_t off);
+  Status TooBig(uint64_t end) const;
 
   Store* const store_;
   ChunkCache* const cache_;
@@ -279,6 +287,9 @@ class FileContent : public std::enable_shared_from_this<FileContent> {
   bool stub_synced_ = false;      // stub record durable since last staging
   bool dir_entry_synced_ = true;  // false from creation until the first Sync
   bool unlinked_ = false;
+  // Set with unlinked_: a seal in progress stops at its next chunk, since
+  // an unlinked file is never sealed (its result would be thrown away).
+  std::atomic<bool> seal_cancel_{false};
   int inodes_ = 1;  // Inodes holding this content that the kernel has not forgotten
   bool released_ = false;
   bool drop_cache_ = false;  // sealed since the kernel last cached pages

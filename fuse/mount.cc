@@ -106,8 +106,8 @@ void FuseMount::Unmount() {
 }
 
 void FuseMount::StartSealing() {
-  spdlog::info("sealing: {} file(s) at a time, {} worker(s) per file", opts_.fs.seal_threads,
-               store_->options().seal_workers);
+  spdlog::info("sealing: {} file(s) at a time and one more small one, {} worker(s) per file",
+               opts_.fs.seal_threads, store_->options().seal_workers);
   fs_->seals().Start();
   fs_->decode_ahead().Start();
   fs_->page_push().Start(session_);

@@ -556,6 +556,9 @@ void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* 
 // it from /dev/fuse) straight into the staging file.
 void OpWriteBuf(fuse_req_t req, fuse_ino_t, fuse_bufvec* in, off_t off, fuse_file_info* fi) {
   FileContent& content = *FH(fi)->content;
+  if (Status big = content.CheckWriteEnd(static_cast<uint64_t>(off), fuse_buf_size(in)); !big.ok()) {
+    return ReplyErr(req, big);
+  }
   ssize_t n = 0;
   {
     auto fd = content.BeginWrite();

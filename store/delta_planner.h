@@ -69,6 +69,7 @@ class DeltaPlanner : public ChunkPlanner {
   void SetLossy(LossyCoder* coder, uint32_t keyframe_every, const CrcPass* crc = nullptr);
   Result<std::optional<ChunkPlan>> TransformLossy(uint64_t offset, std::span<uint8_t> raw,
                                                   std::span<const TensorRange> ranges) override;
+  bool Rewrites() const override { return lossy_ != nullptr; }
   void FinishMeta(PackMeta* meta) override;
 
  private:

@@ -67,6 +67,14 @@ class Env {
   // flush): only Fsync/Fdatasync are. Used to keep long writes from filling
   // the page cache (store/write_behind.h).
   virtual Status SyncFileRange(int fd, uint64_t off, uint64_t len, unsigned flags) = 0;
+  // lseek(2) with SEEK_DATA: where the first byte of data at or after `off`
+  // is, or UINT64_MAX when only a hole follows (ENXIO), so that a seal
+  // skips a sparse file's holes instead of reading their zeros. A file
+  // system without SEEK_DATA reports data everywhere, as this default does.
+  virtual Result<uint64_t> SeekData(int fd, uint64_t off) {
+    (void)fd;
+    return off;
+  }
   // Wall-clock time (CLOCK_REALTIME) in nanoseconds since the epoch, for
   // timestamps that are stored.
   virtual uint64_t WallTimeNs() = 0;

@@ -234,6 +234,16 @@ class PosixEnv final : public Env {
     return Status::Ok();
   }
 
+  Result<uint64_t> SeekData(int fd, uint64_t off) override {
+    if (off > static_cast<uint64_t>(INT64_MAX)) return uint64_t{UINT64_MAX};
+    const off_t at = ::lseek(fd, static_cast<off_t>(off), SEEK_DATA);
+    if (at >= 0) return static_cast<uint64_t>(at);
+    if (errno == ENXIO) return uint64_t{UINT64_MAX};  // a hole up to the end
+    // No SEEK_DATA here (EINVAL): data everywhere, read as before.
+    if (errno == EINVAL || errno == EOPNOTSUPP) return off;
+    return ErrFd("lseek SEEK_DATA", fd);
+  }
+
   Status SyncFileRange(int fd, uint64_t off, uint64_t len, unsigned flags) override {
     if (RetryEintr(
             [&] { return ::sync_file_range(fd, static_cast<off64_t>(off), static_cast<off64_t>(len), flags); }) != 0)

@@ -74,7 +74,8 @@ Result<PackHeader> ReadPackHeader(const PackBytes& src, const std::string& ctx) 
                    std::to_string(kPackMinReadableVersion) + " to " + std::to_string(kPackFormatVersion) + ")");
   }
   if (le::Get32(hdr, kHdrHeaderSize) != kPackHeaderSize) return corrupt("unexpected header size");
-  if (le::Get32(hdr, kHdrFlags) != 0) return corrupt("unknown header flags");
+  h.flags = le::Get32(hdr, kHdrFlags);
+  if ((h.flags & ~kPackKnownFlags) != 0) return corrupt("unknown header flags");
   if (h.chunk_size == 0) return corrupt("chunk size is 0");
   if (h.version < 3 && (h.meta_offset != 0 || h.meta_len != 0)) return corrupt("meta block in a version < 3 pack");
   if (h.version >= 3 && h.meta_len == 0) return corrupt("version 3 pack without a meta block");
@@ -290,6 +291,8 @@ Status PackReader::ReadChunkInto(uint64_t index, std::span<uint8_t> out, BaseSou
   }
   Status decoded = needs_base ? DecodeAgainstBase(e.codec, stored, out, bases) : DecodeChunk(e.codec, stored, out);
   if (!decoded.ok()) return decoded.WithContext(ctx);
+  // A hole (kPackFlagHoles) is zeros by its table entry: nothing to check.
+  if (e.codec == ChunkCodec::kZero && (header_.flags & kPackFlagHoles) != 0) return Status::Ok();
   if (!ChecksumMatches(Checksum64(out, kSeedChunkRaw ^ index), e.raw_checksum)) {
     return Status::Corruption(ctx + ": raw checksum mismatch");
   }

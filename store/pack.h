@@ -99,6 +99,9 @@ class ChunkPlanner {
     (void)offset, (void)raw, (void)ranges;
     return std::optional<ChunkPlan>{};
   }
+  // Whether TransformLossy may rewrite chunks: then every chunk is read,
+  // holes included, since the lossy coder keeps state across them.
+  virtual bool Rewrites() const { return false; }
   // Lets the planner add to the meta block before it is written.
   virtual void FinishMeta(PackMeta* meta) { (void)meta; }
 };

@@ -32,6 +32,11 @@ inline constexpr uint32_t kPackHeaderSize = 64;
 inline constexpr uint32_t kPackFooterSize = 32;
 inline constexpr uint32_t kPackTableEntrySize = 40;
 inline constexpr uint32_t kDefaultChunkSize = 4u << 20;
+// The most chunks a pack holds: 16 TiB at the default chunk size (ext4's
+// largest file). Its table and meta block, 49 bytes a chunk, are in memory
+// while it is written and read, so a file's size, which any user chooses
+// (`truncate -s 8E`), must not set them unbounded.
+inline constexpr uint64_t kMaxPackChunks = uint64_t{1} << 22;
 // Seeds keep checksums of different record kinds from colliding by design.
 inline constexpr uint64_t kSeedHeader = 0x4845414452ull;
 inline constexpr uint64_t kSeedTable = 0x5441424C45ull;
@@ -48,8 +53,19 @@ inline constexpr uint64_t kSeedChunkRaw = 0x524157ull;
 inline bool BaseWindowLeads(uint64_t offset) { return static_cast<int64_t>(offset) < 0; }
 inline uint64_t BaseWindowLead(uint64_t offset) { return BaseWindowLeads(offset) ? uint64_t{0} - offset : 0; }
 
+// Header flag bit 0, *holes*: the pack's zero chunks carry raw checksum 0,
+// which is not checked. A seal stores the holes of a sparse staging file as
+// zero chunks without reading them (SEEK_DATA), so it never hashes their
+// zeros: a terabyte hole costs a table entry per chunk, not a terabyte of
+// hashing. A zero chunk's bytes follow from its table entry alone, which
+// the table checksum covers. Builds from before the flag refuse such a
+// pack ("unknown header flags"), as they refuse a version they do not know.
+inline constexpr uint32_t kPackFlagHoles = 1;
+inline constexpr uint32_t kPackKnownFlags = kPackFlagHoles;
+
 struct PackHeader {
   uint32_t version = kPackPlainVersion;
+  uint32_t flags = 0;  // kPackFlag*
   uint32_t chunk_size = kDefaultChunkSize;
   uint64_t logical_size = 0;
   uint64_t chunk_count = 0;
@@ -63,7 +79,7 @@ struct ChunkEntry {
   uint32_t raw_len = 0;
   ChunkCodec codec = ChunkCodec::kRaw;
   uint64_t stored_checksum = 0;  // Checksum64(payload, kSeedChunkStored ^ index)
-  uint64_t raw_checksum = 0;     // Checksum64(decoded, kSeedChunkRaw ^ index)
+  uint64_t raw_checksum = 0;     // Checksum64(decoded, kSeedChunkRaw ^ index); 0 for a zero chunk under kPackFlagHoles
 };
 
 // Where the fields sit in the header, a table entry and the footer: for the

@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <system_error>
 #include <thread>
@@ -26,7 +27,7 @@ void EncodeHeader(const PackHeader& h, std::span<uint8_t, kPackHeaderSize> out) 
   le::Put32(out, kHdrVersion, h.version);
   le::Put32(out, kHdrHeaderSize, kPackHeaderSize);
   le::Put32(out, kHdrChunkSize, h.chunk_size);
-  le::Put32(out, kHdrFlags, 0);
+  le::Put32(out, kHdrFlags, h.flags);
   le::Put64(out, kHdrLogical, h.logical_size);
   le::Put64(out, kHdrCount, h.chunk_count);
   le::Put64(out, kHdrMetaOffset, h.meta_offset);
@@ -51,6 +52,7 @@ struct ChunkSlot {
   ChunkEntry entry;
   std::optional<ChunkPlan> plan;  // payload already moved into `out`
   uint64_t hash = 0;
+  bool hole = false;  // a zero chunk never read (kPackFlagHoles)
 };
 
 struct PackSource {
@@ -61,6 +63,52 @@ struct PackSource {
   const ChunkEncoderOptions* opts;
   std::span<const TensorRange> tensors;
 };
+
+// The content hash of `len` zero bytes (the meta block's hash of a hole
+// chunk), computed once per length: a file's holes all share it.
+uint64_t ZeroContentHash(size_t len) {
+  static std::mutex mu;
+  static std::map<size_t, uint64_t> known;
+  std::lock_guard lk(mu);
+  auto it = known.find(len);
+  if (it != known.end()) return it->second;
+  const std::vector<uint8_t> zeros(len);
+  return known.emplace(len, ChunkContentHash(zeros)).first->second;
+}
+
+// Where the source's data lies, asked of the file system (Env::SeekData)
+// as the chunks go by, one worker's chunks at a time: a chunk inside a
+// hole is stored as a zero chunk without being read. One look per hole
+// and per data chunk, so a sparse file costs its extents, not its size.
+class HoleCursor {
+ public:
+  // Whether [off, off + len) holds no data. When the file system cannot
+  // say, the chunk is read: its zeros, if any, are found the old way.
+  bool IsHole(const PackSource& src, uint64_t off, uint64_t len) {
+    if (off < looked_at_ || off >= next_data_) {
+      Result<uint64_t> data = src.env->SeekData(src.fd, off);
+      looked_at_ = off;
+      next_data_ = data.ok() ? *data : off;
+    }
+    return next_data_ - off >= len;
+  }
+
+ private:
+  // No data in [looked_at_, next_data_).
+  uint64_t looked_at_ = 1;
+  uint64_t next_data_ = 0;
+};
+
+// Fills `s` for chunk i, of `len` bytes, that lies in a hole.
+void FillHole(uint64_t len, ChunkSlot* s) {
+  s->plan.reset();
+  s->out.clear();
+  s->hole = true;
+  s->hash = ZeroContentHash(len);
+  s->entry.codec = ChunkCodec::kZero;
+  s->entry.raw_len = static_cast<uint32_t>(len);
+  s->entry.raw_checksum = 0;  // not checked under kPackFlagHoles
+}
 
 // Codes a chunk no plan covers yet: as a delta where `planner` finds one that
 // pays, else on its own (which the planner may ask for first, as the size a
@@ -82,9 +130,16 @@ void CodeUnplanned(const PackSource& src, uint64_t off, std::span<const uint8_t>
 // Reads chunk i into `in` and codes it: a plan against other packs when the
 // planner has one, else on its own. Leaves offset and stored checksum to the
 // appender.
-Status EncodeChunkAt(const PackSource& src, uint64_t i, ChunkPlanner* planner, std::vector<uint8_t>* in, ChunkSlot* s) {
+Status EncodeChunkAt(const PackSource& src, uint64_t i, ChunkPlanner* planner, HoleCursor* holes,
+                     std::vector<uint8_t>* in, ChunkSlot* s) {
   const uint64_t off = i * src.chunk_size;
   const size_t len = static_cast<size_t>(std::min<uint64_t>(src.chunk_size, src.size - off));
+  s->hole = false;
+  // A lossy planner sees every chunk (its CRC pass, its statistics).
+  if ((planner == nullptr || !planner->Rewrites()) && holes->IsHole(src, off, len)) {
+    FillHole(len, s);
+    return Status::Ok();
+  }
   in->resize(len);
   std::span<uint8_t> raw(in->data(), len);
   ASSIGN_OR_RETURN(size_t got, src.env->PRead(src.fd, raw, off));
@@ -135,6 +190,7 @@ class ChunkAppender {
                                          : stats_->lossy_chunks);
     }
     needs_v5_ = needs_v5_ || e.codec == ChunkCodec::kLossy;  // lossy chunks are written as version 2
+    holes_ = holes_ || s->hole;
     meta.chunk_hash[i] = s->hash;
     e.offset = pos_;
     e.stored_len = static_cast<uint32_t>(s->out.size());
@@ -149,6 +205,8 @@ class ChunkAppender {
   // Whether a chunk's base window starts before its base, or a chunk is
   // lossy (version 2 of the lossy chunk): both need pack version 5.
   bool needs_v5() const { return needs_v5_; }
+  // Whether a chunk was a hole never read (kPackFlagHoles).
+  bool holes() const { return holes_; }
 
  private:
   Env* env_;
@@ -157,6 +215,7 @@ class ChunkAppender {
   std::span<uint8_t> table_;
   uint64_t pos_ = kPackHeaderSize;
   bool needs_v5_ = false;
+  bool holes_ = false;
   WriteBehind behind_;
 };
 
@@ -171,9 +230,10 @@ Status EncodeInOrder(const PackSource& src, uint64_t count, const std::atomic<bo
                      ChunkAppender* out) {
   std::vector<uint8_t> in;
   ChunkSlot slot;
+  HoleCursor holes;
   for (uint64_t i = 0; i < count; ++i) {
     RETURN_IF_ERROR(Cancelled(cancel));
-    RETURN_IF_ERROR(EncodeChunkAt(src, i, planner, &in, &slot));
+    RETURN_IF_ERROR(EncodeChunkAt(src, i, planner, &holes, &in, &slot));
     RETURN_IF_ERROR(out->Append(i, &slot));
   }
   return Status::Ok();
@@ -267,11 +327,12 @@ Status EncodeInParallel(const PackSource& src, uint64_t count, const std::atomic
   auto work = [&](unsigned t) {
     ChunkPlanner* planner = planners.empty() ? nullptr : planners[t];
     std::vector<uint8_t> in;
+    HoleCursor holes;
     for (ChunkSlot* slot; (slot = appends.TakeSlot(t)) != nullptr;) {
       const uint64_t i = next.fetch_add(1);
       if (i >= count) return;
       Status s = Cancelled(cancel);
-      if (s.ok()) s = EncodeChunkAt(src, i, planner, &in, slot);
+      if (s.ok()) s = EncodeChunkAt(src, i, planner, &holes, &in, slot);
       appends.HandIn(i, t, slot, std::move(s));
     }
   };
@@ -311,6 +372,10 @@ Result<PackStats> WritePack(Env* env, int src_fd, uint64_t size, int dst_fd, uin
   header.chunk_size = chunk_size;
   header.logical_size = size;
   header.chunk_count = ChunkCount(size, chunk_size);
+  if (header.chunk_count > kMaxPackChunks) {
+    return Status::Error(EFBIG, std::to_string(size) + " bytes is more than a pack holds (" +
+                                    std::to_string(kMaxPackChunks) + " chunks of " + std::to_string(chunk_size) + ")");
+  }
 
   std::array<uint8_t, kPackHeaderSize> hdr;
   EncodeHeader(header, hdr);
@@ -344,6 +409,7 @@ Result<PackStats> WritePack(Env* env, int src_fd, uint64_t size, int dst_fd, uin
   RETURN_IF_ERROR(env->PWriteAll(dst_fd, meta_bytes, pos));
   pos += meta_bytes.size();
   header.version = appender.needs_v5() ? kPackFormatVersion : kPackPlainVersion;
+  header.flags = appender.holes() ? kPackFlagHoles : 0;
   EncodeHeader(header, hdr);
   RETURN_IF_ERROR(env->PWriteAll(dst_fd, hdr, 0));
 

@@ -86,10 +86,10 @@ bool PinnedBases::AdmitLocked(ObjectId pack) {
   return ok;
 }
 
-void WaitWhileExists(Env* env, const std::string& path) {
+void WaitWhileExists(Env* env, const std::string& path, const std::atomic<bool>* cancel) {
   if (path.empty()) return;
   bool logged = false;
-  while (env->FstatAt(AT_FDCWD, path, 0).ok()) {
+  while (env->FstatAt(AT_FDCWD, path, 0).ok() && (cancel == nullptr || !cancel->load())) {
     if (!logged) spdlog::info("seal_hold: a seal waits while {} exists", path);
     logged = true;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));

@@ -7,6 +7,7 @@
 // only packs it marked doomed in an earlier run, before it read the pins.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -80,7 +81,8 @@ class PinnedBases : public BaseAdmission {
   std::unordered_map<ObjectId, bool> decided_;
 };
 
-// A testing aid (-o seal_hold=PATH): returns once `path` does not exist.
-void WaitWhileExists(Env* env, const std::string& path);
+// A testing aid (-o seal_hold=PATH): returns once `path` does not exist,
+// or `cancel` is set (a seal of a deleted file).
+void WaitWhileExists(Env* env, const std::string& path, const std::atomic<bool>* cancel = nullptr);
 
 }  // namespace ckptfs

@@ -462,6 +462,8 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
     FileLayout layout = LayoutForSeal(file, siblings);
     if (waits_for_save()) return fail(postponed());
     chunk_size = PackChunkSizeFor(layout, chunk_size);
+    // A smaller chunk must not take a file past a pack's chunk count.
+    if (pack_layout::ChunkCount(size, chunk_size) > kMaxPackChunks) chunk_size = opts_.chunk_size;
     // Reads of B+tree nodes did not wait for this seal: what they were
     // served stays as it is.
     if (policy.lossy()) {
@@ -525,7 +527,8 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
   Result<PackStats> stats = WritePack(env_, src_fd, size, tmp->get(), chunk_size, opts_.encoder, cancel, tensors,
                                       PackWorkers{workers, planner_ptrs});
   if (!stats.ok()) return fail(stats.status());
-  WaitWhileExists(env_, opts_.seal_hold);
+  WaitWhileExists(env_, opts_.seal_hold, cancel);
+  if (cancel != nullptr && cancel->load()) return fail(Status::Error(ECANCELED, "pack write cancelled"));
   if (Status s = pack_objects_->Publish(id, tmp_.get(), tmpname, tmp->get()); !s.ok()) return fail(s);
   if (index_loaded_) index_.Add(id, stats->meta, size, chunk_size, stats->stored_size);
   if (planner && (stats->ref_chunks > 0 || stats->delta_chunks > 0)) {
@@ -923,7 +926,8 @@ Result<Store::Staged> Store::StageStub(int stub_fd, const StubRecord& sealed, ui
 }
 
 Result<StubRecord> Store::SealStub(int stub_fd, const StubRecord& staged, int staging_fd,
-                                   const std::function<bool()>& still_current, const SealWait& wait) {
+                                   const std::function<bool()>& still_current, const SealWait& wait,
+                                   const std::atomic<bool>* cancel) {
   if (staged.state != StubState::kStaged) return Status::InvalidArgument("SealStub: stub is not staged");
   ASSIGN_OR_RETURN(struct stat sst, env_->Fstat(staging_fd));
   const uint64_t size = static_cast<uint64_t>(sst.st_size);
@@ -934,7 +938,7 @@ Result<StubRecord> Store::SealStub(int stub_fd, const StubRecord& staged, int st
   std::unique_ptr<SealPin> pin;
   if (size > 0) {
     const std::unique_ptr<SiblingSource> siblings = SiblingsOf(stub_fd, sst.st_mtim, wait);
-    ASSIGN_OR_RETURN(pack, PublishPack(staging_fd, size, nullptr, PolicyFor(stub_fd), siblings.get(), &pin));
+    ASSIGN_OR_RETURN(pack, PublishPack(staging_fd, size, cancel, PolicyFor(stub_fd), siblings.get(), &pin));
   }
 
   if (still_current && !still_current()) {

@@ -171,6 +171,9 @@ class Store : public BaseSource {
   const std::string& path() const { return path_; }
   const StoreOptions& options() const { return opts_; }
   int ns_fd() const { return ns_.get(); }
+  // The largest file a pack of this store holds (kMaxPackChunks chunks):
+  // a write or truncate past it fails with EFBIG.
+  uint64_t max_file_size() const { return uint64_t{opts_.chunk_size} * kMaxPackChunks; }
   int root_fd() const { return root_.get(); }
   // What Open tightened to make the store private (store/private_store.h),
   // one line each, for the daemon's log.
@@ -343,8 +346,11 @@ class Store : public BaseSource {
   // With `wait.may_postpone`, a seal that would wait for more of its save
   // (an OCDBT tree, a DCP .metadata) fails with kSealPostponed instead,
   // leaving the stub staged, for the caller to try again later.
+  // `cancel`, when set and true, stops the seal at its next chunk
+  // (ECANCELED), leaving the stub staged: the file was deleted.
   Result<StubRecord> SealStub(int stub_fd, const StubRecord& staged, int staging_fd,
-                              const std::function<bool()>& still_current = {}, const SealWait& wait = {});
+                              const std::function<bool()>& still_current = {}, const SealWait& wait = {},
+                              const std::atomic<bool>* cancel = nullptr);
   // Deletes the objects a stub refers to (after its last link is gone).
   Status ReleaseStubObjects(const StubRecord& rec);
 

@@ -4,7 +4,6 @@ after it, whose commands run through setpriv with only their own groups,
 and a mount with allow_other on a path they can walk."""
 from __future__ import annotations
 
-import errno
 import json
 import os
 import shutil

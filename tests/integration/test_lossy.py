@@ -951,7 +951,7 @@ def test_recovery_seal_applies_policy(mount_factory, plain_dir):
     names = [f"c{i}.pt" for i in range(3)]
     for i, name in enumerate(names):
         torch.save(make_ckpt(seed=8 + i), plain_dir / name)
-    for name in names:  # one seal thread: the later ones queue behind the first
+    for name in names:  # the seal threads are busy with the first ones: later ones queue
         write_file(m.mnt / name, read_file(plain_dir / name), fsync=True)
     m.kill9()
     p = run_ckptfs("umount", m.mnt)

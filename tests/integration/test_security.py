@@ -17,7 +17,7 @@ import pytest
 
 from conftest import describe, is_mounted, run_ckptfs
 from helpers import read_file
-from local_users import PY, User, shared_mount, shared_top, users  # noqa: F401 (fixtures)
+from local_users import shared_mount, shared_top, users  # noqa: F401 (fixtures)
 
 CODE = {e: n for n, e in errno.__dict__.items() if n.startswith("E") and isinstance(e, int)}
 

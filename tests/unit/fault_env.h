@@ -299,6 +299,7 @@ class FaultEnv : public Env {
     RETURN_IF_ERROR(Enter(kFlock, false));
     return base_->Flock(fd, operation);
   }
+  Result<uint64_t> SeekData(int fd, uint64_t off) override { return base_->SeekData(fd, off); }
   Status Fadvise(int fd, uint64_t off, uint64_t len, int advice) override {
     RETURN_IF_ERROR(Enter(kFadvise, false));
     return base_->Fadvise(fd, off, len, advice);

@@ -12,6 +12,7 @@
 #include "base/hash.h"
 #include "base/le.h"
 #include "store/env.h"
+#include "tests/unit/fault_env.h"
 #include "tests/unit/test_util.h"
 
 namespace ckptfs {
@@ -197,6 +198,71 @@ TEST_F(PackTest, SparseFileCostsAlmostNothing) {
   ASSERT_TRUE(r.ok());
   // Header + one tiny zstd chunk + meta (9 bytes a chunk) + table + footer.
   EXPECT_LT((*r)->stored_size(), 64u + 200u + 40u + 64u * (kPackTableEntrySize + 9u) + 32u);
+}
+
+// The holes of a sparse source are zero chunks that are never read nor
+// hashed (kPackFlagHoles): only the chunks holding data are read, with one
+// worker or several, and the pack reads back as the file.
+TEST_F(PackTest, HolesOfASparseSourceAreNeverRead) {
+  constexpr uint64_t kChunks = 64, kSize = 4096 * kChunks;
+  std::vector<uint8_t> model(kSize, 0);
+  {
+    Result<UniqueFd> src = env_->OpenAt(AT_FDCWD, dir_.Sub("src"), O_CREAT | O_TRUNC | O_RDWR, 0644);
+    ASSERT_TRUE(src.ok());
+    ASSERT_TRUE(env_->Ftruncate(src->get(), kSize).ok());
+    for (uint64_t off : {uint64_t{4096 * 10 + 5}, kSize - 1}) {
+      model[off] = 0x58;
+      ASSERT_TRUE(env_->PWriteAll(src->get(), std::span<const uint8_t>(&model[off], 1), off).ok());
+    }
+  }
+  for (unsigned workers : {1u, 3u}) {
+    FaultEnv counting;
+    Result<UniqueFd> src = env_->OpenAt(AT_FDCWD, dir_.Sub("src"), O_RDONLY);
+    Result<UniqueFd> dst = env_->OpenAt(AT_FDCWD, dir_.Sub("p"), O_CREAT | O_TRUNC | O_RDWR, 0644);
+    ASSERT_TRUE(src.ok() && dst.ok());
+    Result<PackStats> st = WritePack(&counting, src->get(), kSize, dst->get(), 4096, {}, nullptr, {},
+                                     PackWorkers{workers, {}});
+    ASSERT_TRUE(st.ok()) << st.status().ToString();
+    EXPECT_EQ(counting.calls(FaultEnv::kPRead), 2u) << workers << " worker(s)";
+    Result<std::shared_ptr<PackReader>> r = Open();
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ((*r)->header().flags, kPackFlagHoles);
+    for (uint64_t i = 0; i < kChunks; ++i) {
+      const bool data = i == 10 || i == kChunks - 1;
+      EXPECT_EQ((*r)->chunks()[i].codec == ChunkCodec::kZero, !data) << "chunk " << i;
+    }
+    Result<std::vector<uint8_t>> back = ReadAll(**r);
+    ASSERT_TRUE(back.ok()) << back.status().ToString();
+    EXPECT_TRUE(*back == model);
+    EXPECT_TRUE((*r)->VerifyAll().ok());
+  }
+}
+
+// A size past kMaxPackChunks chunks, which any user can give a file
+// (truncate -s 8E), is EFBIG before anything is allocated for its table.
+TEST_F(PackTest, MoreChunksThanAPackHoldsIsEfbig) {
+  for (uint64_t size : {kMaxPackChunks * 4096 + 1, uint64_t{1} << 62}) {
+    Result<PackStats> st = Write({}, 4096, "p", nullptr, size);
+    ASSERT_FALSE(st.ok()) << size;
+    EXPECT_EQ(st.status().code(), EFBIG) << st.status().ToString();
+  }
+}
+
+// Header flags: kPackFlagHoles is read; any other bit is corruption, as an
+// unknown version is.
+TEST_F(PackTest, UnknownHeaderFlagsAreRejected) {
+  ASSERT_TRUE(Write(RandomBytes(5000, 16), 4096).ok());
+  for (uint32_t flags : {kPackFlagHoles, 2u, 0x80000000u}) {
+    std::vector<uint8_t> b = test::ReadFileBytes(dir_.Sub("p"));
+    le::Put32(b, 20, flags);
+    le::Put64(b, 56, Checksum64(std::span<const uint8_t>(b.data(), 56), kSeedHeader));
+    test::WriteFileBytes(dir_.Sub("p"), b);
+    auto r = Open();
+    EXPECT_EQ(r.ok(), flags == kPackFlagHoles) << "flags " << flags;
+    if (!r.ok()) {
+      EXPECT_NE(r.status().message().find("unknown header flags"), std::string::npos);
+    }
+  }
 }
 
 TEST_F(PackTest, LittleEndianLayout) {
