@@ -58,38 +58,70 @@ void RecoverAndCheckClean(Store* store, const std::string& dir, const std::strin
   EXPECT_EQ(test::CountFiles(dir + "/staging"), 0u) << what;
 }
 
+// What a run of an op did: how many mutations it made, and whether the
+// crash cut it short (refused a call; a crash right after its last mutation
+// refuses nothing, and the run is whole).
+struct RunOutcome {
+  uint64_t mutations = 0;
+  bool cut = false;
+};
+
 // Runs `op` on a store opened through a FaultEnv, crashing after mutation K
 // (none for K == UINT64_MAX), then cuts as asked. `setup` prepares the store
-// with a healthy Env; what it leaves counts as durable. Returns the number
-// of mutations the op made.
+// with a healthy Env; what it leaves counts as durable.
 using Prepare = std::function<void(Store*)>;
 using Op = std::function<void(Store*, FaultEnv*)>;
 // With `mounted`, the store is recovered first, as a mount does (the pack
 // index is then loaded, and the daemon's code runs as it does in the daemon).
-uint64_t RunCrashing(const std::string& dir, const Prepare& setup, const Op& op, uint64_t k, Cut cut = Cut::kKill,
-                     bool mounted = false) {
+RunOutcome RunCrashing(const std::string& dir, const Prepare& setup, const Op& op, uint64_t k, Cut cut = Cut::kKill,
+                       bool mounted = false) {
   {
     auto s = OpenClean(dir);
-    if (!s) return 0;
+    if (!s) return {};
     setup(s.get());
   }
   FaultEnv env;
   if (cut == Cut::kPower) EXPECT_OK(env.EnablePowerLoss(dir));
-  uint64_t mutations = 0;
+  RunOutcome out;
   {
     auto s = Store::Open(&env, dir, SmallChunks());
     EXPECT_TRUE(s.ok()) << s.status().ToString();
-    if (!s.ok()) return 0;
+    if (!s.ok()) return {};
     if (mounted) {
       EXPECT_TRUE((*s)->Recover().ok());
     }
     env.ResetCounters();
     if (k != UINT64_MAX) env.CrashAfterMutations(k);
     op(s->get(), &env);
-    mutations = env.mutations();
+    out = {env.mutations(), env.injected() > 0};
   }
   if (cut == Cut::kPower) EXPECT_OK(env.PowerOff());
-  return mutations;
+  return out;
+}
+
+// Calls run_at(k), which crashes a run after mutation k and checks it, for
+// k = 0, 1, ...: every crash point of the clean run (`clean` mutations),
+// and on until a run is not cut at all. The runs of one op need not make
+// the same number of mutations: a new pack goes into packs/XX, XX from its
+// random id, which costs a mkdir and an fsync of packs/ unless a pack is
+// there already (the setup's, one time in 256). A bound taken from the
+// clean run alone would leave a run that needs more cut every time, its
+// last steps (the seal returning, say) never reached.
+// run_at records its run's outcome in `run`; it may stop the test with a
+// fatal failure.
+void ForEachCrashPoint(uint64_t clean, const std::function<void(uint64_t k, RunOutcome& run)>& run_at) {
+  // More than any run's count can differ by (two mutations per new pack).
+  const uint64_t most = clean + 64;
+  for (uint64_t k = 0;; ++k) {
+    RunOutcome run;
+    run_at(k, run);
+    if (::testing::Test::HasFatalFailure()) return;
+    if (!run.cut && k >= clean) return;
+    if (k >= most) {
+      ADD_FAILURE() << "a run is still cut after mutation " << k << "; the clean run made " << clean;
+      return;
+    }
+  }
 }
 
 // A file's content after recovery; nullopt when it does not exist.
@@ -119,13 +151,13 @@ TEST(CrashTest, SealStubAtEveryStep) {
   uint64_t total;
   {
     TempDir dir;
-    total = RunCrashing(dir.path(), setup, seal, UINT64_MAX);
+    total = RunCrashing(dir.path(), setup, seal, UINT64_MAX).mutations;
   }
   ASSERT_GT(total, 8u);
   for (Cut cut : {Cut::kKill, Cut::kPower}) {
-    for (uint64_t k = 0; k <= total; ++k) {
+    ForEachCrashPoint(total, [&](uint64_t k, RunOutcome& run) {
       TempDir dir;
-      RunCrashing(dir.path(), setup, seal, k, cut);
+      run = RunCrashing(dir.path(), setup, seal, k, cut);
       const std::string what =
           std::string(CutName(cut)) + " after mutation " + std::to_string(k) + " of " + std::to_string(total);
       auto store = OpenClean(dir.path());
@@ -135,8 +167,8 @@ TEST(CrashTest, SealStubAtEveryStep) {
       ASSERT_TRUE(c.ok()) << what << ": " << c.status().ToString();
       EXPECT_EQ(*c, content) << what;
       EXPECT_EQ(test::CountFiles(dir.Sub("packs"), true), 1u) << what;
-      if (HasFatalFailure()) return;
-    }
+    });
+    if (HasFatalFailure()) return;
   }
 }
 
@@ -251,8 +283,9 @@ void CheckWriteMatrix(const Prepare& setup, WriteFile wf, const std::optional<st
   {
     TempDir dir;
     total = RunCrashing(
-        dir.path(), setup, [&](Store* s, FaultEnv* env) { wf.Run(s, env); }, UINT64_MAX, Cut::kKill,
-        /*mounted=*/true);
+                dir.path(), setup, [&](Store* s, FaultEnv* env) { wf.Run(s, env); }, UINT64_MAX, Cut::kKill,
+                /*mounted=*/true)
+                .mutations;
   }
   ASSERT_NE(wf.changed, UINT64_MAX);
   ASSERT_NE(wf.sealed, UINT64_MAX);
@@ -263,11 +296,11 @@ void CheckWriteMatrix(const Prepare& setup, WriteFile wf, const std::optional<st
   auto step = [](uint64_t at) { return at == UINT64_MAX ? std::string("-") : std::to_string(at); };
   for (Cut cut : {Cut::kKill, Cut::kPower}) {
     int promised_runs = 0;
-    for (uint64_t k = 0; k <= total; ++k) {
+    ForEachCrashPoint(total, [&](uint64_t k, RunOutcome& outcome) {
       TempDir dir;
       WriteFile run = clean;
       run.changed = run.synced = run.sealed = UINT64_MAX;
-      RunCrashing(
+      outcome = RunCrashing(
           dir.path(), setup, [&](Store* s, FaultEnv* env) { run.Run(s, env); }, k, cut, /*mounted=*/true);
       // kill -9 keeps what a closed file's daemon wrote; a power cut keeps
       // what fsync or the seal made durable, but the name of a new file
@@ -294,8 +327,8 @@ void CheckWriteMatrix(const Prepare& setup, WriteFile wf, const std::optional<st
       // The file's pack, and the old one when the new version is stored
       // against it (recovery leaves no orphan: fsck has no warnings).
       EXPECT_LE(test::CountFiles(dir.Sub("packs"), true), 2u) << what;
-      if (::testing::Test::HasFatalFailure()) return;
-    }
+    });
+    if (::testing::Test::HasFatalFailure()) return;
     if (cut == Cut::kKill || wf.fsync || !wf.create) {
       EXPECT_GT(promised_runs, 0) << CutName(cut);
     }
@@ -398,7 +431,7 @@ TEST_P(RenameCrashTest, ReplaceByRename) {
   uint64_t total;
   {
     TempDir dir;
-    total = RunCrashing(dir.path(), setup, op, UINT64_MAX, Cut::kKill, /*mounted=*/true);
+    total = RunCrashing(dir.path(), setup, op, UINT64_MAX, Cut::kKill, /*mounted=*/true).mutations;
   }
   ASSERT_NE(renamed, UINT64_MAX);
   if (fsync_dir) {
@@ -408,11 +441,11 @@ TEST_P(RenameCrashTest, ReplaceByRename) {
   const Version old_v = old_content, new_v = new_content, empty_v = std::vector<uint8_t>{}, absent = std::nullopt;
   auto step = [](uint64_t at) { return at == UINT64_MAX ? std::string("-") : std::to_string(at); };
   for (Cut cut : {Cut::kKill, Cut::kPower}) {
-    for (uint64_t k = 0; k <= total; ++k) {
+    ForEachCrashPoint(total, [&](uint64_t k, RunOutcome& run) {
       TempDir dir;
       // This run's own record of what returned success (see WriteFile).
       tmp_synced = renamed = dir_synced = UINT64_MAX;
-      RunCrashing(dir.path(), setup, op, k, cut, /*mounted=*/true);
+      run = RunCrashing(dir.path(), setup, op, k, cut, /*mounted=*/true);
       const bool promised = (cut == Cut::kKill ? renamed : dir_synced) != UINT64_MAX;
       const std::string what = std::string(CutName(cut)) + " after mutation " + std::to_string(k) + " of " +
                                std::to_string(total) + " (tmp fsync'd at " + step(tmp_synced) + ", renamed at " +
@@ -434,8 +467,8 @@ TEST_P(RenameCrashTest, ReplaceByRename) {
         }
       }
       EXPECT_LE(test::CountFiles(dir.Sub("packs"), true), 2u) << what;
-      if (HasFatalFailure()) return;
-    }
+    });
+    if (HasFatalFailure()) return;
   }
 }
 
@@ -494,12 +527,12 @@ TEST(CrashTest, RecoveryItselfAtEveryStep) {
   uint64_t total;
   {
     TempDir dir;
-    total = RunCrashing(dir.path(), setup, recover, UINT64_MAX);
+    total = RunCrashing(dir.path(), setup, recover, UINT64_MAX).mutations;
   }
   for (Cut cut : {Cut::kKill, Cut::kPower}) {
-    for (uint64_t k = 0; k <= total; ++k) {
+    ForEachCrashPoint(total, [&](uint64_t k, RunOutcome& run) {
       TempDir dir;
-      RunCrashing(dir.path(), setup, recover, k, cut);
+      run = RunCrashing(dir.path(), setup, recover, k, cut);
       const std::string what = "recovery cut by " + std::string(CutName(cut)) + " after mutation " + std::to_string(k);
       auto store = OpenClean(dir.path());
       ASSERT_NE(store, nullptr);
@@ -507,8 +540,8 @@ TEST(CrashTest, RecoveryItselfAtEveryStep) {
       EXPECT_EQ(*test::ReadContentAt(store.get(), "a"), a) << what;
       EXPECT_EQ(*test::ReadContentAt(store.get(), "b"), b) << what;
       EXPECT_EQ(test::CountFiles(dir.Sub("packs"), true), 2u) << what;
-      if (HasFatalFailure()) return;
-    }
+    });
+    if (HasFatalFailure()) return;
   }
 }
 

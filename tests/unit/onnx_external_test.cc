@@ -105,12 +105,13 @@ TEST(OnnxExternalTest, SiblingModelGivesTheLayout) {
 }
 
 // onnx.save writes the data file, then the model: the data file's seal
-// waits for the model to appear.
+// waits for the model to appear. The model comes once the seal has looked
+// and found none (whatever the time that takes), so it is found by waiting.
 TEST(OnnxExternalTest, DataFileWaitsForAModelWrittenAfterIt) {
   const Bytes data = test::ReadFileBytes(DataDir() + "/ext.onnx.data");
   MemSiblings sib("ext.onnx.data");
   std::thread later([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    while (sib.rounds < 1) std::this_thread::sleep_for(std::chrono::milliseconds(5));
     sib.Put("ext.onnx", test::ReadFileBytes(DataDir() + "/ext.onnx"));
   });
   auto l = OnnxExternalLayoutFromSiblings(SpanSource(data), sib, std::chrono::seconds(30));
@@ -121,9 +122,11 @@ TEST(OnnxExternalTest, DataFileWaitsForAModelWrittenAfterIt) {
 
 TEST(OnnxExternalTest, UnrelatedNamesDoNotWaitAndSmallOnesDoNotLook) {
   const Bytes data = test::ReadFileBytes(DataDir() + "/ext.onnx.data");
-  MemSiblings named("ext.onnx.data");  // no model ever comes: gives up at the deadline
+  MemSiblings named("ext.onnx.data");  // no model ever comes: gives up at the deadline, not before
+  const auto started = std::chrono::steady_clock::now();
   EXPECT_FALSE(OnnxExternalLayoutFromSiblings(SpanSource(data), named, std::chrono::milliseconds(120)).has_value());
-  EXPECT_GT(named.rounds.load(), 1);
+  EXPECT_GE(std::chrono::steady_clock::now() - started, std::chrono::milliseconds(120));
+  EXPECT_GE(named.rounds.load(), 1);
   MemSiblings unnamed("notes.txt");
   unnamed.Put("ext.onnx", test::ReadFileBytes(DataDir() + "/ext.onnx"));
   EXPECT_FALSE(OnnxExternalLayoutFromSiblings(SpanSource(data), unnamed, std::chrono::seconds(30)).has_value());
