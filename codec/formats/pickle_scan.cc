@@ -837,8 +837,8 @@ Status Machine::MemoOp(Op op) {
     }
     case Op::kPut:
     case Op::kGet: {  // decimal text index
-      bool ok;
-      uint64_t i;
+      bool ok = false;
+      uint64_t i = 0;
       RETURN_IF_ERROR(TextInt(&ok, &i));
       if (!ok) return Bad("bad memo index");
       return op == Op::kPut ? Put(i) : Get(i);
