@@ -46,15 +46,33 @@ void SealQueue::Push(std::shared_ptr<SealTarget> file) {
   cv_.notify_all();  // the small lane's worker may be the one to take it
 }
 
-std::optional<SealQueue::Queued> SealQueue::PopLocked(bool small_only) {
+// The position in `lane`'s turn of the first owner that may start a seal
+// now: one with fewer than threads_ seals running. So one owner's files
+// seal in turn, as with one seal thread (a checkpoint's seal finds its
+// predecessor sealed, to be coded against), and the extra small-file
+// worker only lets other owners' small files pass a big seal.
+std::optional<size_t> SealQueue::NextTurnLocked(const Lane& lane) const {
+  for (size_t i = 0; i < lane.turn.size(); ++i) {
+    auto r = running_by_owner_.find(lane.turn[i]);
+    if (r == running_by_owner_.end() || r->second < threads_) return i;
+  }
+  return std::nullopt;
+}
+
+std::span<const int> SealQueue::LanesFor(bool small_only) {
   // The general workers take big files first: small ones have a worker of
   // their own, and a flood of small files must not starve big ones.
   static constexpr int kSmallOnly[] = {0}, kBigFirst[] = {1, 0};
-  for (int l : small_only ? std::span<const int>(kSmallOnly) : std::span<const int>(kBigFirst)) {
+  return small_only ? std::span<const int>(kSmallOnly) : std::span<const int>(kBigFirst);
+}
+
+std::optional<SealQueue::Queued> SealQueue::PopLocked(bool small_only) {
+  for (int l : LanesFor(small_only)) {
     Lane& lane = lanes_[l];
-    if (lane.turn.empty()) continue;
-    const uid_t owner = lane.turn.front();
-    lane.turn.pop_front();
+    const std::optional<size_t> at = NextTurnLocked(lane);
+    if (!at) continue;
+    const uid_t owner = lane.turn[*at];
+    lane.turn.erase(lane.turn.begin() + static_cast<std::ptrdiff_t>(*at));
     auto it = lane.by_owner.find(owner);
     Queued job{std::move(it->second.front()), {}};
     it->second.pop_front();
@@ -73,8 +91,10 @@ std::optional<SealQueue::Queued> SealQueue::PopLocked(bool small_only) {
 }
 
 bool SealQueue::ReadyLocked(bool small_only) const {
-  return stop_ || !lanes_[0].turn.empty() || (!small_only && !lanes_[1].turn.empty()) ||
-         (draining_ && !postponed_.empty());
+  if (stop_ || (draining_ && !postponed_.empty())) return true;
+  for (int l : LanesFor(small_only))
+    if (NextTurnLocked(lanes_[l])) return true;
+  return false;
 }
 
 void SealQueue::Drain() {
@@ -176,12 +196,14 @@ void SealQueue::Work(bool small_only) {
       continue;
     }
     ++running_;
+    ++running_by_owner_[job->cls.owner];
     const bool may_postpone = !draining_;
     lk.unlock();
     SealOne(*job, may_postpone);
     lk.lock();
     SettleLocked(job->file.get());
     --running_;
+    if (--running_by_owner_[job->cls.owner] == 0) running_by_owner_.erase(job->cls.owner);
     if (QueuedLocked() == 0 && running_ == 0) idle_cv_.notify_all();
     // Another worker may take what this one's turn left (or a promoted retry).
     if (QueuedLocked() > 0) cv_.notify_all();

@@ -21,6 +21,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -90,6 +91,8 @@ class SealQueue {
   // The next file for a worker (big lane first; `small_only`: the small
   // lane only), or nothing.
   std::optional<Queued> PopLocked(bool small_only);
+  std::optional<size_t> NextTurnLocked(const Lane& lane) const;
+  static std::span<const int> LanesFor(bool small_only);
   bool ReadyLocked(bool small_only) const;
   size_t QueuedLocked() const { return lanes_[0].files + lanes_[1].files; }
   void SealOne(const Queued& job, bool may_postpone);
@@ -120,6 +123,8 @@ class SealQueue {
   // When each file of the backlog was first pushed.
   std::map<const SealTarget*, std::chrono::steady_clock::time_point> since_;
   int running_ = 0;
+  // Seals running per owner: at most threads_ each (NextTurnLocked).
+  std::map<uid_t, int> running_by_owner_;
   bool stop_ = false;
   bool draining_ = false;  // seals no longer postpone
   std::vector<std::thread> workers_;

@@ -105,9 +105,9 @@ class FakeFile : public SealTarget {
 
 constexpr bool kSmall = true, kBig = false;
 
-// With one seal thread busy with user 1's big file, user 2's small files
-// are sealed anyway (the small lane's worker), and owners take turns: user
-// 1's three queued small files do not go before user 2's two.
+// With one seal thread busy with user 1's big file, users 2 and 3's small
+// files are sealed anyway (the small lane's worker), and owners take turns:
+// user 2's three queued small files do not go before user 3's two.
 TEST(SealQueueTest, SmallFilesPassABigSealAndOwnersTakeTurns) {
   SealLog log;
   Gate big_gate, small_gate;
@@ -126,17 +126,17 @@ TEST(SealQueueTest, SmallFilesPassABigSealAndOwnersTakeTurns) {
   };
   push("G", 1, kBig, &big_gate);
   ASSERT_TRUE(big_gate.WaitReached()) << "the big seal did not start";
-  push("S0", 1, kSmall, &small_gate);
+  push("S0", 2, kSmall, &small_gate);
   ASSERT_TRUE(small_gate.WaitReached()) << "a small file waited for a big seal in progress";
   // Both workers are busy: these queue up.
-  push("a1", 1, kSmall);
-  push("a2", 1, kSmall);
-  push("a3", 1, kSmall);
-  push("b1", 2, kSmall);
-  push("b2", 2, kSmall);
+  push("a1", 2, kSmall);
+  push("a2", 2, kSmall);
+  push("a3", 2, kSmall);
+  push("b1", 3, kSmall);
+  push("b2", 3, kSmall);
   push("x1", 1, kBig);
   push("x2", 1, kBig);
-  push("y1", 3, kBig);
+  push("y1", 4, kBig);
   small_gate.Open();
   ASSERT_TRUE(log.WaitFor(7));
   // Every small file is sealed while the big seal still holds the only seal thread.
@@ -145,6 +145,35 @@ TEST(SealQueueTest, SmallFilesPassABigSealAndOwnersTakeTurns) {
   q.Drain();
   EXPECT_EQ(log.order(),
             (std::vector<std::string>{"G", "S0", "a1", "b1", "a2", "b2", "a3", "x1", "y1", "x2"}));
+}
+
+// One owner's files seal one at a time (with one seal thread), in the
+// order pushed: a checkpoint's seal finds its predecessor sealed, to be
+// coded against. The small-file worker passes over an owner whose big
+// seal runs and takes another owner's file.
+TEST(SealQueueTest, AnOwnersFilesSealOneAtATime) {
+  SealLog log;
+  Gate big_gate;
+  SealQueue q(1);
+  q.Start();
+  struct OpenAtExit {
+    Gate* g;
+    ~OpenAtExit() { g->Open(); }
+  } open_at_exit{&big_gate};
+  std::vector<std::shared_ptr<SealTarget>> files;
+  auto push = [&](const std::string& name, uid_t owner, bool small, Gate* gate = nullptr) {
+    files.push_back(std::make_shared<FakeFile>(name, owner, small, &log, gate));
+    q.Push(files.back());
+  };
+  push("G", 1, kBig, &big_gate);
+  ASSERT_TRUE(big_gate.WaitReached()) << "the big seal did not start";
+  push("mine", 1, kSmall);
+  push("theirs", 2, kSmall);
+  ASSERT_TRUE(log.WaitFor(2));
+  EXPECT_EQ(log.order(), (std::vector<std::string>{"G", "theirs"})) << "owner 1's file sealed beside its big seal";
+  big_gate.Open();
+  q.Drain();
+  EXPECT_EQ(log.order(), (std::vector<std::string>{"G", "theirs", "mine"}));
 }
 
 constexpr uint32_t kChunk = 4096;
