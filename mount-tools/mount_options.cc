@@ -257,7 +257,7 @@ const MountOptionSpec kTable[] = {
     {"seal_threads", Takes::kValue, "N",
      [](const OptionArg& a, MountOptions* o) { return Into(IntIn(a, 1, 64), &o->fuse.fs.seal_threads); },
      "background sealing threads, 1..64, which take turns between the files' owners; one more thread seals "
-     "small files only (at most 64 MiB of data), so they never wait for a big seal", [](const MountOptions& d) { return std::to_string(d.fuse.fs.seal_threads); }},
+     "small files only (at most 64 MiB of data), so they never wait for another owner's big seal", [](const MountOptions& d) { return std::to_string(d.fuse.fs.seal_threads); }},
     {"seal_workers", Takes::kValue, "N",
      [](const OptionArg& a, MountOptions* o) { return Into(IntIn(a, 1, kMaxSealWorkers), &o->store.seal_workers); },
      "threads coding one file's chunks as it seals, 1..64; each holds about 5 chunks, and under a lossy policy "
