@@ -9,7 +9,7 @@ timing, that
     and a read-only open that reads nothing all return while the seal
     cannot finish; the first read is what waits;
   - the file a reader waits for is sealed on the reader's own thread, ahead
-    of files queued before it (with the seal threads busy with other files).
+    of files queued before it (with one seal thread, busy with another file).
 """
 from __future__ import annotations
 
@@ -50,15 +50,6 @@ def held_seals(m) -> int:
     return m.log_text().count("seal_hold: a seal waits")
 
 
-def hold_the_seal_threads(m, tmp_path: Path, first: Path, seed: int):
-    """Writes `first` and one more checkpoint, and waits until both seals are
-    held: seal_threads=1 runs one seal thread for any file and one more for
-    small files only (fuse/seal_queue.h), so both are busy from then on."""
-    write_file(first, ckpt_bytes(tmp_path, seed))
-    write_file(m.mnt / "busy.pt", ckpt_bytes(tmp_path, seed + 100))
-    wait_for(lambda: held_seals(m) == 2, f"{first.name}'s and busy.pt's seals to reach the hold")
-
-
 def in_thread(fn) -> tuple[threading.Thread, dict]:
     out: dict = {}
 
@@ -89,8 +80,9 @@ def test_only_reads_wait_for_a_lossy_seal(mount_factory, tmp_path):
     m = mount_factory(opts=SEAL_OPTS + [f"seal_hold={hold}"])
     a, b = m.mnt / "a.pt", m.mnt / "b.pt"
     raw_b = ckpt_bytes(tmp_path, 2)
-    hold_the_seal_threads(m, tmp_path, a, 1)
-    write_file(b, raw_b)  # queued behind a.pt and busy.pt, which hold the seal threads
+    write_file(a, ckpt_bytes(tmp_path, 1))
+    wait_for(lambda: held_seals(m) == 1, "a.pt's seal to reach the hold")
+    write_file(b, raw_b)  # queued behind a.pt, which holds the only seal thread
 
     def open_fsync_close(flags):
         fd = os.open(b, flags)
@@ -105,7 +97,7 @@ def test_only_reads_wait_for_a_lossy_seal(mount_factory, tmp_path):
     assert any(f["staged"] for f in m.stats()["files"] if f["path"].endswith("b.pt"))
 
     reader, got = in_thread(lambda: read_file(b))
-    wait_for(lambda: held_seals(m) == 3, "the reader's seal of b.pt to reach the hold")
+    wait_for(lambda: held_seals(m) == 2, "the reader's seal of b.pt to reach the hold")
     assert f"{sealing_line(m, b)} (a reader waits for it)" in m.log_text()
     assert reader.is_alive(), "a read of a staged lossy file returned before its seal"
     hold.unlink()
@@ -122,11 +114,12 @@ def test_file_a_reader_waits_for_jumps_the_seal_queue(mount_factory, tmp_path):
     hold.touch()
     m = mount_factory(opts=SEAL_OPTS + [f"seal_hold={hold}"])
     paths = [m.mnt / f"{n}.pt" for n in ("a", "b", "c")]
-    hold_the_seal_threads(m, tmp_path, paths[0], 1)
+    write_file(paths[0], ckpt_bytes(tmp_path, 1))
+    wait_for(lambda: held_seals(m) == 1, "a.pt's seal to reach the hold")
     for i, p in enumerate(paths[1:], start=2):
-        write_file(p, ckpt_bytes(tmp_path, i))  # queued in order b, c behind a and busy
+        write_file(p, ckpt_bytes(tmp_path, i))  # queued in order b, c behind a
     reader, got = in_thread(lambda: read_file(paths[2]))
-    wait_for(lambda: held_seals(m) == 3, "the reader's seal of c.pt to reach the hold")
+    wait_for(lambda: held_seals(m) == 2, "the reader's seal of c.pt to reach the hold")
     log = m.log_text()
     assert f"{sealing_line(m, paths[2])} (a reader waits for it)" in log
     assert sealing_line(m, paths[1]) not in log, "b.pt, queued before c.pt, was sealed first"
