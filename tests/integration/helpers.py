@@ -8,6 +8,7 @@ import hashlib
 import os
 import random
 import stat
+import time
 from pathlib import Path
 
 AT_FDCWD = -100
@@ -149,3 +150,14 @@ def parse_metrics(text: str) -> dict[str, float]:
             name, value = line.rsplit(" ", 1)
             series[name] = float(value)
     return series
+
+
+def wait_for(pred, what: str, timeout: float = 60.0):
+    """Polls `pred` until it holds: a wait on an event the test can see (a
+    state attribute, a log line, a file), with `timeout` only as the bound
+    after which the test fails."""
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(0.05)

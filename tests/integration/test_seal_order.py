@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
-from helpers import read_file
+from helpers import read_file, wait_for
 from test_lossy import make_ckpt, pypi_python, run_client, stats_entry, write_file  # noqa: F401 (a fixture)
 
 torch = pytest.importorskip("torch")
@@ -32,14 +31,6 @@ def ckpt_bytes(tmp: Path, seed: int) -> bytes:
     p = tmp / f"ref{seed}.pt"
     torch.save(make_ckpt(seed=seed), p)
     return read_file(p)
-
-
-def wait_for(pred, what: str, timeout: float = 60.0):
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def sealing_line(m, path: Path) -> str:

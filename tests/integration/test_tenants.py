@@ -17,12 +17,12 @@ import random
 import stat
 import subprocess
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from conftest import CKPTFS, describe, is_mounted, run_ckptfs, wait_pid_exit
+from helpers import wait_for
 from local_users import PY, User, shared_mount, shared_top, users  # noqa: F401 (fixtures)
 
 
@@ -332,20 +332,12 @@ def home_of(m, user: User) -> Path:
     return d
 
 
-def wait_until(pred, what: str, timeout: float = 60.0):
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.05)
-
-
 def file_state(path: Path) -> str:
     return os.getxattr(path, "user.ckptfs.state").decode()
 
 
 def wait_sealed(path: Path, what: str, timeout: float = 60.0):
-    wait_until(lambda: file_state(path) == "sealed", what, timeout)
+    wait_for(lambda: file_state(path) == "sealed", what, timeout)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -421,7 +413,7 @@ def test_rm_cancels_a_seal_and_umount_does_not_wait_for_it(mount_factory, shared
         as_user(atk, pwrite_code(sparse, TB, b"X"), "the attacker's pwrite at 1 TB")
         # In progress: its pack is being written in tmp/ (reading holes), or
         # it is held before it publishes.
-        wait_until(lambda: any((m.backing / "tmp").iterdir()), "the sparse file's seal to start")
+        wait_for(lambda: any((m.backing / "tmp").iterdir()), "the sparse file's seal to start")
         as_user(atk, f"os.unlink({str(sparse)!r})\n", "the attacker's rm")
         pid = m.live_pid()
         p = run_ckptfs("umount", m.mnt, timeout=60)
@@ -443,10 +435,10 @@ def test_a_big_seal_does_not_keep_another_users_small_file_staged(mount_factory,
         big, small = home_of(m, atk) / "big", home_of(m, vic) / "small"
         as_user(atk, f"with open({str(big)!r}, 'wb') as f:\n"
                      f"    for _ in range(96):\n        f.write(os.urandom(1 << 20))\n", "the attacker's write")
-        wait_until(lambda: held_seals(m) == 1, "the attacker's big seal to reach the hold")
+        wait_for(lambda: held_seals(m) == 1, "the attacker's big seal to reach the hold")
         # The only seal thread (seal_threads=1) is busy with the big file.
         as_user(vic, f"open({str(small)!r}, 'wb').write(b'v' * 100000)\n", "the victim's write")
-        wait_until(lambda: held_seals(m) == 2, "the victim's seal to run beside the attacker's")
+        wait_for(lambda: held_seals(m) == 2, "the victim's seal to run beside the attacker's")
         assert file_state(big) == "staged"
         hold.unlink()
         wait_sealed(small, "the victim's small file to be sealed")
