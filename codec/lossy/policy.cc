@@ -90,7 +90,7 @@ RoleTargets TargetsFor(double fidelity) {
 RoleTargets StepTargetsFor(double step_budget) {
   RoleTargets t;
   t.first_moment = std::min(0.9, kFirstMomentUpdateErrorPerStep * step_budget);
-  t.second_moment = std::min(1.0, step_budget / 10);
+  t.second_moment = std::min(1.0, kSecondMomentLog2ErrorPerStep * step_budget);
   return t;
 }
 

@@ -864,16 +864,16 @@ TEST(LossyChunk, Version1PayloadsStillDecode) {
 TEST(LossyPolicy, ParsesTheAcceptedFormsOnly) {
   const LossyScope kModels = LossyScope::kModels, kAll = LossyScope::kAll;
   EXPECT_EQ(*ParseLossyPolicy("lossless"), (LossyPolicy{0.0, kModels}));
-  // "lossy" alone is the safe level: the one-step measure, 0.5% relative where it cannot judge.
-  EXPECT_EQ(*ParseLossyPolicy("lossy"), (LossyPolicy{0.005, kModels, kSafeSteps}));
-  EXPECT_EQ(*ParseLossyPolicy("lossy=safe"), (LossyPolicy{0.005, kModels, kSafeSteps}));
+  // "lossy" alone is the safe level: the one-step measure, 1% relative where it cannot judge.
+  EXPECT_EQ(*ParseLossyPolicy("lossy"), (LossyPolicy{0.01, kModels, kSafeSteps}));
+  EXPECT_EQ(*ParseLossyPolicy("lossy=safe"), (LossyPolicy{0.01, kModels, kSafeSteps}));
   EXPECT_EQ(*ParseLossyPolicy("lossy=aggressive"), (LossyPolicy{kAggressiveFidelity, kModels, kAggressiveSteps}));
-  EXPECT_EQ(*ParseLossyPolicy("lossy=steps:2.5,scope=all"), (LossyPolicy{0.005, kAll, 2.5}));
+  EXPECT_EQ(*ParseLossyPolicy("lossy=steps:2.5,scope=all"), (LossyPolicy{0.01, kAll, 2.5}));
   EXPECT_EQ(*ParseLossyPolicy("lossy=0.05"), (LossyPolicy{0.05, kModels}));
   EXPECT_EQ(*ParseLossyPolicy("lossy=0.05\n"), (LossyPolicy{0.05, kModels}));
   // The scope is explicit, and only "all" widens it.
   EXPECT_EQ(*ParseLossyPolicy("lossy=0.05,scope=all"), (LossyPolicy{0.05, kAll}));
-  EXPECT_EQ(*ParseLossyPolicy("lossy,scope=all\n"), (LossyPolicy{0.005, kAll, kSafeSteps}));
+  EXPECT_EQ(*ParseLossyPolicy("lossy,scope=all\n"), (LossyPolicy{0.01, kAll, kSafeSteps}));
   EXPECT_EQ(*ParseLossyPolicy("lossy=0.02,scope=models"), (LossyPolicy{0.02, kModels}));
   for (const char* bad : {"", "lossy=", "lossy=0", "lossy=-1", "lossy=0.6", "lossy=nan", "banana", "lossy=0.1x",
                           "lossy=0.05,scope=", "lossy=0.05,scope=npy", "lossy=0.05,all", "lossless,scope=all",
@@ -1294,25 +1294,25 @@ TEST(OneStepMeasure, TorchCheckpointWithAdamStateUsesIt) {
   EXPECT_GT(quantized, 0);
 }
 
-// Under the one-step measure Adam's m is coded to 0.2 of an update per step
-// of budget (kFirstMomentUpdateErrorPerStep; 0.3 cost +2.11% on the panel's
-// B at seed 2, step schedule): on the torch checkpoint with AdamW's state,
-// each m's error, recomputed from the bytes in update units
+// Under the one-step measure Adam's m is coded to 0.1 of an update per step
+// of budget (kFirstMomentUpdateErrorPerStep: 0.3 at the safe level's 3
+// steps): on the torch checkpoint with AdamW's state, each m's error,
+// recomputed from the bytes in update units
 // (sqrt(sum (dm/(sqrt(v)+eps))^2 / sum (m/(sqrt(v)+eps))^2)), stays within
-// 0.2 at the safe level and goes beyond the old rule's C/10 = 0.1; the
-// record carries the target.
+// 0.3 at the safe level and goes beyond 0.15; the record carries the target.
 TEST(OneStepMeasure, FirstMomentCodedInUpdateUnits) {
-  EXPECT_DOUBLE_EQ(StepTargetsFor(kSafeSteps).first_moment, 0.2);
-  EXPECT_DOUBLE_EQ(StepTargetsFor(0.5).first_moment, 0.1);
+  EXPECT_DOUBLE_EQ(StepTargetsFor(kSafeSteps).first_moment, 0.3);
+  EXPECT_DOUBLE_EQ(StepTargetsFor(0.5).first_moment, 0.05);
   EXPECT_DOUBLE_EQ(StepTargetsFor(kAggressiveSteps).first_moment, 0.6);
   EXPECT_DOUBLE_EQ(StepTargetsFor(10).first_moment, 0.9);  // the cap
+  EXPECT_DOUBLE_EQ(StepTargetsFor(kSafeSteps).second_moment, 0.1);
   const std::vector<uint8_t> bytes = test::ReadFileBytes(std::string(CKPTFS_SOURCE_DIR) + "/tests/data/golden/inputs/lossy/ckpt1.pt");
   CoderOf c(bytes, *ParseLossyPolicy("lossy"));
   LossyCoder& coder = c.coder;
   const FileLayout& layout = c.layout;
   ASSERT_TRUE(coder.active());
   ASSERT_EQ(coder.info().measure, BudgetMeasure::kOneStep);
-  EXPECT_EQ(coder.info().roles[1].target, 0.2f);
+  EXPECT_EQ(coder.info().roles[1].target, 0.3f);
   std::vector<uint8_t> raw = bytes;
   ASSERT_TRUE(coder.Reconstruct(0, raw, {}).ok());
   raw = bytes;
@@ -1320,7 +1320,7 @@ TEST(OneStepMeasure, FirstMomentCodedInUpdateUnits) {
   // The rule is never silent: the file's attributes (and stats) carry m's target.
   const auto attrs = LossyXattrs(coder.info());
   EXPECT_NE(std::find(attrs.begin(), attrs.end(),
-                      std::pair<std::string, std::string>{"user.ckptfs.lossy.target.first_moments", "0.2"}),
+                      std::pair<std::string, std::string>{"user.ckptfs.lossy.target.first_moments", "0.3"}),
             attrs.end());
   auto floats = [](const std::vector<uint8_t>& b, const TensorRegion& t) {
     std::vector<double> out(t.length / 4);
@@ -1348,13 +1348,78 @@ TEST(OneStepMeasure, FirstMomentCodedInUpdateUnits) {
     }
     ASSERT_GT(energy, 0);
     const double rel = std::sqrt(err / energy);
-    EXPECT_LE(rel, 0.2 * 1.001) << "m " << i;
+    EXPECT_LE(rel, 0.3 * 1.001) << "m " << i;
     worst = std::max(worst, rel);
     ++checked;
   }
   EXPECT_GT(checked, 0);
-  EXPECT_GT(worst, 0.1);
+  EXPECT_GT(worst, 0.15);
   EXPECT_LE(worst, coder.info().roles[1].max_error * 1.001);
+}
+
+// The share of the weights' update since `base` that the reconstruction
+// `recon` of `bytes` left at the base value: elements coded as "unchanged".
+double UpdateEnergyLeftAtBase(const std::vector<uint8_t>& bytes, const std::vector<uint8_t>& base,
+                              const std::vector<uint8_t>& recon, const FileLayout& layout) {
+  const std::vector<lossy::RoleAssignment> roles = lossy::AssignRoles(layout);
+  double dropped = 0, total = 0;
+  for (size_t i = 0; i < roles.size(); ++i) {
+    const TensorRegion& w = layout.tensors[i];
+    if (roles[i].role != lossy::TensorRole::kWeight || w.length / 4 < kMinLossyElements) continue;
+    for (uint64_t at = w.offset; at < w.offset + w.length; at += 4) {
+      float x, b, r;
+      std::memcpy(&x, bytes.data() + at, 4);
+      std::memcpy(&b, base.data() + at, 4);
+      std::memcpy(&r, recon.data() + at, 4);
+      const double d = static_cast<double>(x) - b;
+      total += d * d;
+      if (r == b) dropped += d * d;
+    }
+  }
+  return total > 0 ? dropped / total : 0;
+}
+
+// The named levels never prune weights: every element of a weight coded
+// against its predecessor keeps its own update (to its nearest level), as
+// dropping the least sensitive elements' updates at every restore cost
+// +11% on the panel's B at 5 steps where the same budget unpruned cost
+// +0.95% (docs/LOSSY.md). A numeric fidelity still prunes.
+TEST(OneStepMeasure, NamedLevelsKeepEveryWeightsUpdate) {
+  const std::vector<uint8_t> bytes = test::ReadFileBytes(std::string(CKPTFS_SOURCE_DIR) + "/tests/data/golden/inputs/lossy/ckpt1.pt");
+  // A predecessor three Adam steps behind: w - 3 * lr * m / (sqrt(v) + eps).
+  const FileLayout layout = DetectLayout(SpanSource(bytes));
+  const std::vector<lossy::RoleAssignment> roles = lossy::AssignRoles(layout);
+  auto f32 = [](const std::vector<uint8_t>& b, uint64_t at) {
+    float x;
+    std::memcpy(&x, b.data() + at, 4);
+    return x;
+  };
+  std::vector<uint8_t> base = bytes;
+  for (size_t i = 0; i < roles.size(); ++i) {
+    if (roles[i].role != lossy::TensorRole::kWeight || roles[i].partner_v < 0) continue;
+    const TensorRegion& w = layout.tensors[i];
+    const TensorRegion& v = layout.tensors[static_cast<size_t>(roles[i].partner_v)];
+    for (size_t k = 0; k < roles.size(); ++k) {
+      if (roles[k].role != lossy::TensorRole::kAdamM || roles[k].partner_v != roles[i].partner_v) continue;
+      const TensorRegion& m = layout.tensors[k];
+      for (uint64_t j = 0; j < w.length; j += 4) {
+        const float step = 1e-3f * f32(bytes, m.offset + j) / (std::sqrt(f32(bytes, v.offset + j)) + 1e-8f);
+        const float x = f32(bytes, w.offset + j) - 3 * step;
+        std::memcpy(base.data() + w.offset + j, &x, 4);
+      }
+    }
+  }
+  auto left_at_base = [&](const char* policy) {
+    CoderOf c(bytes, *ParseLossyPolicy(policy));
+    std::vector<uint8_t> raw = bytes;
+    EXPECT_TRUE(c.coder.Reconstruct(0, raw, base).ok());
+    raw = bytes;
+    EXPECT_TRUE(c.coder.Encode(0, raw, base).ok());
+    return UpdateEnergyLeftAtBase(bytes, base, raw, c.layout);
+  };
+  EXPECT_LT(left_at_base("lossy"), 0.01);
+  EXPECT_LT(left_at_base("lossy=steps:5"), 0.01);  // 0.03 when pruned
+  EXPECT_GT(left_at_base("lossy=0.05"), 0.05);
 }
 
 // Weights without optimizer state fall back to the relative rule, and the
@@ -1366,7 +1431,7 @@ TEST(OneStepMeasure, NoOptimizerStateFallsBackAndSaysSo) {
   ASSERT_TRUE(coder.active());
   EXPECT_EQ(coder.info().measure, BudgetMeasure::kRelative);
   EXPECT_EQ(coder.info().sensitivity, SensitivityRule::kMagnitude);
-  EXPECT_EQ(coder.info().roles[0].target, 0.005f);
+  EXPECT_EQ(coder.info().roles[0].target, 0.01f);
   const auto attrs = LossyXattrs(coder.info());
   EXPECT_NE(std::find(attrs.begin(), attrs.end(), std::pair<std::string, std::string>{"user.ckptfs.lossy.measure",
                                                                                       "relative"}),

@@ -207,7 +207,7 @@ TEST(MountOptionsTest, ListsSkipEmptyEntriesAndLaterOptionsWin) {
   const MountOptions o = Parsed(",zstd_level=5,,zstd_level=7,");
   EXPECT_EQ(o.store.encoder.zstd_level, 7);
   EXPECT_EQ(Parsed("").store.encoder.zstd_level, MountOptions{}.store.encoder.zstd_level);
-  EXPECT_DOUBLE_EQ(Parsed("lossy").store.lossy, 0.005);
+  EXPECT_DOUBLE_EQ(Parsed("lossy").store.lossy, 0.01);
 }
 
 // -o lossy alone is the safe level (docs/LOSSY.md); a number keeps the relative measure alone.
