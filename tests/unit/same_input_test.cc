@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 #include <xxhash.h>
 
+#include <atomic>
 #include <cstring>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -123,6 +125,33 @@ TEST(SameInputIndex, APackNoFileOrPackHoldsIsNotFound) {
   EXPECT_FALSE(index.FindSameInput({1, 2}, 1000));
   index.AddRoot(10);
   EXPECT_TRUE(index.FindSameInput({1, 2}, 1000));
+}
+
+TEST(SameInputSeals, ASecondSealOfTheSameInputWaitsForTheFirst) {
+  SameInputSeals seals;
+  auto first = seals.Acquire({1, 2}, nullptr);
+  ASSERT_TRUE(first.ok());
+  auto other = seals.Acquire({1, 3}, nullptr);  // another input: no wait
+  ASSERT_TRUE(other.ok());
+  std::atomic<bool> second_held{false};
+  std::atomic<bool> released{false};
+  std::thread t([&] {
+    auto second = seals.Acquire({1, 2}, nullptr);
+    EXPECT_TRUE(second.ok());
+    EXPECT_TRUE(released.load()) << "held while the first seal still held it";
+    second_held = true;
+  });
+  released = true;  // the waiter may only see it from here on
+  first->reset();
+  t.join();
+  EXPECT_TRUE(second_held.load());
+  // A waiter whose seal is cancelled stops waiting.
+  auto held = seals.Acquire({5, 6}, nullptr);
+  ASSERT_TRUE(held.ok());
+  std::atomic<bool> cancel{true};
+  auto cancelled = seals.Acquire({5, 6}, &cancel);
+  ASSERT_FALSE(cancelled.ok());
+  EXPECT_EQ(cancelled.status().code(), ECANCELED);
 }
 
 }  // namespace
