@@ -94,7 +94,9 @@ Result<std::optional<ChunkPlan>> DeltaPlanner::TransformLossy(uint64_t offset, s
 }
 
 void DeltaPlanner::FinishMeta(PackMeta* meta) {
-  if (lossy_ != nullptr) meta->lossy = lossy_->info();
+  if (lossy_ == nullptr) return;
+  meta->lossy = lossy_->info();
+  meta->input = input_;
 }
 
 std::vector<ObjectId> DeltaPlanner::ReleasePins() {

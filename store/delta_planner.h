@@ -69,6 +69,8 @@ class DeltaPlanner : public ChunkPlanner {
   void SetLossy(LossyCoder* coder, uint32_t keyframe_every, const CrcPass* crc = nullptr);
   Result<std::optional<ChunkPlan>> TransformLossy(uint64_t offset, std::span<uint8_t> raw,
                                                   std::span<const TensorRange> ranges) override;
+  // What the lossy file was coded from, for the meta block (same_input.h).
+  void SetInput(const Digest128& digest) { input_ = InputDigest{digest, 0}; }
   bool Rewrites() const override { return lossy_ != nullptr; }
   void FinishMeta(PackMeta* meta) override;
 
@@ -125,6 +127,7 @@ class DeltaPlanner : public ChunkPlanner {
   lossy::PieceScratch lossy_scratch_;
   uint32_t lossy_keyframe_every_ = 0;
   std::optional<CrcPass> crc_;
+  std::optional<InputDigest> input_;
   std::vector<uint8_t> crc_buf_;  // the chunk the CRC pass reconstructs
 };
 

@@ -272,6 +272,24 @@ std::optional<std::pair<ObjectId, uint64_t>> PackIndex::FindChunk(uint64_t hash,
   return std::make_pair(it->second.first, off);
 }
 
+std::optional<SameInputPack> PackIndex::FindSameInput(const Digest128& digest, uint64_t logical_size) {
+  std::lock_guard lk(mu_);
+  Entry* best = nullptr;
+  ObjectId best_id = 0;
+  for (auto& [id, e] : packs_) {
+    // A pack neither a file nor another pack holds is on its way out (or
+    // not yet named by its stub): pinning and unpinning it would delete it.
+    if (!e.meta.input || e.meta.input->digest != digest || e.logical_size != logical_size || e.chunk_size == 0 ||
+        !(e.candidate() || e.users > 0)) {
+      continue;
+    }
+    if (best == nullptr || (best->meta.input->copy_of != 0 && e.meta.input->copy_of == 0)) best = &e, best_id = id;
+  }
+  if (best == nullptr) return std::nullopt;
+  ++best->pins;
+  return SameInputPack{best_id, best->chunk_size, best->meta.lossy};
+}
+
 uint8_t PackIndex::RangeDepth(ObjectId pack, uint64_t off, uint64_t len) const {
   std::lock_guard lk(mu_);
   auto it = packs_.find(pack);

@@ -36,6 +36,13 @@ struct BaseChoice {
   uint8_t depth = 0;  // the deepest delta chain among the pack's chunks
 };
 
+// A pack sealed from the same input as a new file (PackIndex::FindSameInput).
+struct SameInputPack {
+  ObjectId pack = 0;
+  uint32_t chunk_size = 0;
+  std::optional<LossyInfo> lossy;  // its meta block's lossy section
+};
+
 class PackIndex {
  public:
   // A pack that exists on disk, `stored_size` bytes long. Its bases gain a user.
@@ -77,6 +84,12 @@ class PackIndex {
   // A live pack's chunk with this content hash and length, as (pack, logical
   // offset); pinned for the caller.
   std::optional<std::pair<ObjectId, uint64_t>> FindChunk(uint64_t hash, uint64_t raw_len);
+  // An indexed pack sealed from input with this digest (PackMeta::input)
+  // and of this logical size: a live file's, or one that a live pack stores
+  // chunks against (so it stays while that pack does). One coded from the
+  // input rather than a copy of another, when there is one, so that copies
+  // refer to it directly. Pinned for the caller.
+  std::optional<SameInputPack> FindSameInput(const Digest128& digest, uint64_t logical_size);
   // The delta depth of [off, off+len) of `pack` (the deepest chunk it touches).
   uint8_t RangeDepth(ObjectId pack, uint64_t off, uint64_t len) const;
 

@@ -19,6 +19,9 @@ constexpr char kLossyMagic[4] = {'L', 'O', 'S', 'Y'};
 constexpr uint32_t kLossyVersion = 2;
 constexpr size_t kLossySizeV1 = 4 + 4 + 4 + 8 + 3 * 24;
 constexpr size_t kLossySize = kLossySizeV1 + 4;  // + scope, sensitivity rule, padding
+constexpr char kInputMagic[4] = {'I', 'N', 'P', 'T'};
+constexpr uint32_t kInputVersion = 1;
+constexpr size_t kInputSize = 4 + 4 + 3 * 8;
 
 void PutF32(std::span<uint8_t> b, size_t at, float v) { le::Put32(b, at, std::bit_cast<uint32_t>(v)); }
 float GetF32(std::span<const uint8_t> b, size_t at) { return std::bit_cast<float>(le::Get32(b, at)); }
@@ -62,6 +65,33 @@ std::optional<LossyInfo> DecodeLossy(std::span<const uint8_t> b) {
   return l;
 }
 
+void EncodeInput(const InputDigest& d, std::span<uint8_t> b) {
+  std::memcpy(b.data(), kInputMagic, 4);
+  le::Put32(b, 4, kInputVersion);
+  le::Put64(b, 8, d.digest.low);
+  le::Put64(b, 16, d.digest.high);
+  le::Put64(b, 24, d.copy_of);
+}
+
+std::optional<InputDigest> DecodeInput(std::span<const uint8_t> b) {
+  if (b.size() != kInputSize || std::memcmp(b.data(), kInputMagic, 4) != 0 || le::Get32(b, 4) != kInputVersion) {
+    return std::nullopt;
+  }
+  return InputDigest{{le::Get64(b, 8), le::Get64(b, 16)}, le::Get64(b, 24)};
+}
+
+// How the optional sections split the bytes after the chunk depths: the
+// lossy section (92 or 96 bytes) and the input section (32), each present
+// or not; their sizes tell every combination apart.
+bool SplitSections(size_t tail, size_t* lossy, size_t* input) {
+  *input = tail >= kInputSize && (tail == kInputSize || tail - kInputSize == kLossySize ||
+                                  tail - kInputSize == kLossySizeV1)
+               ? kInputSize
+               : 0;
+  *lossy = tail - *input;
+  return *lossy == 0 || *lossy == kLossySize || *lossy == kLossySizeV1;
+}
+
 }  // namespace
 
 uint8_t PackMeta::max_depth() const {
@@ -73,7 +103,8 @@ uint64_t ChunkContentHash(std::span<const uint8_t> raw) { return XXH3_64bits(raw
 std::vector<uint8_t> EncodePackMeta(const PackMeta& m) {
   const size_t n = m.chunk_hash.size();
   const size_t lossy = m.lossy ? kLossySize : 0;
-  std::vector<uint8_t> out(kFixed + 8 * m.bases.size() + kTensorEntry * m.tensors.size() + 9 * n + lossy + 8);
+  const size_t input = m.input ? kInputSize : 0;
+  std::vector<uint8_t> out(kFixed + 8 * m.bases.size() + kTensorEntry * m.tensors.size() + 9 * n + lossy + input + 8);
   std::span<uint8_t> b(out);
   std::memcpy(out.data(), kMetaMagic, sizeof(kMetaMagic));
   le::Put64(b, 8, m.sealed_ns);
@@ -91,6 +122,7 @@ std::vector<uint8_t> EncodePackMeta(const PackMeta& m) {
   for (uint64_t h : m.chunk_hash) le::Put64(b, pos, h), pos += 8;
   for (size_t i = 0; i < n; ++i) b[pos++] = i < m.chunk_depth.size() ? m.chunk_depth[i] : 0;
   if (m.lossy) EncodeLossy(*m.lossy, b.subspan(pos, kLossySize)), pos += kLossySize;
+  if (m.input) EncodeInput(*m.input, b.subspan(pos, kInputSize)), pos += kInputSize;
   le::Put64(b, pos, Checksum64(b.first(pos), kSeedMeta));
   return out;
 }
@@ -109,10 +141,10 @@ Result<PackMeta> DecodePackMeta(std::span<const uint8_t> b, uint64_t chunk_count
   if (nc != chunk_count) return corrupt("chunk count " + std::to_string(nc) + " differs from the header's");
   if (nb > kMaxMetaBases || nt > kMaxMetaTensors) return corrupt("implausible base or tensor count");
   const uint64_t want = kFixed + 8ull * nb + kTensorEntry * uint64_t{nt} + 9 * nc + 8;
-  const size_t lossy_size = b.size() - want;  // meaningful when has_lossy
-  const bool has_lossy = b.size() > want && (lossy_size == kLossySize || lossy_size == kLossySizeV1);
-  if (nc > b.size() || (want != b.size() && !has_lossy))
-    return corrupt("size " + std::to_string(b.size()) + ", expected " + std::to_string(want));
+  size_t lossy_size = 0, input_size = 0;
+  if (nc > b.size() || b.size() < want || !SplitSections(b.size() - want, &lossy_size, &input_size))
+    return corrupt("size " + std::to_string(b.size()) + ", expected " + std::to_string(want) +
+                   " (plus a lossy and an input section, each optional)");
   size_t pos = kFixed;
   m.bases.resize(nb);
   for (auto& id : m.bases) id = le::Get64(b, pos), pos += 8;
@@ -127,9 +159,14 @@ Result<PackMeta> DecodePackMeta(std::span<const uint8_t> b, uint64_t chunk_count
   for (auto& h : m.chunk_hash) h = le::Get64(b, pos), pos += 8;
   m.chunk_depth.assign(b.begin() + pos, b.begin() + pos + nc);
   pos += nc;
-  if (has_lossy) {
+  if (lossy_size > 0) {
     m.lossy = DecodeLossy(b.subspan(pos, lossy_size));
     if (!m.lossy) return corrupt("bad lossy section");
+    pos += lossy_size;
+  }
+  if (input_size > 0) {
+    m.input = DecodeInput(b.subspan(pos, input_size));
+    if (!m.input) return corrupt("bad input section");
   }
   return m;
 }

@@ -20,6 +20,8 @@
 //       for weights, first moments and second moments |
 //       version 2 only: u8 scope | u8 sensitivity rule | u8 budget measure
 //       (0 relative, 1 one-step; 0 in packs written before it existed) | u8 zero]
+//      [input section, packs sealed under a lossy policy since it exists:
+//       "INPT" | u32 version (1) | u64 digest low | u64 digest high | u64 copy_of]
 //      u64                Checksum64(everything above, kSeedMeta)
 #pragma once
 
@@ -28,6 +30,7 @@
 #include <span>
 #include <vector>
 
+#include "base/hash.h"
 #include "base/status.h"
 #include "codec/lossy/lossy_info.h"
 #include "codec/tensor_chunk.h"
@@ -40,9 +43,18 @@ inline constexpr uint64_t kSeedMeta = 0x4D455441ull;  // "META"
 inline constexpr uint32_t kMaxMetaBases = 1u << 20;
 inline constexpr uint32_t kMaxMetaTensors = 1u << 22;
 
+// What a pack sealed under a lossy policy was coded from: identical input
+// under the same policy is stored once (store/same_input.h).
+struct InputDigest {
+  Digest128 digest;     // XXH3-128 of the policy text and the file's raw bytes
+  ObjectId copy_of = 0;  // not 0: every chunk is a ref to this pack's at the same offset
+  bool operator==(const InputDigest&) const = default;
+};
+
 struct PackMeta {
   uint64_t sealed_ns = 0;
   std::optional<LossyInfo> lossy;
+  std::optional<InputDigest> input;
   std::vector<ObjectId> bases;
   std::vector<TensorRange> tensors;
   std::vector<uint64_t> chunk_hash;

@@ -25,6 +25,7 @@
 #include "store/onnx_external.h"
 #include "store/private_store.h"
 #include "store/rados_pack_objects.h"
+#include "store/same_input.h"
 #include "store/seal_pin.h"
 #include "store/store_internal.h"
 #include "store/tf_shards.h"
@@ -398,6 +399,24 @@ class PlannerPins {
   DropDead drop_;
 };
 
+// Ends one pin of `pack` (none: 0) in the index on every path out of a
+// publish, as PlannerPins does for the planners' pins.
+class IndexPin {
+ public:
+  IndexPin(PackIndex* index, ObjectId pack, PlannerPins::DropDead drop)
+      : index_(index), pack_(pack), drop_(std::move(drop)) {}
+  IndexPin(const IndexPin&) = delete;
+  IndexPin& operator=(const IndexPin&) = delete;
+  ~IndexPin() {
+    if (pack_ != 0) drop_(index_->Unpin(pack_));
+  }
+
+ private:
+  PackIndex* index_;
+  ObjectId pack_;
+  PlannerPins::DropDead drop_;
+};
+
 // A published pack, for the daemon's metrics (base/metrics.h).
 void CountSeal(uint64_t logical, uint64_t stored, std::chrono::steady_clock::duration took) {
   Metrics& m = GlobalMetrics();
@@ -430,7 +449,8 @@ FileLayout LayoutForSeal(const ByteSource& file, SiblingSource* siblings) {
 
 Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic<bool>* cancel,
                                     const LossyPolicy& policy, SiblingSource* siblings,
-                                    std::unique_ptr<SealPin>* keep_pin) {
+                                    std::unique_ptr<SealPin>* keep_pin,
+                                    std::unique_ptr<SameInputSeals::Hold>* keep_input) {
   RefreshIndexFromOtherNodes();
   const ObjectId id = NewObjectId();
   const std::string ctx = "publishing pack " + ObjectIdHex(id);
@@ -495,6 +515,24 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
       }
     }
   }
+  // Identical input under the same policy: the pack sealed from it, pinned
+  // until the new pack is in the index as its user (same_input.h).
+  Digest128 input_digest;
+  std::optional<SameInputPack> same;
+  std::unique_ptr<SameInputSeals::Hold> input_hold;
+  if (lossy) {
+    Result<std::optional<SameInputPack>> found =
+        SameInputFor(file, policy, admission.get(), cancel, &input_digest, &input_hold);
+    if (!found.ok()) return fail(found.status());
+    same = *found;
+  }
+  const IndexPin same_pin(&index_, same ? same->pack : 0,
+                          [this](const std::vector<ObjectId>& dead) { (void)DeleteDeadPacks(dead); });
+  if (same) {
+    chunk_size = same->chunk_size;  // chunk i refers to its chunk i
+    spdlog::info("{}: same input under {} as pack {}: stored as references to it", ctx, FormatLossyPolicy(policy),
+                 ObjectIdHex(same->pack));
+  }
   // Planners pin the packs they store chunks against until the new pack is
   // in the index as their user, so they cannot be deleted meanwhile. One per
   // sealing worker, and no more workers than chunks: each planner looks up
@@ -504,7 +542,7 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
   std::vector<std::unique_ptr<DeltaPlanner>> planners;
   // Recovery seals staged files before the index is loaded: a lossy file
   // then gets a planner without predecessors, and is coded as a keyframe.
-  if ((opts_.delta && index_loaded_) || lossy) {
+  if (((opts_.delta && index_loaded_) || lossy) && !same) {
     for (unsigned w = 0; w < workers; ++w) {
       planners.push_back(std::make_unique<DeltaPlanner>(&index_, this, tensors, opts_.encoder,
                                                         opts_.delta ? opts_.keyframe_every : 0, admission.get(),
@@ -515,6 +553,11 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
   const PlannerPins pins(planners, [this](const std::vector<ObjectId>& dead) { (void)DeleteDeadPacks(dead); });
   std::vector<ChunkPlanner*> planner_ptrs;
   for (auto& p : planners) planner_ptrs.push_back(p.get());
+  std::optional<SameInputPlanner> copier;
+  if (same) {
+    copier.emplace(&index_, this, *same, input_digest);
+    planner_ptrs.assign(workers, &*copier);
+  }
   // The zip CRC pass runs on every worker, a member ahead of the pack's
   // pass, which then decodes the pieces' blobs it kept (or codes the rest
   // again with its choices).
@@ -524,6 +567,7 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
   for (auto& p : planners) {
     if (lossy) p->SetLossy(&*lossy, opts_.delta ? opts_.lossy_keyframe_every : 0, &crc);
   }
+  if (planner != nullptr && lossy) planner->SetInput(input_digest);
   Result<PackStats> stats = WritePack(env_, src_fd, size, tmp->get(), chunk_size, opts_.encoder, cancel, tensors,
                                       PackWorkers{workers, planner_ptrs});
   if (!stats.ok()) return fail(stats.status());
@@ -542,7 +586,24 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
                 stats->stored_size, stats->stored_size ? double(size) / double(stats->stored_size) : 0.0, secs, workers,
                 secs > 0 ? double(size) / 1e6 / secs : 0.0);
   if (keep_pin != nullptr) *keep_pin = std::move(pin).value();
+  if (keep_input != nullptr) *keep_input = std::move(input_hold);
   return id;
+}
+
+Result<std::optional<SameInputPack>> Store::SameInputFor(const ByteSource& file, const LossyPolicy& policy,
+                                                         BaseAdmission* admission, const std::atomic<bool>* cancel,
+                                                         Digest128* digest,
+                                                         std::unique_ptr<SameInputSeals::Hold>* hold) {
+  ASSIGN_OR_RETURN(*digest, LossyInputDigest(file, FormatLossyPolicy(policy)));
+  ASSIGN_OR_RETURN(*hold, same_input_seals_.Acquire(*digest, cancel));
+  // Recovery seals staged files before the index is loaded: nothing to find.
+  if (!index_loaded_) return std::optional<SameInputPack>{};
+  std::optional<SameInputPack> same = index_.FindSameInput(*digest, file.size());
+  if (same && admission != nullptr && !admission->Admit(same->pack)) {
+    (void)DeleteDeadPacks(index_.Unpin(same->pack));
+    same.reset();
+  }
+  return same;
 }
 
 Status Store::DeleteDeadPacks(const std::vector<ObjectId>& dead) {
@@ -936,9 +997,13 @@ Result<StubRecord> Store::SealStub(int stub_fd, const StubRecord& staged, int st
   // Cluster mode: holds the new pack and its bases until the stub names it
   // durably (or the seal is abandoned), on every path out of here.
   std::unique_ptr<SealPin> pin;
+  // Until the stub names the pack (AddRoot), or it is discarded: then a
+  // seal of the same input finds it (store/same_input.h).
+  std::unique_ptr<SameInputSeals::Hold> input_hold;
   if (size > 0) {
     const std::unique_ptr<SiblingSource> siblings = SiblingsOf(stub_fd, sst.st_mtim, wait);
-    ASSIGN_OR_RETURN(pack, PublishPack(staging_fd, size, cancel, PolicyFor(stub_fd), siblings.get(), &pin));
+    ASSIGN_OR_RETURN(pack,
+                     PublishPack(staging_fd, size, cancel, PolicyFor(stub_fd), siblings.get(), &pin, &input_hold));
   }
 
   if (still_current && !still_current()) {

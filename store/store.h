@@ -41,6 +41,7 @@
 #include "store/pack_index.h"
 #include "store/pack_objects.h"
 #include "store/rados_client.h"
+#include "store/same_input.h"
 #include "store/stub.h"
 
 namespace ckptfs {
@@ -93,6 +94,7 @@ struct StoreOptions {
 };
 
 class BaseAdmission;
+class ByteSource;
 class SealPin;
 
 // How a seal may wait for other files of its save (codec/lossy/siblings.h).
@@ -221,9 +223,13 @@ class Store : public BaseSource {
   // In cluster mode the seal's pin (store/seal_pin.h) lists the new pack
   // and its bases; it is handed to `keep_pin` when given (the caller drops
   // it once a stub names the pack), else removed on return.
+  // Under a lossy policy, the seal holds the file's input digest
+  // (store/same_input.h) until `keep_input` goes, when given (the caller
+  // drops it once a stub names the pack or the pack is discarded).
   Result<ObjectId> PublishPack(int src_fd, uint64_t size, const std::atomic<bool>* cancel = nullptr,
                                const LossyPolicy& policy = {}, SiblingSource* siblings = nullptr,
-                               std::unique_ptr<SealPin>* keep_pin = nullptr);
+                               std::unique_ptr<SealPin>* keep_pin = nullptr,
+                               std::unique_ptr<SameInputSeals::Hold>* keep_input = nullptr);
   // The files that may hold the Adam second moments of the model file
   // whose stub is `stub_fd`, last written at `written`, read as they are
   // when the coder asks: other files of the same directory with the same
@@ -404,6 +410,14 @@ class Store : public BaseSource {
   Result<std::shared_ptr<PackReader>> BaseRangeReader(ObjectId pack, uint64_t offset, uint64_t len);
   Status DecodePackInto(ObjectId id, uint64_t keep_bytes, int dst_fd);
   Status DeleteDeadPacks(const std::vector<ObjectId>& dead);
+  // The input digest of a file sealed under `policy` (store/same_input.h),
+  // into `digest`, and an indexed pack sealed from the same input, pinned
+  // in the index and admitted, if there is one.
+  // `hold` gets the digest's hold (SameInputSeals), taken before the lookup.
+  Result<std::optional<SameInputPack>> SameInputFor(const ByteSource& file, const LossyPolicy& policy,
+                                                    BaseAdmission* admission, const std::atomic<bool>* cancel,
+                                                    Digest128* digest, std::unique_ptr<SameInputSeals::Hold>* hold);
+  SameInputSeals same_input_seals_;
   // Makes every namespace change so far durable (syncfs). Called before an
   // object nothing names any more is deleted: the unlink or rename that
   // dropped the last stub naming it may not be durable yet, and after a power

@@ -114,9 +114,10 @@ def read_losses(run: ClientRun) -> dict[str, float]:
     return out
 
 
-def run_lightning(m, plain_dir, python, name: str, mode: str, policy: str | None = None):
+def run_lightning(m, plain_dir, python, name: str, mode: str, policy: str | None = None, sealed=None):
     """The Lightning client through both phases; returns its files, the
-    stats of its sealed checkpoints and its losses."""
+    stats of its sealed checkpoints and its losses. `sealed`, when given,
+    is called with those stats once the first phase's files are sealed."""
     if policy is not None:
         (m.mnt / name).mkdir()
         os.setxattr(m.mnt / name, "user.ckptfs.policy", policy.encode())
@@ -128,6 +129,8 @@ def run_lightning(m, plain_dir, python, name: str, mode: str, policy: str | None
         for rel, info in sorted(files.items()):
             problems += check_inspect(rel, info, inspect_json(m.mnt / name / rel), "torch-zip")
         assert not problems, "ckptfs inspect:\n" + "\n".join(problems)
+        if sealed is not None:
+            sealed(stored)
         m.remount()
         assert run.verify() > 0, run.describe("compared nothing")
     finally:
@@ -163,9 +166,24 @@ def test_lightning_in_a_lossy_directory(pypi_python, mount_factory, plain_dir):
     """The same run in a directory with user.ckptfs.policy=lossy=0.05: the
     checkpoints are lossy within their targets and load close to what was
     saved; resuming from one loads the reconstruction bit for bit and goes
-    on for two epochs to a loss below that of the first run's last epoch."""
+    on for two epochs to a loss below that of the first run's last epoch.
+    last.ckpt holds the same state as the epoch's top-k file: it reads back
+    identical to it and is stored once (references to its pack), although
+    each file's closed-loop coding would start from a different predecessor."""
     m = mount_factory()
-    files, stored, losses = run_lightning(m, plain_dir, pypi_python, "lit-lossy", "lossy", policy="lossy=0.05")
+    ckdir = m.mnt / "lit-lossy" / "checkpoints"
+
+    def same_pair(stored, last="last.ckpt", twin="epoch=2-step=24.ckpt"):
+        a, b = stored[f"checkpoints/{twin}"], stored[f"checkpoints/{last}"]
+        print(f"stored bytes: {twin} {a['stored']}, {last} {b['stored']} (of {a['logical']})")
+        assert sha256_file(ckdir / last) == sha256_file(ckdir / twin), (a, b)
+        # whichever of the two is sealed second refers to the other's pack
+        copy, first = sorted((a, b), key=lambda f: f["stored"])
+        assert copy["stored"] < 0.01 * copy["logical"] < first["stored"], (a, b)
+        assert copy["base"] == first["path"].lstrip("/") and copy["lossy"] == first["lossy"], (a, b)
+
+    files, stored, losses = run_lightning(m, plain_dir, pypi_python, "lit-lossy", "lossy", policy="lossy=0.05",
+                                          sealed=same_pair)
     for rel, f in stored.items():
         lossy = f["lossy"]
         assert lossy is not None and abs(lossy["fidelity"] - 0.05) < 1e-6, f
@@ -178,3 +196,5 @@ def test_lightning_in_a_lossy_directory(pypi_python, mount_factory, plain_dir):
     # The first run's last epoch (2) ended at a loss of about 1.10; resumed from epoch 1's lossy
     # checkpoint and trained through epoch 3, the run ends lower (about 0.85).
     assert losses["resumed"] < losses["first"] * 1.05, losses
+    # the resumed run's last.ckpt and its last epoch's file: the same again
+    same_pair(by_path(m.wait_sealed(), "lit-lossy/"), twin="epoch=3-step=32.ckpt")

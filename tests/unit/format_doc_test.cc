@@ -272,18 +272,21 @@ TEST_F(FormatDocTest, PackHeaderTableAndFooter) {
 }
 
 // The meta block table's sizes, summed for given counts, as EvalSize reads
-// them; the lossy row counts only when the block has the section.
-uint64_t DocMetaSize(const DocTable& t, uint64_t bases, uint64_t tensors, uint64_t chunks, bool lossy) {
+// them; the lossy and input rows count only when the block has the section.
+uint64_t DocMetaSize(const DocTable& t, uint64_t bases, uint64_t tensors, uint64_t chunks, bool lossy,
+                     bool input = false) {
   uint64_t total = 0;
   for (const std::vector<std::string>& row : t.rows) {
     if (row[1].rfind("lossy section", 0) == 0 && !lossy) continue;
+    if (row[1].rfind("input section", 0) == 0 && !input) continue;
     total += EvalSize(row[0], {{"B", bases}, {"T", tensors}, {"C", chunks}});
   }
   return total;
 }
 
-PackMeta SampleMeta(bool lossy) {
+PackMeta SampleMeta(bool lossy, bool input = false) {
   PackMeta m;
+  if (input) m.input = InputDigest{{1, 2}, 3};
   m.sealed_ns = 1;
   m.bases = {11, 12};
   m.tensors = {{.offset = 0, .length = 4096, .dtype = DType::kF32},
@@ -322,6 +325,25 @@ TEST_F(FormatDocTest, MetaBlockAndLossySection) {
   // The section starts with its magic right after the depths.
   const std::vector<uint8_t> enc = EncodePackMeta(SampleMeta(true));
   EXPECT_EQ(std::memcmp(enc.data() + 32 + 16 + 51 + 45, "LOSY", 4), 0);
+}
+
+TEST_F(FormatDocTest, MetaBlockInputSection) {
+  const DocTable& meta = TableCaptioned(tables_, "(`store/pack_meta.h`)");
+  EXPECT_EQ(DocMetaSize(meta, 2, 3, 5, true, true), EncodePackMeta(SampleMeta(true, true)).size());
+  EXPECT_EQ(DocMetaSize(meta, 2, 3, 5, false, true), EncodePackMeta(SampleMeta(false, true)).size());
+  const DocTable& input = TableCaptioned(tables_, "Input section (");
+  ASSERT_TRUE(input.total.has_value());
+  uint64_t sum = 0;
+  for (const std::vector<std::string>& row : input.rows) sum += EvalSize(row[0], {});
+  EXPECT_EQ(sum, *input.total) << "the input section's fields do not add up to its size";
+  // After the lossy section, magic first, then the fields in the table's order.
+  const std::vector<uint8_t> enc = EncodePackMeta(SampleMeta(true, true));
+  const size_t at = enc.size() - 8 - *input.total;
+  EXPECT_EQ(std::memcmp(enc.data() + at, "INPT", 4), 0);
+  EXPECT_EQ(le::Get32(enc, at + 4), 1u);
+  EXPECT_EQ(le::Get64(enc, at + 8), 1u);
+  EXPECT_EQ(le::Get64(enc, at + 16), 2u);
+  EXPECT_EQ(le::Get64(enc, at + 24), 3u);
 }
 
 TEST_F(FormatDocTest, BaseReferenceAndVersions) {
