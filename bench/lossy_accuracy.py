@@ -526,17 +526,32 @@ def role(path):
 
 def relative_errors(orig, restored):
     """Relative L2 error ||restored - orig|| / ||orig|| per role (weights,
-    Adam m, Adam v) over all float tensors: what a restore injected."""
+    Adam m, Adam v) over all float tensors: what a restore injected. Also
+    each role's energy kept, ||restored||^2 / ||orig||^2 ("w_energy", ...),
+    and Adam m's error and energy in update units, m / (sqrt(v) + 1e-8)
+    with v the original's ("m_upd", "m_upd_energy"): the units the coder
+    bounds m in (issue 41: a quantizer that shrinks or inflates m)."""
     a, b = flatten_tensors(orig), flatten_tensors(restored)
-    num, den = {}, {}
+    num, den, kept = {}, {}, {}
+
+    def add(r, t64, u64):
+        num[r] = num.get(r, 0.0) + (u64 - t64).pow(2).sum().item()
+        den[r] = den.get(r, 0.0) + t64.pow(2).sum().item()
+        kept[r] = kept.get(r, 0.0) + u64.pow(2).sum().item()
+
     for path, t in a.items():
         r = role(path)
         if r == "other" or not t.is_floating_point():
             continue
         t64, u64 = t.double(), b[path].double()
-        num[r] = num.get(r, 0.0) + (u64 - t64).pow(2).sum().item()
-        den[r] = den.get(r, 0.0) + t64.pow(2).sum().item()
-    return {r: math.sqrt(num[r] / den[r]) if den[r] else 0.0 for r in num}
+        add(r, t64, u64)
+        v = a.get(path[:-1] + ("exp_avg_sq",)) if r == "m" and path[-1] == "exp_avg" else None
+        if v is not None:
+            d = v.double().clamp(min=0).sqrt() + 1e-8
+            add("m_upd", t64 / d, u64 / d)
+    out = {r: math.sqrt(num[r] / den[r]) if den[r] else 0.0 for r in num}
+    out.update({f"{r}_energy": kept[r] / den[r] for r in num if den[r]})
+    return out
 
 
 def torch_save_bytes(obj):
@@ -898,6 +913,9 @@ def run_workload(wl, work, args):
                  if "total_ratio" in row else "")
         log(f"{wl.key}: {name}: {row['seconds']:.1f}s, {ratio}val loss {row['val_loss']:.4f}, "
             f"rel err {fmt_errors(row['rel_err'])}")
+        if row.get("rel_err"):
+            extra = ", ".join(f"{k} {v:.3g}" for k, v in sorted(row["rel_err"].items()) if k not in ("w", "m", "v"))
+            log(f"{wl.key}: {name}: energy kept and m in update units (mean of restores): {extra}")
         if row.get("per_file"):
             log(f"{wl.key}: {name}: stored by role {fmt_breakdown(row['per_file'])}")
     return {"title": wl.title, "model": wl.describe(), "warmup": wl.warmup, "steps": wl.steps, **info,
