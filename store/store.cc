@@ -445,6 +445,79 @@ FileLayout LayoutForSeal(const ByteSource& file, SiblingSource* siblings) {
   return o ? std::move(*o) : layout;
 }
 
+// How a seal codes a file: its tensor ranges, its chunk size and, under a
+// lossy policy with something in scope, its lossy coder, which reads
+// `tensors` and the file: both outlive it, and a SealCoding is filled in
+// place, never moved.
+struct SealCoding {
+  std::vector<TensorRange> tensors;
+  uint32_t chunk_size = 0;
+  std::optional<LossyCoder> lossy;
+};
+
+// Fills `out` (its chunk_size preset to the store's) from the file's
+// layout; kSealPostponed when the seal should wait for more of its save.
+Status PlanSealCoding(const StoreOptions& opts, const EnvSource& file, const LossyPolicy& policy,
+                      SiblingSource* siblings, const std::string& ctx, SealCoding* out) {
+  if (!opts.encoder.tensor_codec) return Status::Ok();
+  // A seal that would wait for more of its save gives its slot back (SealWait).
+  auto waits_for_save = [&] { return siblings != nullptr && siblings->Postponed(); };
+  const Status postponed = Status::Error(kSealPostponed, "waiting for more of its save");
+  FileLayout layout = LayoutForSeal(file, siblings);
+  if (waits_for_save()) return postponed;
+  out->chunk_size = PackChunkSizeFor(layout, out->chunk_size);
+  // A smaller chunk must not take a file past a pack's chunk count.
+  if (pack_layout::ChunkCount(file.size(), out->chunk_size) > kMaxPackChunks) out->chunk_size = opts.chunk_size;
+  // Reads of B+tree nodes did not wait for this seal: what they were
+  // served stays as it is.
+  if (policy.lossy()) {
+    if (const size_t n = KeepOcdbtTailExact(file, &layout); n > 0) {
+      spdlog::info("{}: {} tensor(s) overlapping the page of the file's last B+tree node or after it stay exact", ctx,
+                   n);
+    }
+    ASSIGN_OR_RETURN(const size_t near_nodes, KeepOcdbtNodePagesExact(file, &layout));
+    if (near_nodes > 0) spdlog::info("{}: {} tensor(s) sharing a page with a B+tree node stay exact", ctx, near_nodes);
+  }
+  out->tensors = TensorRangesOf(layout);
+  spdlog::debug("{}: format {}, {} tensor ranges{}{}", ctx, layout.format, out->tensors.size(),
+                layout.note.empty() ? "" : ": ", LogSafe(layout.note));
+  if (!policy.lossy()) return Status::Ok();
+  std::optional<LossyCoder>& lossy = out->lossy;
+  lossy.emplace(file, layout, out->tensors, policy,
+                TensorChunkOptions{opts.encoder.zstd_level, opts.encoder.planes}, siblings);
+  if (waits_for_save()) return postponed;
+  if (!lossy->active()) {
+    spdlog::info("{}: {} under {}: nothing in the lossy scope, sealed losslessly", ctx, layout.format,
+                 FormatLossyPolicy(policy));
+    lossy.reset();
+    return Status::Ok();
+  }
+  spdlog::info("{}: {} under {}: weights weighed by {}{}{}", ctx, layout.format, FormatLossyPolicy(policy),
+               SensitivityRuleName(lossy->info().sensitivity), lossy->sibling_note().empty() ? "" : "; ",
+               LogSafe(lossy->sibling_note()));
+  return Status::Ok();
+}
+
+// One delta planner per sealing worker.
+std::vector<std::unique_ptr<DeltaPlanner>> DeltaPlanners(unsigned workers, PackIndex* index, BaseSource* bases,
+                                                         std::span<const TensorRange> tensors,
+                                                         const StoreOptions& opts, BaseAdmission* admission,
+                                                         const ByteSource* file) {
+  std::vector<std::unique_ptr<DeltaPlanner>> planners;
+  for (unsigned w = 0; w < workers; ++w) {
+    planners.push_back(std::make_unique<DeltaPlanner>(index, bases, tensors, opts.encoder,
+                                                      opts.delta ? opts.keyframe_every : 0, admission, file));
+  }
+  return planners;
+}
+
+void LogSealTime(const std::string& ctx, uint64_t size, uint64_t stored, std::chrono::steady_clock::duration took,
+                 unsigned workers) {
+  const double secs = std::chrono::duration<double>(took).count();
+  spdlog::debug("{}: {} bytes stored in {} ({:.3f}x), {:.3f} s with {} worker(s), {:.0f} MB/s", ctx, size, stored,
+                stored ? double(size) / double(stored) : 0.0, secs, workers, secs > 0 ? double(size) / 1e6 / secs : 0.0);
+}
+
 }  // namespace
 
 Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic<bool>* cancel,
@@ -471,50 +544,12 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
     return s.WithContext(ctx);
   };
 
-  std::vector<TensorRange> tensors;
-  const EnvSource file(env_, src_fd, size);  // outlives `lossy`, which reads second moments from it
-  std::optional<LossyCoder> lossy;
-  uint32_t chunk_size = opts_.chunk_size;
-  if (opts_.encoder.tensor_codec) {
-    // A seal that would wait for more of its save gives its slot back (SealWait).
-    auto waits_for_save = [&] { return siblings != nullptr && siblings->Postponed(); };
-    auto postponed = [] { return Status::Error(kSealPostponed, "waiting for more of its save"); };
-    FileLayout layout = LayoutForSeal(file, siblings);
-    if (waits_for_save()) return fail(postponed());
-    chunk_size = PackChunkSizeFor(layout, chunk_size);
-    // A smaller chunk must not take a file past a pack's chunk count.
-    if (pack_layout::ChunkCount(size, chunk_size) > kMaxPackChunks) chunk_size = opts_.chunk_size;
-    // Reads of B+tree nodes did not wait for this seal: what they were
-    // served stays as it is.
-    if (policy.lossy()) {
-      if (const size_t n = KeepOcdbtTailExact(file, &layout); n > 0) {
-        spdlog::info("{}: {} tensor(s) overlapping the page of the file's last B+tree node or after it stay exact", ctx,
-                     n);
-      }
-      Result<size_t> near_nodes = KeepOcdbtNodePagesExact(file, &layout);
-      if (!near_nodes.ok()) return fail(near_nodes.status());
-      if (*near_nodes > 0)
-        spdlog::info("{}: {} tensor(s) sharing a page with a B+tree node stay exact", ctx, *near_nodes);
-    }
-    tensors = TensorRangesOf(layout);
-    spdlog::debug("{}: format {}, {} tensor ranges{}{}", ctx, layout.format, tensors.size(),
-                  layout.note.empty() ? "" : ": ", LogSafe(layout.note));
-    if (policy.lossy()) {
-      lossy.emplace(file, layout, tensors, policy, TensorChunkOptions{opts_.encoder.zstd_level, opts_.encoder.planes},
-                    siblings);
-      if (waits_for_save()) return fail(postponed());
-      if (!lossy->active()) {
-        spdlog::info("{}: {} under {}: nothing in the lossy scope, sealed losslessly", ctx, layout.format,
-                     FormatLossyPolicy(policy));
-        lossy.reset();
-      }
-      if (lossy) {
-        spdlog::info("{}: {} under {}: weights weighed by {}{}{}", ctx, layout.format, FormatLossyPolicy(policy),
-                     SensitivityRuleName(lossy->info().sensitivity), lossy->sibling_note().empty() ? "" : "; ",
-                     LogSafe(lossy->sibling_note()));
-      }
-    }
-  }
+  const EnvSource file(env_, src_fd, size);  // outlives `coding.lossy`, which reads second moments from it
+  SealCoding coding{{}, opts_.chunk_size, {}};
+  if (Status s = PlanSealCoding(opts_, file, policy, siblings, ctx, &coding); !s.ok()) return fail(s);
+  std::vector<TensorRange>& tensors = coding.tensors;
+  std::optional<LossyCoder>& lossy = coding.lossy;
+  uint32_t chunk_size = coding.chunk_size;
   // Identical input under the same policy: the pack sealed from it, pinned
   // until the new pack is in the index as its user (same_input.h).
   Digest128 input_digest;
@@ -539,16 +574,12 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
   // the file's predecessor in the index.
   const uint64_t chunks = size / chunk_size + (size % chunk_size != 0 ? 1 : 0);
   const unsigned workers = static_cast<unsigned>(std::clamp<uint64_t>(chunks, 1, std::max(1u, opts_.seal_workers)));
-  std::vector<std::unique_ptr<DeltaPlanner>> planners;
   // Recovery seals staged files before the index is loaded: a lossy file
   // then gets a planner without predecessors, and is coded as a keyframe.
-  if (((opts_.delta && index_loaded_) || lossy) && !same) {
-    for (unsigned w = 0; w < workers; ++w) {
-      planners.push_back(std::make_unique<DeltaPlanner>(&index_, this, tensors, opts_.encoder,
-                                                        opts_.delta ? opts_.keyframe_every : 0, admission.get(),
-                                                        &file));
-    }
-  }
+  std::vector<std::unique_ptr<DeltaPlanner>> planners =
+      ((opts_.delta && index_loaded_) || lossy) && !same
+          ? DeltaPlanners(workers, &index_, this, tensors, opts_, admission.get(), &file)
+          : std::vector<std::unique_ptr<DeltaPlanner>>{};
   DeltaPlanner* planner = planners.empty() ? nullptr : planners[0].get();
   const PlannerPins pins(planners, [this](const std::vector<ObjectId>& dead) { (void)DeleteDeadPacks(dead); });
   std::vector<ChunkPlanner*> planner_ptrs;
@@ -580,11 +611,8 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
                   stats->delta_chunks, ObjectIdHex(planner->base_pack()));
   }
   const auto took = std::chrono::steady_clock::now() - started;
-  const double secs = std::chrono::duration<double>(took).count();
   CountSeal(size, stats->stored_size, took);
-  spdlog::debug("{}: {} bytes stored in {} ({:.3f}x), {:.3f} s with {} worker(s), {:.0f} MB/s", ctx, size,
-                stats->stored_size, stats->stored_size ? double(size) / double(stats->stored_size) : 0.0, secs, workers,
-                secs > 0 ? double(size) / 1e6 / secs : 0.0);
+  LogSealTime(ctx, size, stats->stored_size, took, workers);
   if (keep_pin != nullptr) *keep_pin = std::move(pin).value();
   if (keep_input != nullptr) *keep_input = std::move(input_hold);
   return id;
