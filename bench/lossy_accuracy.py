@@ -7,7 +7,15 @@ validation loss of training runs that restore from lossy checkpoints.
 Workloads (real models on real data, CPU, deterministic):
   A  a character-level decoder-only transformer trained on the licence texts
      Debian ships in /usr/share/common-licenses/ (90/10 split by position);
-  B  an MLP classifier on scikit-learn's bundled digits.
+  B  an MLP classifier on scikit-learn's bundled digits;
+  C  a small CNN on the digits as 8x8 images;
+  D  a MiniLM (all-MiniLM-L6-v2) top-layer fine-tune on licence windows;
+  E  B's MLP trained with SGD and momentum (no Adam state);
+  F  A's task at 10.7M parameters (6 layers, d_model 384; short protocol);
+  G  A's task in mixed precision: a bf16 model, AdamW on fp32 master
+     copies, the checkpoint holding both (bf16 `model`, fp32 `master`);
+  H  a small ViT (patch embedding, encoder, class token) on generated
+     noisy shape images.
 
 Protocol, the same for every method: W warm-up steps run once and shared,
 then P steps with a checkpoint (torch.save of {model, optimizer, scheduler,
@@ -19,6 +27,12 @@ restores inject. Methods:
   ckptfs EPS     through a mount with -o lossy=EPS (restores read the
                  reconstruction back from the mount);
   LC-Checkpoint  and ExCP, re-implemented in bench/lossy_baselines.py.
+--oracle also searches each workload's best fixed level within +1% final
+val loss (ladders of lossy=steps:C and lossy=EPS, each stopped at its first
+level beyond the bound) and runs the default `lossy`; the summary (oracle,
+default and its share of it, the baselines' best within +1%) goes into the
+JSON for bench/lossy_panel_table.py.
+
 Reports per workload the total ratio (bytes written / bytes stored), the
 ratio of checkpoints 2..20, the final validation loss and its change
 against `none`, then whether ckptfs dominates each baseline point, and the
@@ -1426,7 +1440,7 @@ def print_summary(res):
         return
     bound = f"+{100 * s['tolerance']:g}%"
     print(f"\nWithin {bound} final val loss: oracle "
-          + PT.fmt_point(s["oracle"], True) + ("" if s["oracle_searched"] else " (not searched)")
+          + PT.fmt_oracle(s)
           + "; default `lossy` " + (f"{s['default']['ratio']:.1f}x at {s['default']['delta']:+.2f}%"
                                       if s["default"] else "not run")
           + (f", {100 * s['share']:.0f}% of the oracle" if s["share"] else "")

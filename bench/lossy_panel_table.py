@@ -103,6 +103,14 @@ def fmt_point(p, tried):
     return f"{p['ratio']:.1f}x ({p['setting']}, {p['delta']:+.2f}%)"
 
 
+def fmt_oracle(s):
+    """The oracle cell: its best point, or "not searched" where neither
+    --oracle ran nor the file holds a fixed level within the bound."""
+    if not s["oracle"] and not s["oracle_searched"]:
+        return "not searched"
+    return fmt_point(s["oracle"], True) + ("" if s["oracle_searched"] else " (not searched)")
+
+
 def oracle_table(results, keys):
     sums = {k: summary(results[k]) for k in keys}
     sums = {k: s for k, s in sums.items() if s and (s["oracle"] or s["default"])}
@@ -118,8 +126,7 @@ def oracle_table(results, keys):
     print("|---|---|---|---|---|---|---|")
     for k, s in sums.items():
         d = s["default"]
-        searched = "" if s["oracle_searched"] else " (not searched)"
-        oracle = fmt_point(s["oracle"], True) + searched if s["oracle"] or s["oracle_searched"] else "not searched"
+        oracle = fmt_oracle(s)
         ratio = f"{d['ratio']:.1f}x" if d else "-"
         share = f"{100 * s['share']:.0f}%" if s["share"] else "-"
         delta = f"{d['delta']:+.2f}%" if d else "-"
