@@ -572,8 +572,10 @@ SIZES = {
              # minutes on the shared VM.
              "F": dict(dim=384, layers=6, heads=6, context=64, batch=4, val_windows=128, lr=1e-3),
              "G": dict(dim=128, layers=3, heads=4, context=64, batch=8, val_windows=256, lr=2e-3),
-             "H": dict(image=24, patch=4, dim=96, layers=4, heads=4, noise=0.6, train=3000, val=600,
-                       batch=32, lr=1e-3)},
+             # At noise 0.6 and lr 1e-3 it reached 37% accuracy and took
+             # any level (>= 163x within +1%): too weak to tell levels apart.
+             "H": dict(image=24, patch=4, dim=96, layers=4, heads=4, noise=0.3, train=3000, val=600,
+                       batch=32, lr=2e-3)},
     "quick": {"A": dict(dim=32, layers=2, heads=2, context=32, batch=4, val_windows=32),
               "B": dict(hidden=64, layers=2, batch=32, lr=1e-3),
               "C": dict(channels=8, batch=32, lr=1e-3),
@@ -581,8 +583,8 @@ SIZES = {
               "E": dict(hidden=64, batch=32, lr=0.02),
               "F": dict(dim=64, layers=2, heads=2, context=32, batch=4, val_windows=32, lr=1e-3),
               "G": dict(dim=32, layers=2, heads=2, context=32, batch=4, val_windows=32, lr=2e-3),
-              "H": dict(image=16, patch=4, dim=32, layers=1, heads=2, noise=0.6, train=400, val=200,
-                        batch=32, lr=1e-3)},
+              "H": dict(image=16, patch=4, dim=32, layers=1, heads=2, noise=0.3, train=400, val=200,
+                        batch=32, lr=2e-3)},
 }
 WARMUP = {"full": {"A": 1000, "B": 100, "C": 100, "D": 60, "E": 100, "F": 100, "G": 300, "H": 100},
           "quick": {"A": 20, "B": 20, "C": 20, "D": 20, "E": 20, "F": 20, "G": 20, "H": 20}}
