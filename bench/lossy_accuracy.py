@@ -7,7 +7,15 @@ validation loss of training runs that restore from lossy checkpoints.
 Workloads (real models on real data, CPU, deterministic):
   A  a character-level decoder-only transformer trained on the licence texts
      Debian ships in /usr/share/common-licenses/ (90/10 split by position);
-  B  an MLP classifier on scikit-learn's bundled digits.
+  B  an MLP classifier on scikit-learn's bundled digits;
+  C  a small CNN on the digits as 8x8 images;
+  D  a MiniLM (all-MiniLM-L6-v2) top-layer fine-tune on licence windows;
+  E  B's MLP trained with SGD and momentum (no Adam state);
+  F  A's task at 10.7M parameters (6 layers, d_model 384; short protocol);
+  G  A's task in mixed precision: a bf16 model, AdamW on fp32 master
+     copies, the checkpoint holding both (bf16 `model`, fp32 `master`);
+  H  a small ViT (patch embedding, encoder, class token) on generated
+     noisy shape images.
 
 Protocol, the same for every method: W warm-up steps run once and shared,
 then P steps with a checkpoint (torch.save of {model, optimizer, scheduler,
@@ -19,6 +27,12 @@ restores inject. Methods:
   ckptfs EPS     through a mount with -o lossy=EPS (restores read the
                  reconstruction back from the mount);
   LC-Checkpoint  and ExCP, re-implemented in bench/lossy_baselines.py.
+--oracle also searches each workload's best fixed level within +1% final
+val loss (ladders of lossy=steps:C and lossy=EPS, each stopped at its first
+level beyond the bound) and runs the default `lossy`; the summary (oracle,
+default and its share of it, the baselines' best within +1%) goes into the
+JSON for bench/lossy_panel_table.py.
+
 Reports per workload the total ratio (bytes written / bytes stored), the
 ratio of checkpoints 2..20, the final validation loss and its change
 against `none`, then whether ckptfs dominates each baseline point, and the
@@ -41,6 +55,7 @@ import zipfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _common as C  # noqa: E402
 import lossy_baselines as LB  # noqa: E402
+import lossy_panel_table as PT  # noqa: E402
 
 try:
     import numpy as np
@@ -131,9 +146,9 @@ def license_text():
 
 
 class Block(nn.Module):
-    def __init__(self, dim, heads):
+    def __init__(self, dim, heads, causal=True):
         super().__init__()
-        self.heads = heads
+        self.heads, self.causal = heads, causal
         self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
         self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
         self.fc1, self.fc2 = nn.Linear(dim, 4 * dim), nn.Linear(4 * dim, dim)
@@ -141,7 +156,7 @@ class Block(nn.Module):
     def forward(self, x):
         b, t, d = x.shape
         q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
         x = x + self.proj(y.transpose(1, 2).reshape(b, t, d))
         return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
 
@@ -427,6 +442,124 @@ class MiniLMWorkload(ClassifierEval):
     clip = 1.0
 
 
+# ---- panel workloads (issue 41): 10M+ parameters, bf16 with fp32 masters, a ViT ----------
+
+class BigCharWorkload(CharWorkload):
+    """A's task at over 10M parameters (6 layers, d_model 384 at full size):
+    the panel's large model. Batch and context stay small and the protocol
+    short so it trains on the shared 2-core VM in minutes per run."""
+    key = "F"
+    title = "F: character transformer, >10M parameters, on /usr/share/common-licenses"
+
+    def make_optimizer(self, model):
+        return torch.optim.AdamW(model.parameters(), lr=self.size["lr"], betas=(0.9, 0.99), weight_decay=0.1)
+
+
+class MixedPrecisionWorkload(CharWorkload):
+    """A's task in mixed precision as DeepSpeed and Megatron keep it: the
+    model's parameters are bf16 (forward and backward run in bf16), AdamW
+    steps fp32 master copies, which are copied back into the bf16 model
+    after each step. The checkpoint holds both: `model` (bf16) and
+    `master` (fp32), beside AdamW's fp32 m and v. See MasterTrainer."""
+    key = "G"
+    title = "G: bf16 character transformer with fp32 master weights (mixed precision)"
+    masters = True
+
+    def describe(self):
+        return super().describe() + "; model bf16, AdamW on fp32 master copies"
+
+    def make_optimizer(self, params):
+        return torch.optim.AdamW(params, lr=self.size["lr"], betas=(0.9, 0.99), weight_decay=0.1)
+
+    def loss(self, model, x, y):
+        return F.cross_entropy(model(x).float().reshape(-1, self.vocab), y.reshape(-1))
+
+    @torch.no_grad()
+    def evaluate(self, model):
+        model.eval()
+        total, count = 0.0, 0
+        for i in range(0, len(self.val_x), 64):
+            x, y = self.val_x[i: i + 64], self.val_y[i: i + 64]
+            logits = model(x).float().reshape(-1, self.vocab)
+            total += F.cross_entropy(logits, y.reshape(-1), reduction="sum").item()
+            count += y.numel()
+        model.train()
+        return {"val_loss": total / count}
+
+
+SHAPES = ("disc", "ring", "square", "frame", "plus", "triangle")
+
+
+def shape_images(n, size, noise, seed):
+    """n generated grey images of one of SHAPES each: random centre, radius
+    and brightness, Gaussian pixel noise (so the classifier is still
+    learning through the protocol). Deterministic in seed."""
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:size, 0:size].astype(np.float32) + 0.5
+    labels = rng.integers(0, len(SHAPES), n)
+    cx, cy = rng.uniform(0.3 * size, 0.7 * size, (2, n))
+    radius = rng.uniform(0.15 * size, 0.3 * size, n)
+    bright = rng.uniform(0.4, 1.0, n)
+    out = np.empty((n, 1, size, size), np.float32)
+    for i in range(n):
+        dx, dy = (xx - cx[i]) / radius[i], (yy - cy[i]) / radius[i]
+        rad, box = np.hypot(dx, dy), np.maximum(abs(dx), abs(dy))
+        mask = [rad <= 1, (rad <= 1) & (rad >= 0.6), box <= 1, (box <= 1) & (box >= 0.6),
+                ((abs(dx) <= 0.3) | (abs(dy) <= 0.3)) & (box <= 1),
+                (abs(dy) <= 1) & (abs(dx) <= (dy + 1) / 2)][labels[i]]
+        out[i, 0] = mask * bright[i] + rng.normal(0, noise, (size, size))
+    return torch.from_numpy(out), torch.from_numpy(labels)
+
+
+class ViT(nn.Module):
+    """Patch embedding (a strided conv), a class token, learned positions,
+    pre-LN encoder blocks without a causal mask, a linear head on the class
+    token."""
+
+    def __init__(self, image, patch, dim, layers, heads, classes):
+        super().__init__()
+        self.embed = nn.Conv2d(1, dim, patch, stride=patch)
+        self.cls = nn.Parameter(torch.zeros(1, 1, dim))
+        self.pos = nn.Parameter(0.02 * torch.randn(1, (image // patch) ** 2 + 1, dim))
+        self.blocks = nn.ModuleList(Block(dim, heads, causal=False) for _ in range(layers))
+        self.ln, self.head = nn.LayerNorm(dim), nn.Linear(dim, classes)
+
+    def forward(self, x):
+        x = self.embed(x).flatten(2).transpose(1, 2)
+        x = torch.cat([self.cls.expand(len(x), -1, -1), x], 1) + self.pos
+        for blk in self.blocks:
+            x = blk(x)
+        return self.head(self.ln(x[:, 0]))
+
+
+class ShapesViTWorkload(ClassifierEval):
+    key = "H"
+    batch_salt = 8_000_003
+    title = "H: small ViT on generated noisy shape images"
+
+    def __init__(self, size, warmup, steps):
+        self.size, self.warmup, self.steps = size, warmup, steps
+        s = size
+        self.train_x, self.train_y = shape_images(s["train"], s["image"], s["noise"], seed=8)
+        self.val_x, self.val_y = shape_images(s["val"], s["image"], s["noise"], seed=9)
+
+    def describe(self):
+        s = self.size
+        return (f"ViT: {s['image']}x{s['image']} images, {s['patch']}x{s['patch']} patches, {s['layers']} layers, "
+                f"d_model {s['dim']}, {s['heads']} heads, {len(SHAPES)} shape classes, pixel noise {s['noise']}, "
+                f"AdamW lr {s['lr']}, batch {s['batch']}; {s['train']} train / {s['val']} val generated images")
+
+    def build_model(self):
+        s = self.size
+        return ViT(s["image"], s["patch"], s["dim"], s["layers"], s["heads"], len(SHAPES))
+
+    def make_optimizer(self, model):
+        return torch.optim.AdamW(model.parameters(), lr=self.size["lr"], betas=(0.9, 0.999), weight_decay=0.05)
+
+    clip = 1.0
+
+
+
 SIZES = {
     "full": {"A": dict(dim=96, layers=3, heads=4, context=64, batch=8, val_windows=512),
              # Small and slow enough to still be learning through the whole
@@ -434,17 +567,32 @@ SIZES = {
              "B": dict(hidden=128, layers=2, batch=16, lr=1e-3),
              "C": dict(channels=16, batch=32, lr=1e-3),
              "D": dict(classes=8, per_class=250, tokens=32, batch=32, lr=2e-4),
-             "E": dict(hidden=128, batch=16, lr=0.02)},
+             "E": dict(hidden=128, batch=16, lr=0.02),
+             # Over 10M parameters; batch and context small so a run takes
+             # minutes on the shared VM.
+             "F": dict(dim=384, layers=6, heads=6, context=64, batch=4, val_windows=128, lr=1e-3),
+             "G": dict(dim=128, layers=3, heads=4, context=64, batch=8, val_windows=256, lr=2e-3),
+             # At noise 0.6 and lr 1e-3 it reached 37% accuracy and took
+             # any level (>= 163x within +1%): too weak to tell levels apart.
+             "H": dict(image=24, patch=4, dim=96, layers=4, heads=4, noise=0.3, train=3000, val=600,
+                       batch=32, lr=2e-3)},
     "quick": {"A": dict(dim=32, layers=2, heads=2, context=32, batch=4, val_windows=32),
               "B": dict(hidden=64, layers=2, batch=32, lr=1e-3),
               "C": dict(channels=8, batch=32, lr=1e-3),
               "D": dict(classes=4, per_class=60, tokens=16, batch=16, lr=2e-4),
-              "E": dict(hidden=64, batch=32, lr=0.02)},
+              "E": dict(hidden=64, batch=32, lr=0.02),
+              "F": dict(dim=64, layers=2, heads=2, context=32, batch=4, val_windows=32, lr=1e-3),
+              "G": dict(dim=32, layers=2, heads=2, context=32, batch=4, val_windows=32, lr=2e-3),
+              "H": dict(image=16, patch=4, dim=32, layers=1, heads=2, noise=0.3, train=400, val=200,
+                        batch=32, lr=2e-3)},
 }
-WARMUP = {"full": {"A": 1000, "B": 100, "C": 100, "D": 60, "E": 100},
-          "quick": {"A": 20, "B": 20, "C": 20, "D": 20, "E": 20}}
-STEPS = {"full": {"A": 1000, "B": 400, "C": 400, "D": 400, "E": 400},
-         "quick": {"A": 40, "B": 40, "C": 40, "D": 40, "E": 40}}
+WARMUP = {"full": {"A": 1000, "B": 100, "C": 100, "D": 60, "E": 100, "F": 100, "G": 300, "H": 100},
+          "quick": {"A": 20, "B": 20, "C": 20, "D": 20, "E": 20, "F": 20, "G": 20, "H": 20}}
+STEPS = {"full": {"A": 1000, "B": 400, "C": 400, "D": 400, "E": 400, "F": 200, "G": 400, "H": 400},
+         "quick": {"A": 40, "B": 40, "C": 40, "D": 40, "E": 40, "F": 40, "G": 40, "H": 40}}
+
+WORKLOADS = {"A": CharWorkload, "B": DigitsWorkload, "C": DigitsCNNWorkload, "D": MiniLMWorkload,
+             "E": DigitsSGDWorkload, "F": BigCharWorkload, "G": MixedPrecisionWorkload, "H": ShapesViTWorkload}
 
 
 # ---- training state ----------------------------------------------------------------
@@ -496,6 +644,67 @@ class Trainer:
                 for i, n in enumerate(names)]
 
 
+class MasterTrainer(Trainer):
+    """Mixed precision (workload G): the model's parameters are bf16, AdamW
+    steps fp32 master copies of them. A step backpropagates in bf16, hands
+    the gradients to the masters in fp32 (clipped there), steps AdamW and
+    copies the masters back into the model. The checkpoint holds the bf16
+    model and the fp32 masters; a restore loads both, as DeepSpeed does, so
+    each carries its own reconstruction error."""
+
+    def __init__(self, wl):
+        self.wl = wl
+        torch.manual_seed(RUN["seed"])
+        model = wl.build_model()
+        self.names = [n for n, _ in model.named_parameters()]
+        self.master = [nn.Parameter(p.detach().clone()) for p in model.parameters()]
+        self.model = model.to(torch.bfloat16)
+        self.opt = wl.make_optimizer(self.master)
+        shape = {"linear": WarmupLinear, "step": WarmupStep}.get(RUN["schedule"], WarmupCosine)
+        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, shape(wl.warmup, wl.steps))
+
+    def step(self, i):
+        x, y = self.wl.batch(i)
+        loss = self.wl.loss(self.model, x, y)
+        self.model.zero_grad(set_to_none=True)
+        loss.backward()
+        for m, p in zip(self.master, self.model.parameters()):
+            m.grad = p.grad.float()
+        if self.wl.clip:
+            nn.utils.clip_grad_norm_(self.master, self.wl.clip)
+        self.opt.step()
+        self.sched.step()
+        self.sync()
+        return loss.item()
+
+    @torch.no_grad()
+    def sync(self):
+        for m, p in zip(self.master, self.model.parameters()):
+            p.copy_(m)
+
+    def checkpoint(self, step):
+        return {"model": self.model.state_dict(), "master": {n: m.detach() for n, m in zip(self.names, self.master)},
+                "optimizer": self.opt.state_dict(), "scheduler": self.sched.state_dict(), "step": step}
+
+    @torch.no_grad()
+    def load(self, ckpt):
+        ckpt = copy.deepcopy(ckpt)
+        self.model.load_state_dict(ckpt["model"])
+        for n, m in zip(self.names, self.master):
+            m.copy_(ckpt["master"][n])
+        self.opt.load_state_dict(ckpt["optimizer"])
+        self.sched.load_state_dict(ckpt["scheduler"])
+
+    def adam_triples(self):
+        """The masters are the weights AdamW's state belongs to."""
+        return [(("master", n), ("optimizer", "state", i, "exp_avg"), ("optimizer", "state", i, "exp_avg_sq"))
+                for i, n in enumerate(self.names)]
+
+
+def make_trainer(wl):
+    return MasterTrainer(wl) if getattr(wl, "masters", False) else Trainer(wl)
+
+
 def flatten_tensors(obj, prefix=()):
     """{path tuple: tensor} of every tensor in nested dicts and lists."""
     if isinstance(obj, torch.Tensor):
@@ -519,7 +728,7 @@ def replace_tensors(obj, new, prefix=()):
 
 
 def role(path):
-    if path[0] == "model":
+    if path[0] in ("model", "master"):
         return "w"
     return {"exp_avg": "m", "momentum_buffer": "m", "exp_avg_sq": "v"}.get(path[-1], "other")
 
@@ -682,14 +891,22 @@ class BaselineMethod(InMemoryRestore):
     def save(self, k, ckpt):
         saved = torch_save_bytes(ckpt)
         tensors = flatten_tensors(ckpt)
-        arrays = {p: t.detach().numpy() for p, t in tensors.items()}
+        # numpy has no bf16: the codecs see such tensors as f32 (an exact
+        # widening) and their reconstruction is rounded back to bf16.
+        arrays = {p: (t.detach().float() if t.dtype == torch.bfloat16 else t.detach()).numpy()
+                  for p, t in tensors.items()}
         recon, nbytes, info = self.codec.encode(arrays, self.triples)
+        # ... and a bf16 tensor kept exact costs its own 2 bytes an element.
+        widened = sum(2 * a.size for p, a in arrays.items()
+                      if tensors[p].dtype == torch.bfloat16 and not self.codec.lossy(a))
+        nbytes -= widened
+        info = dict(info, exact_bytes=info["exact_bytes"] - widened)
         meta = pickle_metadata_bytes(saved)
         self.written.append(len(saved))
         self.stored.append(nbytes + meta)
         self.info.append(dict(info, meta_bytes=meta))
         # The codec keeps its arrays as the next reference: hand out copies.
-        new = {p: torch.from_numpy(np.array(recon[p], copy=True)) for p in tensors}
+        new = {p: torch.from_numpy(np.array(recon[p], copy=True)).to(t.dtype) for p, t in tensors.items()}
         self.last = (k, replace_tensors(ckpt, new))
 
     def sizes(self):
@@ -792,7 +1009,7 @@ def mount_with_retry(backing, mnt, opts, tries=5):
 
 def warm_up(wl):
     """W steps from a seeded init, once; returns the state and step time."""
-    tr = Trainer(wl)
+    tr = make_trainer(wl)
     t0 = time.perf_counter()
     for i in range(wl.warmup):
         tr.step(i)
@@ -808,7 +1025,7 @@ def warm_up(wl):
 def run_protocol(wl, warm, method):
     """P steps from the shared warm-up state, a checkpoint every P/20 steps,
     a restore after every second one. Returns the result row."""
-    tr = Trainer(wl)
+    tr = make_trainer(wl)
     tr.load(warm)
     every = wl.steps // CHECKPOINTS
     errors, t0 = [], time.perf_counter()
@@ -891,35 +1108,92 @@ def methods_for(wl, triples, work, args):
 
 
 def run_workload(wl, work, args):
+    t0 = time.monotonic()
     log(f"{wl.title}: {wl.describe()}")
     warm, info = warm_up(wl)
     log(f"{wl.key}: warm-up {wl.warmup} steps in {info['warmup_seconds']:.1f}s "
         f"({info['step_ms']:.1f} ms/step), {info['params']} params, checkpoint {C.human(info['checkpoint_bytes'])}, "
         f"val {info['after_warmup']}")
-    triples = Trainer(wl).adam_triples()
-    rows = []
-    for factory in methods_for(wl, triples, work, args):
-        method = factory()
-        name = f"{method.name} {method.setting}".strip()
-        try:
-            row = run_protocol(wl, warm, method)
-        except MethodUnavailable as e:
-            log(f"{wl.key}: {name}: ckptfs lossy mode unavailable: {e}")
-            rows.append({"method": method.name, "setting": method.setting, "kind": method.kind,
-                         "status": "unavailable", "error": str(e)})
-            continue
-        rows.append(row)
-        ratio = (f"ratio {row['total_ratio']:.2f} (delta {row['delta_ratio']:.2f}), "
-                 if "total_ratio" in row else "")
-        log(f"{wl.key}: {name}: {row['seconds']:.1f}s, {ratio}val loss {row['val_loss']:.4f}, "
-            f"rel err {fmt_errors(row['rel_err'])}")
-        if row.get("rel_err"):
-            extra = ", ".join(f"{k} {v:.3g}" for k, v in sorted(row["rel_err"].items()) if k not in ("w", "m", "v"))
-            log(f"{wl.key}: {name}: energy kept and m in update units (mean of restores): {extra}")
-        if row.get("per_file"):
-            log(f"{wl.key}: {name}: stored by role {fmt_breakdown(row['per_file'])}")
-    return {"title": wl.title, "model": wl.describe(), "warmup": wl.warmup, "steps": wl.steps, **info,
-            "rows": rows}
+    triples = make_trainer(wl).adam_triples()
+    rows = [run_method(wl, warm, factory()) for factory in methods_for(wl, triples, work, args)]
+    res = {"title": wl.title, "model": wl.describe(), "warmup": wl.warmup, "steps": wl.steps, **info,
+           "dtypes": checkpoint_dtypes(warm), "rows": rows}
+    if args.oracle:
+        res["oracle"] = oracle_search(wl, warm, work, args, rows)
+    res["summary"] = PT.summary(res, args.oracle_tolerance)
+    res["wall_seconds"] = time.monotonic() - t0
+    log(f"{wl.key}: done in {res['wall_seconds']:.0f}s")
+    return res
+
+
+def run_method(wl, warm, method):
+    """One protocol run of one method; its row (status "unavailable" when the
+    mount refused the options)."""
+    name = f"{method.name} {method.setting}".strip()
+    try:
+        row = run_protocol(wl, warm, method)
+    except MethodUnavailable as e:
+        log(f"{wl.key}: {name}: ckptfs lossy mode unavailable: {e}")
+        return {"method": method.name, "setting": method.setting, "kind": method.kind,
+                "status": "unavailable", "error": str(e)}
+    ratio = (f"ratio {row['total_ratio']:.2f} (delta {row['delta_ratio']:.2f}), "
+             if "total_ratio" in row else "")
+    log(f"{wl.key}: {name}: {row['seconds']:.1f}s, {ratio}val loss {row['val_loss']:.4f}, "
+        f"rel err {fmt_errors(row['rel_err'])}")
+    if row.get("rel_err"):
+        extra = ", ".join(f"{k} {v:.3g}" for k, v in sorted(row["rel_err"].items()) if k not in ("w", "m", "v"))
+        log(f"{wl.key}: {name}: energy kept and m in update units (mean of restores): {extra}")
+    if row.get("per_file"):
+        log(f"{wl.key}: {name}: stored by role {fmt_breakdown(row['per_file'])}")
+    return row
+
+
+def checkpoint_dtypes(ckpt):
+    """{dtype: element count} over the checkpoint's tensors (G holds bf16 and f32)."""
+    out = {}
+    for t in flatten_tensors(ckpt).values():
+        out[str(t.dtype).replace("torch.", "")] = out.get(str(t.dtype).replace("torch.", ""), 0) + t.numel()
+    return out
+
+
+def oracle_ladders(args):
+    return [("steps", [f"lossy=steps:{c:g}" for c in args.oracle_steps]),
+            ("relative", [f"lossy={e:g}" for e in args.oracle_relative])]
+
+
+def oracle_search(wl, warm, work, args, rows):
+    """The workload's best fixed level within +tolerance final val loss of
+    the lossless run: each ladder (steps:C, then relative levels) is run in
+    increasing order and stops at its first level beyond the bound. The
+    ratio grows with the level, so the best level of a ladder is the last
+    one within the bound; a level above a failing one is not tried, which
+    could miss a later level that lands within the bound again by noise.
+    Levels the main run already ran (--levels, --fidelities) are reused."""
+    base = none_row({"rows": rows})
+    if base is None:
+        raise SystemExit("--oracle needs the lossless run: keep 'none' in --methods")
+    limit = (1 + args.oracle_tolerance) * base["val_loss"]
+    done = {r["setting"]: r for r in rows if r["kind"] == "ckptfs" and r["status"] == "ok"}
+    extra = [o for o in args.mount_options.split(",") if o]
+    tried, stops = [], {}
+    for ladder, settings in oracle_ladders(args):
+        for setting in settings:
+            row = done.get(setting) or run_method(
+                wl, warm, CkptfsMethod(work, wl.key, "ckptfs", setting, extra + [setting]))
+            done[setting] = row
+            ok = row["status"] == "ok" and loss_of(row) <= limit
+            tried.append(dict(row, ladder=ladder, within=ok, rel_err_all=None, per_file=None))
+            log(f"{wl.key}: oracle {ladder} {setting}: "
+                + (f"{row['total_ratio']:.2f}x, {100 * (loss_of(row) / base['val_loss'] - 1):+.2f}%"
+                   if row["status"] == "ok" else row["status"]) + ("" if ok else ": beyond the bound, ladder stops"))
+            if not ok:
+                stops[ladder] = setting
+                break
+    within = [r for r in tried if r["within"]]
+    best = max(within, key=lambda r: r["total_ratio"], default=None)
+    log(f"{wl.key}: oracle: " + (f"{best['setting']} {best['total_ratio']:.2f}x" if best else "no level within the bound"))
+    return {"tolerance": args.oracle_tolerance, "ladders": dict(oracle_ladders(args)), "stopped_at": stops,
+            "tried": tried, "best": best["setting"] if best else None}
 
 
 # ---- reporting ---------------------------------------------------------------------
@@ -1054,7 +1328,10 @@ def ints(s):
 
 def parse_args():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workloads", default="A,B", help="comma-separated: A, B, C, D, E (the panel: all five)")
+    ap.add_argument("--workloads", default="A,B",
+                    help="comma-separated: A char transformer, B digits MLP, C digits CNN, D MiniLM fine-tune, "
+                         "E digits MLP with SGD, F char transformer of 10.7M parameters, G bf16 char transformer "
+                         "with fp32 masters, H ViT on generated shapes (the panel: all eight)")
     ap.add_argument("--fidelities", type=floats, default=floats("0.003,0.01,0.03,0.05,0.1"),
                     help="ckptfs -o lossy=EPS values (relative error per tensor)")
     ap.add_argument("--levels", type=lambda x: [v for v in x.split(";") if v], default=[],
@@ -1090,11 +1367,27 @@ def parse_args():
                                      "'upd:E' the same in Adam's update units (m/(sqrt(v)+eps))")
     ap.add_argument("-o", "--mount-options", default="", help="extra ckptfs -o options for every mount")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (the VM is shared)")
+    ap.add_argument("--oracle", action="store_true",
+                    help="also search each workload's best fixed level within --oracle-tolerance of none's "
+                         "final val loss: the --oracle-steps ladder (lossy=steps:C), then --oracle-relative "
+                         "(lossy=EPS), each in increasing order, stopping at its first level beyond the bound; "
+                         "adds the default level 'lossy' to --levels")
+    ap.add_argument("--oracle-steps", type=floats, default=floats("1,1.5,2,3,5,8,12,20,30,50"),
+                    help="the oracle's steps:C ladder, increasing")
+    ap.add_argument("--oracle-relative", type=floats, default=floats("0.005,0.01,0.02,0.03,0.05,0.07,0.1"),
+                    help="the oracle's relative-level ladder, increasing")
+    ap.add_argument("--oracle-tolerance", type=float, default=0.01,
+                    help="the oracle's bound on the final val loss, relative to none's (0.01: +1%%); also "
+                         "the bound of the summary's baseline bests")
     args = ap.parse_args()
     args.workloads = [w.strip().upper() for w in args.workloads.split(",") if w.strip()]
     args.methods = [m.strip().lower() for m in args.methods.split(",") if m.strip()]
-    if set(args.workloads) - set("ABCDE") or set(args.methods) - {"none", "ckptfs", "lc", "excp"}:
+    if set(args.workloads) - set(WORKLOADS) or set(args.methods) - {"none", "ckptfs", "lc", "excp"}:
         ap.error("unknown workload or method")
+    if args.oracle and "none" not in args.methods:
+        ap.error("--oracle needs the lossless run: keep 'none' in --methods")
+    if args.oracle and "lossy" not in args.levels:
+        args.levels.insert(0, "lossy")
     if args.steps is not None and (args.steps % CHECKPOINTS or args.steps <= 0):
         ap.error(f"--steps must be a positive multiple of {CHECKPOINTS}")
     return args
@@ -1116,12 +1409,10 @@ def main():
     args.binary = {"source": source, "sha256": C.sha256_file(binary),
                    "mtime": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(os.path.getmtime(source)))}
     log(f"using a copy of {source} (built {args.binary['mtime']}, sha256 {args.binary['sha256'][:12]})")
-    kinds = {"A": CharWorkload, "B": DigitsWorkload, "C": DigitsCNNWorkload, "D": MiniLMWorkload,
-             "E": DigitsSGDWorkload}
     results = {}
     try:
         for key in args.workloads:
-            wl = kinds[key](SIZES[mode][key],
+            wl = WORKLOADS[key](SIZES[mode][key],
                             args.warmup if args.warmup is not None else WARMUP[mode][key],
                             args.steps if args.steps is not None else STEPS[mode][key])
             results[key] = run_workload(wl, work, args)
@@ -1165,6 +1456,30 @@ def json_safe(x):
     return x
 
 
+def print_summary(res):
+    """The oracle column's figures for one workload (lossy_panel_table.py
+    renders them across workloads)."""
+    s = res.get("summary")
+    if not s:
+        return
+    bound = f"+{100 * s['tolerance']:g}%"
+    print(f"\nWithin {bound} final val loss: oracle "
+          + PT.fmt_oracle(s)
+          + "; default `lossy` " + (f"{s['default']['ratio']:.1f}x at {s['default']['delta']:+.2f}%"
+                                      if s["default"] else "not run")
+          + (f", {100 * s['share']:.0f}% of the oracle" if s["share"] else "")
+          + "; ExCP best " + PT.fmt_point(s["ExCP"], s["ExCP tried"])
+          + "; LC-Checkpoint best " + PT.fmt_point(s["LC-Checkpoint"], s["LC-Checkpoint tried"])
+          + f". Workload wall time {res['wall_seconds']:.0f}s.")
+    o = res.get("oracle")
+    if o:
+        print("\nOracle ladders (increasing, each stopped at its first level beyond the bound): "
+              + "; ".join(f"{r['setting']} " + (f"{r['total_ratio']:.1f}x {100 * (r['val_loss'] / none_row(res)['val_loss'] - 1):+.2f}%"
+                                                 if r["status"] == "ok" and r["val_loss"] is not None
+                                                 and math.isfinite(r["val_loss"]) else r["status"])
+                          for r in o["tried"]) + ".")
+
+
 def report(results, args, mode):
     for key, res in results.items():
         print(f"\n## {res['title']}\n")
@@ -1178,6 +1493,7 @@ def report(results, args, mode):
         print("\nRatio–accuracy: does some ckptfs point have a higher total ratio at equal or better quality "
               "(A: val loss; B, a classifier: val accuracy)?\n")
         print(dominance_table(res))
+        print_summary(res)
     lines = acceptance(results, args)
     print("\n## Acceptance\n")
     for line in lines:
