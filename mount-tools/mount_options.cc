@@ -195,9 +195,9 @@ const MountOptionSpec kTable[] = {
      [](const MountOptions& d) { return std::to_string(d.store.keyframe_every); }},
     {"lossy", Takes::kOptionalValue, "[=safe|aggressive|steps:C|FIDELITY]", SetLossy,
      "quantize the float parameters and optimizer moments of model and checkpoint files (opt-in, whole mount; "
-     "safe, the default, keeps each restored checkpoint's weights within one optimizer step's Fisher energy "
-     "(Adam's state in the file; else 0.5% relative error), which stayed within +1% final validation loss on "
-     "every run of docs/LOSSY.md's panel; aggressive: 3 steps, else 3%; steps:C: C steps; a number FIDELITY "
+     "safe, the default, keeps each restored checkpoint's weights within three optimizer steps' Fisher energy "
+     "(Adam's state in the file; else 1% relative error), which stayed within +1% final validation loss on "
+     "every run of docs/LOSSY.md's panel; aggressive: 6 steps, else 3%; steps:C: C steps; a number FIDELITY "
      "bounds only the weights' relative L2 error, not the loss): in torch.save files the tensors the pickle proves a module state_dict's or an "
      "optimizer state_dict's (never by their names), safetensors, GGUF and DCP. NumPy files (.npy, .npz), data "
      "tensors (inputs, targets, "
