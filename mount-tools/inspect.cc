@@ -1,11 +1,14 @@
 // `ckptfs inspect FILE`: what the content-based format parsers
 // (codec/formats/, DetectLayout) make of a file: format, note, and the
 // tensor regions with the label and role (weight, optimizer moment) lossy
-// mode would give them. Works on any file, inside a mount or not. A file of
-// unknown format is also matched against the TensorFlow bundle indexes of
-// its directory, as the store does at seal time (store/tf_shards.h).
+// mode would give them, and for a file a mount sealed lossily the budget it
+// got (its user.ckptfs.lossy.* attributes). Works on any file, inside a
+// mount or not. A file of unknown format is also matched against the
+// TensorFlow bundle indexes of its directory, as the store does at seal
+// time (store/tf_shards.h).
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -14,6 +17,9 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "base/unique_fd.h"
 #include "codec/formats/layout.h"
@@ -30,6 +36,30 @@ std::string ShapeString(const std::vector<uint64_t>& shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
   return s + "]";
+}
+
+// What the store recorded when it sealed the file lossily: its read-only
+// user.ckptfs.lossy.* attributes (docs/SEMANTICS.md: the measure, each
+// role's target, the budget in steps, the largest errors), empty for a file
+// outside a mount or stored losslessly.
+std::vector<std::pair<std::string, std::string>> StoredLossyAttributes(int fd) {
+  static constexpr std::string_view kPrefix = "user.ckptfs.lossy.";
+  std::vector<std::pair<std::string, std::string>> out;
+  const ssize_t n = ::flistxattr(fd, nullptr, 0);
+  if (n <= 0) return out;
+  std::string names(static_cast<size_t>(n), '\0');
+  const ssize_t got = ::flistxattr(fd, names.data(), names.size());
+  if (got <= 0) return out;
+  names.resize(static_cast<size_t>(got));
+  for (size_t at = 0; at < names.size();) {
+    const std::string name(names.c_str() + at);
+    at += name.size() + 1;
+    if (!name.starts_with(kPrefix)) continue;
+    char value[256];
+    const ssize_t len = ::fgetxattr(fd, name.c_str(), value, sizeof(value));
+    if (len >= 0) out.emplace_back(name.substr(kPrefix.size()), std::string(value, static_cast<size_t>(len)));
+  }
+  return out;
 }
 
 // An open file read through FdSource, owning its fd.
@@ -135,6 +165,11 @@ int RunInspect(const std::string& path, bool json, bool with_roles) {
       }
       out["tensors"].push_back(std::move(j));
     }
+    const auto stored = StoredLossyAttributes(fd.get());
+    if (!stored.empty()) {
+      out["stored_lossy"] = nlohmann::json::object();
+      for (const auto& [k, v] : stored) out["stored_lossy"][k] = v;
+    }
     // Names come from the file: never let invalid UTF-8 make dump() throw.
     std::cout << out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     return 0;
@@ -146,6 +181,7 @@ int RunInspect(const std::string& path, bool json, bool with_roles) {
   std::printf("note:          %s\n", layout.note.empty() ? "-" : layout.note.c_str());
   std::printf("tensors:       %zu (%llu bytes)\n", layout.tensors.size(),
               static_cast<unsigned long long>(tensor_bytes));
+  for (const auto& [k, v] : StoredLossyAttributes(fd.get())) std::printf("stored lossy:  %s = %s\n", k.c_str(), v.c_str());
   if (!layout.tensors.empty()) {
     std::printf("%14s %14s  %-8s %-20s %-6s %s  %s\n", "offset", "length", "dtype", "shape", "role", "name", "label");
     for (size_t i = 0; i < layout.tensors.size(); ++i) {

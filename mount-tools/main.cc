@@ -127,7 +127,8 @@ CLI::App* AddTop(CLI::App& app, Args& a) {
 
 CLI::App* AddInspect(CLI::App& app, Args& a) {
   auto* inspect = app.add_subcommand(
-      "inspect", "Show what the checkpoint format parsers find in FILE: format, note, tensor regions");
+      "inspect", "Show what the checkpoint format parsers find in FILE: format, note, tensor regions; and the budget "
+      "a lossy file got (its user.ckptfs.lossy.* attributes)");
   inspect->add_option("FILE", a.inspect_path, "Any file (inside a mount or not)")->required();
   inspect->add_flag("--json", a.inspect_json, "Print JSON");
   // Hidden (no group): for tests of the lossy role assignment.

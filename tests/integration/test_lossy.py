@@ -635,6 +635,11 @@ def test_plain_lossy_is_the_safe_level(mount_factory, plain_dir, tmp_path, pypi_
     assert float(weights_only["target.weights"]) == pytest.approx(0.01), weights_only
     assert stats_entry(m, "a/ckpt.pt")["lossy"]["measure"] == "one-step"
     assert stats_entry(m, "b/model.safetensors")["lossy"]["measure"] == "relative"
+    # inspect shows the budget the file got beside what its parsers make of it.
+    p = run_ckptfs("inspect", "--json", m.mnt / "a" / "ckpt.pt")
+    assert p.returncode == 0, describe(p)
+    stored = json.loads(p.stdout)["stored_lossy"]
+    assert stored["measure"] == "one-step" and float(stored["target.weights"]) == 3.0, stored
     p = run_ckptfs("stats", m.mnt)
     assert p.returncode == 0, describe(p)
     row = [line for line in p.stdout.splitlines() if line.startswith("a/ckpt.pt ")]
