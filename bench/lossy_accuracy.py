@@ -597,6 +597,12 @@ WORKLOADS = {"A": CharWorkload, "B": DigitsWorkload, "C": DigitsCNNWorkload, "D"
 
 # ---- training state ----------------------------------------------------------------
 
+def schedule_for(opt, wl):
+    """The run's learning-rate schedule (--schedule) over the workload's steps."""
+    shape = {"linear": WarmupLinear, "step": WarmupStep}.get(RUN["schedule"], WarmupCosine)
+    return torch.optim.lr_scheduler.LambdaLR(opt, shape(wl.warmup, wl.steps))
+
+
 class Trainer:
     """Model, AdamW and scheduler of one run."""
 
@@ -605,8 +611,7 @@ class Trainer:
         torch.manual_seed(RUN["seed"])
         self.model = wl.build_model()
         self.opt = wl.make_optimizer(self.model)
-        shape = {"linear": WarmupLinear, "step": WarmupStep}.get(RUN["schedule"], WarmupCosine)
-        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, shape(wl.warmup, wl.steps))
+        self.sched = schedule_for(self.opt, wl)
 
     def step(self, i):
         x, y = self.wl.batch(i)
@@ -660,8 +665,7 @@ class MasterTrainer(Trainer):
         self.master = [nn.Parameter(p.detach().clone()) for p in model.parameters()]
         self.model = model.to(torch.bfloat16)
         self.opt = wl.make_optimizer(self.master)
-        shape = {"linear": WarmupLinear, "step": WarmupStep}.get(RUN["schedule"], WarmupCosine)
-        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, shape(wl.warmup, wl.steps))
+        self.sched = schedule_for(self.opt, wl)
 
     def step(self, i):
         x, y = self.wl.batch(i)
