@@ -540,7 +540,10 @@ def test_pickle_grown_past_64_bytes_is_still_a_delta(mount_factory, plain_dir, o
             for k, w in objs[i]["model"].items():
                 r = recon["model"][k]
                 assert r.shape == w.shape and r.dtype == w.dtype, k
-                assert float((r - w).norm()) <= 0.05 * float(w.norm()), f"{path}: {k} far from the original"
+                # -o lossy allows three Adam steps' Fisher energy, and three
+                # steps into training (lr 1e-3, weights of rms 0.025) a step
+                # is ~4% of a weight: a sanity bound, not the level's target.
+                assert float((r - w).norm()) <= 0.15 * float(w.norm()), f"{path}: {k} far from the original"
 
     check_reads()
     before = [read_file(m.mnt / f"ckpt{i}.pt") for i in range(2)]
@@ -683,7 +686,7 @@ def test_safetensors_lossy(mount_factory, plain_dir, tmp_path, pypi_python):
 def test_numpy_lossy(mount_factory, plain_dir):
     """NumPy files are data unless the policy says scope=all: exact under
     -o lossy, quantized under a directory's lossy,scope=all."""
-    f = 0.005  # -o lossy's fallback for files without Adam state (docs/LOSSY.md)
+    f = 0.01  # -o lossy's fallback for files without Adam state (docs/LOSSY.md)
     m = mount_factory(opts=["lossy"])
     (m.mnt / "all").mkdir()
     os.setxattr(m.mnt / "all", POLICY_XATTR, b"lossy,scope=all")
