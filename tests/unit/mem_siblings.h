@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -25,9 +26,16 @@ class MemSiblings : public SiblingSource {
   std::vector<std::string> Candidates() override {
     std::lock_guard<std::mutex> lock(mu_);
     ++rounds;
+    looked_.notify_all();
     std::vector<std::string> out;
     for (const auto& [name, b] : files_) out.push_back(name);
     return out;
+  }
+  // Blocks until the caller has listed the siblings `n` times: a test puts
+  // a file only once the code under test has looked and not found it.
+  void WaitForRounds(int n) {
+    std::unique_lock<std::mutex> lock(mu_);
+    looked_.wait(lock, [&] { return rounds.load() >= n; });
   }
   Result<std::shared_ptr<const ByteSource>> Open(const std::string& name) override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -49,6 +57,7 @@ class MemSiblings : public SiblingSource {
   std::atomic<int> rounds{0};
 
  private:
+  std::condition_variable looked_;
   std::string own_;
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<std::vector<uint8_t>>> files_;

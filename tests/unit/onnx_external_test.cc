@@ -111,7 +111,7 @@ TEST(OnnxExternalTest, DataFileWaitsForAModelWrittenAfterIt) {
   const Bytes data = test::ReadFileBytes(DataDir() + "/ext.onnx.data");
   MemSiblings sib("ext.onnx.data");
   std::thread later([&] {
-    while (sib.rounds < 1) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    sib.WaitForRounds(1);
     sib.Put("ext.onnx", test::ReadFileBytes(DataDir() + "/ext.onnx"));
   });
   auto l = OnnxExternalLayoutFromSiblings(SpanSource(data), sib, std::chrono::seconds(30));

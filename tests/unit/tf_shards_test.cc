@@ -48,7 +48,7 @@ TEST(TfShardsTest, WaitsForAnIndexWrittenAfterTheData) {
   RealBundle b;
   MemSiblings sib("part-00000-of-00001.data-00000-of-00001.tempstate42");
   std::thread writer([&] {
-    while (sib.rounds < 2) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    sib.WaitForRounds(2);
     sib.Put("part-00000-of-00001.index", b.index);
   });
   auto l = TfDataLayoutFromSiblings(SpanSource(b.data), sib, std::chrono::seconds(30));
