@@ -403,49 +403,49 @@ def test_a_sparse_file_reads_back_exact_after_its_seal(mount_factory, shared_top
     assert path.read_bytes() == bytes(model)
 
 
-def test_rm_cancels_a_seal_and_umount_does_not_wait_for_it(mount_factory, shared_top, users):
+@pytest.fixture
+def hold(shared_top):
+    """A seal_hold file: seals wait while it exists. Removed when the test
+    ends, before its mounts are (list the fixture after mount_factory)."""
+    path = shared_top / "hold"
+    path.touch()
+    yield path
+    path.unlink(missing_ok=True)
+
+
+def test_rm_cancels_a_seal_and_umount_does_not_wait_for_it(mount_factory, shared_top, users, hold):
     atk, _ = users
-    hold = shared_top / "hold"
-    hold.touch()
-    try:
-        m = seal_mount(mount_factory, shared_top, f"seal_hold={hold}")
-        sparse = home_of(m, atk) / "sparse"
-        as_user(atk, pwrite_code(sparse, TB, b"X"), "the attacker's pwrite at 1 TB")
-        # In progress: its pack is being written in tmp/ (reading holes), or
-        # it is held before it publishes.
-        wait_for(lambda: any((m.backing / "tmp").iterdir()), "the sparse file's seal to start")
-        as_user(atk, f"os.unlink({str(sparse)!r})\n", "the attacker's rm")
-        pid = m.live_pid()
-        p = run_ckptfs("umount", m.mnt, timeout=60)
-        assert p.returncode == 0, describe(p, "failed")
-        assert wait_pid_exit(pid, 60), "the daemon still runs 60 s after umount"
-        assert hold.exists(), "the hold was not what ended the seal"
-        leftovers = [p.name for d in ("staging", "tmp") for p in (m.backing / d).iterdir()]
-        assert leftovers == [], f"the deleted file left {leftovers} behind"
-    finally:
-        hold.unlink(missing_ok=True)
+    m = seal_mount(mount_factory, shared_top, f"seal_hold={hold}")
+    sparse = home_of(m, atk) / "sparse"
+    as_user(atk, pwrite_code(sparse, TB, b"X"), "the attacker's pwrite at 1 TB")
+    # In progress: its pack is being written in tmp/ (reading holes), or
+    # it is held before it publishes.
+    wait_for(lambda: any((m.backing / "tmp").iterdir()), "the sparse file's seal to start")
+    as_user(atk, f"os.unlink({str(sparse)!r})\n", "the attacker's rm")
+    pid = m.live_pid()
+    p = run_ckptfs("umount", m.mnt, timeout=60)
+    assert p.returncode == 0, describe(p, "failed")
+    assert wait_pid_exit(pid, 60), "the daemon still runs 60 s after umount"
+    assert hold.exists(), "the hold was not what ended the seal"
+    leftovers = [p.name for d in ("staging", "tmp") for p in (m.backing / d).iterdir()]
+    assert leftovers == [], f"the deleted file left {leftovers} behind"
 
 
-def test_a_big_seal_does_not_keep_another_users_small_file_staged(mount_factory, shared_top, users):
+def test_a_big_seal_does_not_keep_another_users_small_file_staged(mount_factory, shared_top, users, hold):
     atk, vic = users
-    hold = shared_top / "hold"
-    hold.touch()
-    try:
-        m = seal_mount(mount_factory, shared_top, f"seal_hold={hold}")
-        big, small = home_of(m, atk) / "big", home_of(m, vic) / "small"
-        as_user(atk, f"with open({str(big)!r}, 'wb') as f:\n"
-                     f"    for _ in range(96):\n        f.write(os.urandom(1 << 20))\n", "the attacker's write")
-        wait_for(lambda: held_seals(m) == 1, "the attacker's big seal to reach the hold")
-        # The only seal thread (seal_threads=1) is busy with the big file.
-        as_user(vic, f"open({str(small)!r}, 'wb').write(b'v' * 100000)\n", "the victim's write")
-        wait_for(lambda: held_seals(m) == 2, "the victim's seal to run beside the attacker's")
-        assert file_state(big) == "staged"
-        hold.unlink()
-        wait_sealed(small, "the victim's small file to be sealed")
-        wait_sealed(big, "the attacker's big file to be sealed")
-        assert small.read_bytes() == b"v" * 100000
-    finally:
-        hold.unlink(missing_ok=True)
+    m = seal_mount(mount_factory, shared_top, f"seal_hold={hold}")
+    big, small = home_of(m, atk) / "big", home_of(m, vic) / "small"
+    as_user(atk, f"with open({str(big)!r}, 'wb') as f:\n"
+                 f"    for _ in range(96):\n        f.write(os.urandom(1 << 20))\n", "the attacker's write")
+    wait_for(lambda: held_seals(m) == 1, "the attacker's big seal to reach the hold")
+    # The only seal thread (seal_threads=1) is busy with the big file.
+    as_user(vic, f"open({str(small)!r}, 'wb').write(b'v' * 100000)\n", "the victim's write")
+    wait_for(lambda: held_seals(m) == 2, "the victim's seal to run beside the attacker's")
+    assert file_state(big) == "staged"
+    hold.unlink()
+    wait_sealed(small, "the victim's small file to be sealed")
+    wait_sealed(big, "the attacker's big file to be sealed")
+    assert small.read_bytes() == b"v" * 100000
 
 
 # ------------------------------------------------------- 4. lossy scope

@@ -105,6 +105,30 @@ class FakeFile : public SealTarget {
 
 constexpr bool kSmall = true, kBig = false;
 
+// Opens its gates when a test ends: declared after the queue, so that on a
+// failed assertion the gates open before the queue drains.
+struct OpenAtExit {
+  std::vector<Gate*> gates;
+  ~OpenAtExit() {
+    for (Gate* g : gates) g->Open();
+  }
+};
+
+// Pushes fake files onto a queue and keeps them alive.
+class Pusher {
+ public:
+  Pusher(SealQueue* q, SealLog* log) : q_(q), log_(log) {}
+  void operator()(const std::string& name, uid_t owner, bool small, Gate* gate = nullptr) {
+    files_.push_back(std::make_shared<FakeFile>(name, owner, small, log_, gate));
+    q_->Push(files_.back());
+  }
+
+ private:
+  SealQueue* q_;
+  SealLog* log_;
+  std::vector<std::shared_ptr<SealTarget>> files_;
+};
+
 // With one seal thread busy with user 1's big file, users 2 and 3's small
 // files are sealed anyway (the small lane's worker), and owners take turns:
 // user 2's three queued small files do not go before user 3's two.
@@ -113,17 +137,8 @@ TEST(SealQueueTest, SmallFilesPassABigSealAndOwnersTakeTurns) {
   Gate big_gate, small_gate;
   SealQueue q(1);
   q.Start();
-  // On a failed assertion, the gates open before the queue drains.
-  struct OpenAtExit {
-    Gate* a;
-    Gate* b;
-    ~OpenAtExit() { a->Open(), b->Open(); }
-  } open_at_exit{&big_gate, &small_gate};
-  std::vector<std::shared_ptr<SealTarget>> files;
-  auto push = [&](const std::string& name, uid_t owner, bool small, Gate* gate = nullptr) {
-    files.push_back(std::make_shared<FakeFile>(name, owner, small, &log, gate));
-    q.Push(files.back());
-  };
+  const OpenAtExit open_at_exit{{&big_gate, &small_gate}};
+  Pusher push(&q, &log);
   push("G", 1, kBig, &big_gate);
   ASSERT_TRUE(big_gate.WaitReached()) << "the big seal did not start";
   push("S0", 2, kSmall, &small_gate);
@@ -156,15 +171,8 @@ TEST(SealQueueTest, AnOwnersFilesSealOneAtATime) {
   Gate big_gate;
   SealQueue q(1);
   q.Start();
-  struct OpenAtExit {
-    Gate* g;
-    ~OpenAtExit() { g->Open(); }
-  } open_at_exit{&big_gate};
-  std::vector<std::shared_ptr<SealTarget>> files;
-  auto push = [&](const std::string& name, uid_t owner, bool small, Gate* gate = nullptr) {
-    files.push_back(std::make_shared<FakeFile>(name, owner, small, &log, gate));
-    q.Push(files.back());
-  };
+  const OpenAtExit open_at_exit{{&big_gate}};
+  Pusher push(&q, &log);
   push("G", 1, kBig, &big_gate);
   ASSERT_TRUE(big_gate.WaitReached()) << "the big seal did not start";
   push("mine", 1, kSmall);
