@@ -50,6 +50,11 @@ class DeltaPlanner : public ChunkPlanner {
   // `depth` must come in under.
   static double DeltaKeep(uint8_t depth);
 
+  // A plan whose payload starts with the base reference (base pack, offset
+  // in its logical bytes): the whole payload of a ref, the head of a delta's
+  // or a lossy chunk's.
+  static ChunkPlan RefPlan(ChunkCodec codec, ObjectId base, uint64_t base_offset, uint8_t depth);
+
   // The predecessor, when one was found (0 otherwise).
   ObjectId base_pack() const { return base_ ? base_->pack : 0; }
   // Ends the planner's pins; returns packs nothing needs any more (to delete).
@@ -95,7 +100,6 @@ class DeltaPlanner : public ChunkPlanner {
   // The delta depth of a base window (pack_format.h: it may start before the pack).
   uint8_t WindowDepth(ObjectId pack, uint64_t offset, size_t len) const;
   bool Admitted(ObjectId pack) { return admission_ == nullptr || admission_->Admit(pack); }
-  static ChunkPlan RefPlan(ChunkCodec codec, ObjectId base, uint64_t base_offset, uint8_t depth);
   // Picks the predecessor (lineage) and pins it.
   void FindPredecessor();
   // The predecessor's bytes a lossy chunk is predicted from (empty: none,

@@ -4,9 +4,9 @@
 #include <chrono>
 #include <vector>
 
-#include "base/le.h"
 #include "codec/chunk_codec.h"
 #include "codec/delta_chunk.h"
+#include "store/delta_planner.h"
 
 namespace ckptfs {
 namespace {
@@ -60,11 +60,8 @@ Result<std::optional<ChunkPlan>> SameInputPlanner::TransformLossy(uint64_t offse
   RETURN_IF_ERROR(bases_->ReadPackRangeOnce(same_.pack, offset, raw)
                       .WithContext("reading pack " + ObjectIdHex(same_.pack) + ", sealed from the same input"));
   if (IsAllZero(raw)) return std::optional<ChunkPlan>{};
-  ChunkPlan p{ChunkCodec::kRef, std::vector<uint8_t>(kBaseRefSize), same_.pack,
-              index_->RangeDepth(same_.pack, offset, raw.size())};
-  le::Put64(p.payload, 0, same_.pack);
-  le::Put64(p.payload, 8, offset);
-  return std::optional<ChunkPlan>(std::move(p));
+  return std::optional<ChunkPlan>(DeltaPlanner::RefPlan(ChunkCodec::kRef, same_.pack, offset,
+                                                        index_->RangeDepth(same_.pack, offset, raw.size())));
 }
 
 void SameInputPlanner::FinishMeta(PackMeta* meta) {
