@@ -76,9 +76,8 @@ def run(key, args):
     size = "quick" if args.quick else "full"
     warmup = args.warmup or LA.WARMUP[size][key]
     steps = args.steps or LA.STEPS[size][key]
-    kinds = {c.key: c for c in vars(LA).values() if isinstance(c, type) and isinstance(getattr(c, "key", None), str)}
-    wl = kinds[key](LA.SIZES[size][key], warmup, steps)
-    tr = LA.Trainer(wl)
+    wl = LA.WORKLOADS[key](LA.SIZES[size][key], warmup, steps)
+    tr = LA.make_trainer(wl)
     every = steps // LA.CHECKPOINTS
     rows, before = [], None
     for i in range(warmup + steps):
