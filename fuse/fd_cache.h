@@ -10,7 +10,7 @@
 //
 // A Slot without a way to reopen its fd is never evicted (counted, outside
 // the bound). While the cache lives it is registered as an FdRelief
-// (store/env.h): an open anywhere that finds the fd table full evicts
+// (base/env.h): an open anywhere that finds the fd table full evicts
 // idle fds and retries.
 #pragma once
 
@@ -24,7 +24,7 @@
 
 #include "base/status.h"
 #include "base/unique_fd.h"
-#include "store/env.h"
+#include "base/env.h"
 
 namespace ckptfs {
 

@@ -24,7 +24,7 @@
 #include "base/unique_fd.h"
 #include "fuse/fd_cache.h"
 #include "fuse/file_content.h"
-#include "store/env.h"
+#include "base/env.h"
 
 namespace ckptfs {
 

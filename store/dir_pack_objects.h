@@ -3,7 +3,7 @@
 // into place and fsyncs packs/XX/ (docs/FORMAT.md, "Publishing and recovery").
 #pragma once
 
-#include "store/env.h"
+#include "base/env.h"
 #include "store/pack_objects.h"
 
 namespace ckptfs {

@@ -15,7 +15,7 @@
 
 #include "base/status.h"
 #include "base/unique_fd.h"
-#include "store/env.h"
+#include "base/env.h"
 
 namespace ckptfs {
 

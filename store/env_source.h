@@ -8,7 +8,7 @@
 
 #include "base/status.h"
 #include "codec/formats/layout.h"
-#include "store/env.h"
+#include "base/env.h"
 
 namespace ckptfs {
 

@@ -17,7 +17,7 @@
 #include "base/unique_fd.h"
 #include "codec/chunk_codec.h"
 #include "store/chunk_read_ahead.h"
-#include "store/env.h"
+#include "base/env.h"
 #include "store/object_id.h"
 #include "store/pack_bytes.h"
 #include "store/pack_format.h"

@@ -13,7 +13,7 @@
 #include "base/status.h"
 #include "base/unique_fd.h"
 #include "store/direct_read.h"
-#include "store/env.h"
+#include "base/env.h"
 
 namespace ckptfs {
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "base/status.h"
-#include "store/env.h"
+#include "base/env.h"
 
 namespace ckptfs {
 

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "store/env.h"
+#include "base/env.h"
 #include "store/pack_objects.h"
 #include "store/rados_client.h"
 

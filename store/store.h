@@ -34,7 +34,7 @@
 #include "codec/lossy/policy.h"
 #include "codec/lossy/siblings.h"
 #include "store/cluster_options.h"
-#include "store/env.h"
+#include "base/env.h"
 #include "store/membership.h"
 #include "store/object_id.h"
 #include "store/pack.h"

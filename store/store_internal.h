@@ -11,7 +11,7 @@
 
 #include "base/status.h"
 #include "base/unique_fd.h"
-#include "store/env.h"
+#include "base/env.h"
 #include "store/object_id.h"
 
 namespace ckptfs::internal {

@@ -13,7 +13,7 @@
 #include <string>
 
 #include "base/status.h"
-#include "store/env.h"
+#include "base/env.h"
 #include "store/object_id.h"
 
 namespace ckptfs {

@@ -13,7 +13,7 @@
 
 #include <cstdint>
 
-#include "store/env.h"
+#include "base/env.h"
 
 namespace ckptfs {
 

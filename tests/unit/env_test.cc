@@ -1,4 +1,4 @@
-#include "store/env.h"
+#include "base/env.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>

@@ -52,7 +52,7 @@
 #include <utility>
 #include <vector>
 
-#include "store/env.h"
+#include "base/env.h"
 
 namespace ckptfs {
 

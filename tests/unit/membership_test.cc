@@ -6,7 +6,7 @@
 
 #include <array>
 
-#include "store/env.h"
+#include "base/env.h"
 #include "store/stub.h"
 #include "tests/unit/test_util.h"
 

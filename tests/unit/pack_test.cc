@@ -11,7 +11,7 @@
 
 #include "base/hash.h"
 #include "base/le.h"
-#include "store/env.h"
+#include "base/env.h"
 #include "tests/unit/fault_env.h"
 #include "tests/unit/test_util.h"
 

@@ -6,7 +6,7 @@
 #include <array>
 #include <cstring>
 
-#include "store/env.h"
+#include "base/env.h"
 #include "tests/unit/test_util.h"
 
 namespace ckptfs {

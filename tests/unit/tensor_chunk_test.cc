@@ -19,7 +19,7 @@
 #include "codec/formats/layout.h"
 #include "codec/lossless/byte_io.h"
 #include "codec/lossless/plane_codec.h"
-#include "store/env.h"
+#include "base/env.h"
 #include "store/pack.h"
 #include "tests/unit/test_util.h"
 

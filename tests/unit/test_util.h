@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "base/status.h"
-#include "store/env.h"
+#include "base/env.h"
 #include "codec/formats/layout.h"
 #include "store/store.h"
 

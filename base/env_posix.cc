@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "store/env.h"
+#include "base/env.h"
 
 namespace ckptfs {
 namespace {

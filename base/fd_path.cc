@@ -1,6 +1,6 @@
 #include <unistd.h>
 
-#include "store/env.h"
+#include "base/env.h"
 
 namespace ckptfs {
 
