@@ -12,6 +12,7 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
@@ -118,6 +119,31 @@ class FdRelief {
  private:
   std::function<size_t()> relieve_;
 };
+
+// How far a write must reach before the call returns.
+enum class Durability {
+  kNone,         // the page cache only: lost on power failure (caches, tests)
+  kData,         // the file's bytes are on disk (fdatasync); its name may not be
+  kDataAndName,  // the bytes and the directory entry (fsync of the parent): survives power loss
+};
+
+// The whole of `name` under `dir_fd` (or of an open `fd`), at most
+// `max_bytes`. A larger file fails with EFBIG: every file read this way has
+// a small size ckptfs knows, so a larger one is damage or a planted file,
+// not something to allocate for.
+Result<std::string> ReadFileToString(Env* env, int dir_fd, const std::string& name, size_t max_bytes);
+Result<std::string> ReadFdToString(Env* env, int fd, size_t max_bytes);
+
+// Replaces `name` under `dir_fd` so that a reader sees the old file or the
+// new one whole: NAME.tmp is written, synced as `durability` says, and
+// renamed over NAME (with kDataAndName the directory is synced after).
+Status WriteFileAtomically(Env* env, int dir_fd, const std::string& name, std::string_view data, mode_t mode,
+                           Durability durability);
+
+// Opens directory `name` under `parent`, making it first when missing.
+// With kDataAndName a directory made here has its entry synced into
+// `parent`, so a crash cannot lose it while something inside is durable.
+Result<UniqueFd> EnsureDir(Env* env, int parent, const std::string& name, mode_t mode, Durability durability);
 
 // "/proc/self/fd/N": reaches an O_PATH fd's inode through path-based calls.
 std::string ProcFdPath(int fd);

@@ -289,7 +289,7 @@ nlohmann::json MethodJson(const Method& m, uint64_t size) {
 
 // An Orbax data file's layout comes from the OCDBT database around it
 // (../manifest.ocdbt and the tree nodes in d/), as the store's seal finds it
-// (store/ocdbt_data.h).
+// (seal/ocdbt_data.h).
 std::optional<FileLayout> OcdbtLayoutOf(const std::filesystem::path& path, const Bytes& data) {
   const std::filesystem::path root = path.parent_path().parent_path();
   if (path.parent_path().filename() != "d" || !std::filesystem::exists(root / "manifest.ocdbt")) return std::nullopt;
@@ -311,7 +311,7 @@ std::optional<FileLayout> OcdbtLayoutOf(const std::filesystem::path& path, const
 }
 
 // An ONNX external data file's layout comes from the model beside it that
-// names it, as the store's seal finds it (store/onnx_external.h).
+// names it, as the store's seal finds it (seal/onnx_external.h).
 FileLayout OnnxExternalLayoutOf(const std::string& path, const Bytes& data, const FileLayout& unknown) {
   const std::filesystem::path p(path);
   std::error_code ec;
@@ -328,7 +328,7 @@ FileLayout OnnxExternalLayoutOf(const std::string& path, const Bytes& data, cons
 
 // A chunk file of Orbax's legacy per-array zarr layout (use_ocdbt=False)
 // gets its layout from the .zarray beside it and its directory's name, as
-// the store's seal finds it (store/ocdbt_data.h, ZarrChunkLayoutFromSiblings).
+// the store's seal finds it (seal/ocdbt_data.h, ZarrChunkLayoutFromSiblings).
 std::optional<FileLayout> ZarrChunkLayoutOf(const std::filesystem::path& path, const Bytes& data) {
   if (!formats::LooksLikeZarrChunkName(path.filename().string())) return std::nullopt;
   std::ifstream f(path.parent_path() / ".zarray", std::ios::binary);
@@ -340,7 +340,7 @@ std::optional<FileLayout> ZarrChunkLayoutOf(const std::filesystem::path& path, c
 }
 
 // A TF data shard's layout comes from the bundle index beside it, as the
-// store's seal finds it (store/tf_shards.h).
+// store's seal finds it (seal/tf_shards.h).
 FileLayout LayoutOf(const std::string& path, const Bytes& data) {
   FileLayout layout = DetectLayout(SpanSource(data));
   if (layout.format != "unknown") return layout;

@@ -10,9 +10,8 @@
 
 #include "base/log.h"
 #include "base/metrics.h"
-#include "fuse/torch_read_order.h"
+#include "seal/read_hints.h"
 #include "store/env_source.h"
-#include "store/ocdbt_data.h"
 
 namespace ckptfs {
 
@@ -122,23 +121,20 @@ void AppendZeros(uint64_t n, ReadPieces* out) {
 namespace {
 
 // The file's bytes through the cache, for parsing what the file is.
-class SealedSource : public ByteSource {
+class SealedSource : public BoundedSource {
  public:
   SealedSource(Store* store, ChunkCache* cache, std::shared_ptr<PackReader> pack, ObjectId id, uint64_t size)
-      : store_(store), cache_(cache), pack_(std::move(pack)), id_(id), size_(size) {}
-  uint64_t size() const override { return size_; }
-  Status ReadAt(uint64_t off, std::span<uint8_t> out) const override {
-    if (off > size_ || out.size() > size_ - off) return Status::Error(EINVAL, "read past the end of the file");
+      : BoundedSource(size, "file"), store_(store), cache_(cache), pack_(std::move(pack)), id_(id) {}
+
+ private:
+  Status ReadWithin(uint64_t off, std::span<uint8_t> out) const override {
     // The reader comes for these bytes too: they stay unread in the cache.
     return store_->CopyPackBytes(*pack_, id_, off, out, cache_, /*note_read=*/false);
   }
-
- private:
   Store* const store_;
   ChunkCache* const cache_;
   const std::shared_ptr<PackReader> pack_;
   const ObjectId id_;
-  const uint64_t size_;
 };
 
 }  // namespace
@@ -154,10 +150,11 @@ void FileContent::DecodeAheadOf(const SealedRange& file, uint64_t off, uint64_t 
   // is cached or queued, so chunks listed twice cost nothing.
   std::vector<std::pair<uint64_t, uint64_t>> next;
   for (uint64_t c : stream->Advance(file.id, first, last, count, cs, depth)) next.emplace_back(c, c - last - 1);
-  // A reader going through the file in its order (cat, or torch.load's
+  // A reader going through the file in its order (cat, or a loader's
   // last sweep) is served by the stream's window, and its next chunks are
   // offered again each time, for when the cache has no room to spare; one
-  // that jumps is expected to go where torch.load goes next.
+  // that jumps is expected to go where the file's loader goes next
+  // (seal/read_hints.h).
   if (file.order && !stream->InRun()) {
     const uint64_t window = ahead_->WindowChunks(cs, depth);
     uint64_t distance = 0;
@@ -234,7 +231,7 @@ Result<ReadPieces> FileContent::ReadForReply(uint64_t off, size_t size, DecodeAh
   auto pack = PackLocked();
   if (!pack.ok()) return Fail(pack.status(), "open pack of", off);
   // The read order is looked for on the first read at offset 0 of a new
-  // pack, where torch.load starts and the chunk is needed anyway.
+  // pack, where a loader starts and the chunk is needed anyway.
   const bool find_order = ahead_ != nullptr && stream != nullptr && off == 0 && order_for_ != rec_.object;
   if (find_order) {
     order_for_ = rec_.object;
@@ -251,9 +248,9 @@ Result<ReadPieces> FileContent::ReadForReply(uint64_t off, size_t size, DecodeAh
 }
 
 void FileContent::FindReadOrder(const SealedRange& file) {
-  std::shared_ptr<const ReadOrder> order = TorchReadOrder(SealedSource(store_, cache_, file.pack, file.id, file.size));
+  std::shared_ptr<const ReadOrder> order = LoaderReadOrder(SealedSource(store_, cache_, file.pack, file.id, file.size));
   if (!order) return;
-  spdlog::debug("{}: decode-ahead follows torch.load's order of {} records", label_, order->size());
+  spdlog::debug("{}: decode-ahead follows the loader's order of {} records", label_, order->size());
   std::lock_guard lk(mu_);
   if (order_for_ == file.id) order_ = std::move(order);
 }
@@ -541,8 +538,8 @@ bool FileContent::ReadableBeforeLossySeal(uint64_t off, uint64_t length) {
   if (!st.ok()) return false;
   const EnvSource staged(env, fd->get(), static_cast<uint64_t>(st->st_size));
   const bool known = tail.has_value();
-  if (!known) tail = OcdbtTailReadableFrom(staged).value_or(UINT64_MAX);
-  const bool readable = off >= *tail || OcdbtNodePagesCover(staged, off, length);
+  if (!known) tail = ReadableBeforeSealFrom(staged).value_or(UINT64_MAX);
+  const bool readable = off >= *tail || PagesReadableBeforeSeal(staged, off, length);
   std::lock_guard lk(mu_);
   // A write since the look may have changed the nodes: the next read looks again.
   if (change_gen_ != gen || staging_ != sp || open_writers_ > 0 || writes_in_flight_ > 0) return false;

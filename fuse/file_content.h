@@ -149,11 +149,9 @@ class FileContent : public SealTarget, public std::enable_shared_from_this<FileC
   // read nothing, never waits for a lossy seal.
   Status SealForLossyRead();
   // Whether a read of [off, off + length) may be served before that seal:
-  // the file is closed and the range lies within a B+tree node ending it
-  // (an Orbax data file, store/ocdbt_data.h) or the zeros after it, or
-  // within the pages of any other node: bytes its seal leaves as they are.
-  // TensorStore reads a node back before it writes the nodes that describe
-  // the file's values, which the seal waits for.
+  // the file is closed and the range lies within bytes its seal leaves as
+  // they are (seal/read_hints.h says which). A writer may read its closed
+  // file back before it writes what the seal waits for.
   bool ReadableBeforeLossySeal(uint64_t off, uint64_t length);
   // A seal may have changed the bytes (lossy mode) behind pages the kernel
   // cached while the file was written: true once after each seal, telling
@@ -233,7 +231,7 @@ class FileContent : public SealTarget, public std::enable_shared_from_this<FileC
   };
   Status ReadSealed(const SealedRange& file, uint64_t off, size_t len, DecodeAhead::Stream* stream, ReadPieces* out);
   void DecodeAheadOf(const SealedRange& file, uint64_t off, uint64_t first, uint64_t last, DecodeAhead::Stream* stream);
-  // Looks, once per pack, for the order torch.load reads the file in.
+  // Looks, once per pack, for the order the file's loader reads it in.
   void FindReadOrder(const SealedRange& file);
   void MaybeReleaseObjectsLocked();
   bool NeedsSealLocked() const { return open_writers_ == 0 && staging_ && !unlinked_; }

@@ -517,7 +517,7 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, 
   OpenHandle(req, *inode.value(), fi, &e);
 }
 
-// A read within the B+tree nodes of an Orbax data file is served as
+// A read of bytes its lossy seal keeps exact (seal/read_hints.h) is served as
 // written without waiting (FileContent::ReadableBeforeLossySeal): the seal
 // keeps those bytes, and the handle's next read elsewhere still waits.
 Status SealBeforeFirstRead(FileHandle& h, uint64_t off, uint64_t length) {

@@ -3,8 +3,8 @@
 // cache of the file (FUSE_NOTIFY_STORE), where the reader's later read finds
 // them without asking the daemon, instead of the chunk being decoded again.
 //
-// torch.load reads a zip's records in an order that leaves the ends of many
-// chunks for later (bench/README.md, "torch.load's read order"); with a
+// A loader may read a file's records in an order that leaves the ends of
+// many chunks for later (seal/read_hints.h); with a
 // 128 MiB cache a 1 GiB checkpoint had half its chunks decoded twice, and a
 // delta's base chunks with them. The page cache is the kernel's: it is not
 // in the daemon's memory, and the kernel may drop it under pressure (the

@@ -21,6 +21,7 @@
 #include "fuse/mount.h"
 #include "store/cluster_gc.h"
 #include "store/store.h"
+#include "seal/seal_planner.h"
 
 namespace ckptfs {
 namespace {
@@ -103,6 +104,7 @@ Result<std::pair<std::string, std::string>> ResolveStore(const std::string& path
 
 Result<std::unique_ptr<Store>> OpenReadOnly(const std::string& backing, const std::string& ceph_conf) {
   StoreOptions so;
+  so.planner = &FormatSealPlanner();
   so.cluster.ceph_conf = ceph_conf;
   so.create_if_missing = false;
   so.take_lock = false;
@@ -320,6 +322,7 @@ nlohmann::json ClusterGcJson(const ClusterGcReport& r, uint64_t grace) {
 // either), one collector at a time through the GC lease.
 int RunClusterGc(const std::string& backing, std::optional<uint32_t> grace, const std::string& ceph_conf, bool json) {
   StoreOptions so;
+  so.planner = &FormatSealPlanner();
   so.cluster.ceph_conf = ceph_conf;
   so.create_if_missing = false;
   so.take_lock = false;
@@ -367,6 +370,7 @@ int RunGc(const std::string& backing, std::optional<uint32_t> grace, const std::
     return 2;
   }
   StoreOptions so;
+  so.planner = &FormatSealPlanner();
   so.cluster.ceph_conf = ceph_conf;
   so.create_if_missing = false;
   auto store = Store::Open(Env::Default(), Normal(backing), so);

@@ -9,6 +9,7 @@
 #include "mount-tools/transfer.h"
 #include "mount-tools/tree_copy.h"
 #include "store/store.h"
+#include "seal/seal_planner.h"
 
 namespace ckptfs {
 namespace {
@@ -37,6 +38,7 @@ struct Stored {
 
 Result<Stored> StoredUnder(const std::string& store, const std::string& path) {
   StoreOptions so;
+  so.planner = &FormatSealPlanner();
   so.create_if_missing = false;
   so.take_lock = false;
   ASSIGN_OR_RETURN(std::unique_ptr<Store> s, Store::Open(Env::Default(), store, so));

@@ -5,7 +5,7 @@
 // got (its user.ckptfs.lossy.* attributes). Works on any file, inside a
 // mount or not. A file of unknown format is also matched against the
 // TensorFlow bundle indexes of its directory, as the store does at seal
-// time (store/tf_shards.h).
+// time (seal/tf_shards.h).
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
@@ -25,9 +25,9 @@
 #include "codec/formats/layout.h"
 #include "codec/lossy/roles.h"
 #include "mount-tools/commands.h"
-#include "store/ocdbt_data.h"
-#include "store/onnx_external.h"
-#include "store/tf_shards.h"
+#include "seal/ocdbt_data.h"
+#include "seal/onnx_external.h"
+#include "seal/tf_shards.h"
 
 namespace ckptfs {
 namespace {

@@ -13,6 +13,7 @@
 
 #include "base/log.h"
 #include "codec/lossy/policy.h"
+#include "seal/seal_planner.h"
 
 namespace ckptfs {
 namespace {
@@ -425,6 +426,7 @@ std::string HelpEntry(const MountOptionSpec& spec, const MountOptions& defaults)
 
 StoreOptions DaemonStoreOptions() {
   StoreOptions so;
+  so.planner = &FormatSealPlanner();
   so.background_gc = true;
   // Every core: a seal is CPU-bound and scales with its workers
   // (bench/bench_seal.py), and a reader may be waiting for it.

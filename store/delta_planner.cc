@@ -208,7 +208,7 @@ std::optional<ChunkPlan> DeltaPlanner::PlanDelta(uint64_t offset, std::span<cons
                         {DeltaKeep(depth), &standalone_size});
   }
   if (base_depth_ == 0) return plan;
-  // Parts that barely change (pickles, frozen layers) code as small against
+  // Parts that barely change (metadata, frozen layers) code as small against
   // the chain's keyframe as against the predecessor: take the keyframe when it
   // costs little more, so such chunks never build deep chains.
   std::optional<ChunkPlan> rooted = PlanAgainstKeyframe(offset, raw, ranges, {DeltaKeep(1), &standalone_size});

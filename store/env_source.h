@@ -1,4 +1,4 @@
-// A file's bytes as a ByteSource (codec/formats/layout.h) read through Env,
+// A file's bytes as a ByteSource (base/byte_source.h) read through Env,
 // so that the codec's reads of a file being sealed meet injected faults as
 // the store's own reads do.
 #pragma once
@@ -6,27 +6,22 @@
 #include <cstdint>
 #include <span>
 
-#include "base/status.h"
-#include "codec/formats/layout.h"
+#include "base/byte_source.h"
 #include "base/env.h"
-
+#include "base/status.h"
 namespace ckptfs {
 
-// Does not own the fd; `size` is the file's size as the caller knows it.
-class EnvSource : public ByteSource {
+// Does not own the fd; `size` is the file's size as the caller knows it:
+// past it is past the file as the caller snapshotted it, even if it has
+// grown since.
+class EnvSource : public BoundedSource {
  public:
-  EnvSource(Env* env, int fd, uint64_t size) : env_(env), fd_(fd), size_(size) {}
-  uint64_t size() const override { return size_; }
-  Status ReadAt(uint64_t off, std::span<uint8_t> out) const override {
-    // Past `size` is past the file as the caller snapshotted it, even if it has grown since.
-    if (off > size_ || size_ - off < out.size()) return Status::Error(EIO, "read past end of file");
-    return env_->PReadExact(fd_, out, off);
-  }
+  EnvSource(Env* env, int fd, uint64_t size) : BoundedSource(size, "file"), env_(env), fd_(fd) {}
 
  private:
+  Status ReadWithin(uint64_t off, std::span<uint8_t> out) const override { return env_->PReadExact(fd_, out, off); }
   Env* env_;
   int fd_;
-  uint64_t size_;
 };
 
 }  // namespace ckptfs

@@ -74,9 +74,9 @@ class PackIndex {
   std::vector<BaseChoice> FindBaseCandidates(std::span<const TensorRange> ranges, double share, size_t max);
   // The named ranges `choice` left unmatched take the most recent live pack
   // holding a tensor of the same name, element type and length (one such
-  // name in each file), as BaseChoice::other. TensorStore splits one
-  // Orbax save into data files differently each time, so one step's file
-  // may have its predecessors in several files. Returns those packs, each
+  // name in each file), as BaseChoice::other. Some writers split one save
+  // into data files differently each time, so one step's file may have its
+  // predecessors in several files. Returns those packs, each
   // pinned once for the caller (Unpin them).
   std::vector<ObjectId> FillByName(BaseChoice* choice, std::span<const TensorRange> ranges);
   // Pins `pack` for the caller if it is still a live file's pack.

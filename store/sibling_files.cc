@@ -22,19 +22,17 @@ namespace ckptfs {
 namespace {
 
 // A sealed file's logical bytes, read through the store.
-class PackSource : public ByteSource {
+class PackSource : public BoundedSource {
  public:
-  PackSource(Store* store, ObjectId pack, uint64_t size) : store_(store), pack_(pack), size_(size) {}
-  uint64_t size() const override { return size_; }
-  Status ReadAt(uint64_t off, std::span<uint8_t> out) const override {
-    if (off > size_ || size_ - off < out.size()) return Status::Error(EIO, "read past the end of a sibling file");
-    return store_->ReadPackRange(pack_, off, out);
-  }
+  PackSource(Store* store, ObjectId pack, uint64_t size)
+      : BoundedSource(size, "sibling file"), store_(store), pack_(pack) {}
 
  private:
+  Status ReadWithin(uint64_t off, std::span<uint8_t> out) const override {
+    return store_->ReadPackRange(pack_, off, out);
+  }
   Store* store_;
   ObjectId pack_;
-  uint64_t size_;
 };
 
 // A staged file's bytes, read through Env; owns the staging fd.

@@ -21,14 +21,11 @@
 #include "store/env_source.h"
 #include "store/lossy_xattrs.h"
 #include "store/membership.h"
-#include "store/ocdbt_data.h"
-#include "store/onnx_external.h"
 #include "store/private_store.h"
 #include "store/rados_pack_objects.h"
 #include "store/same_input.h"
 #include "store/seal_pin.h"
 #include "store/store_internal.h"
-#include "store/tf_shards.h"
 
 namespace ckptfs {
 namespace {
@@ -84,13 +81,6 @@ Result<bool> IsEmptyForInit(Env* env, int root_fd) {
     }
   }
   return true;
-}
-
-Result<std::string> ReadSmallFile(Env* env, int fd, size_t max) {
-  std::string text(max, '\0');
-  ASSIGN_OR_RETURN(size_t n, env->PRead(fd, std::span<uint8_t>(reinterpret_cast<uint8_t*>(text.data()), max), 0));
-  text.resize(n);
-  return text;
 }
 
 // LOCK holds the pid of the process that holds it, for humans and tests.
@@ -158,7 +148,7 @@ std::optional<ObjectId> ParseObjectFileName(const std::string& name, const std::
 
 Result<Superblock> ReadSuperblock(Env* env, int root_fd, const std::string& store_path) {
   ASSIGN_OR_RETURN(UniqueFd fd, env->OpenAt(root_fd, kSuperblockName, O_RDONLY | O_NOFOLLOW));
-  ASSIGN_OR_RETURN(std::string text, ReadSmallFile(env, fd.get(), kMaxSuperblockBytes));
+  ASSIGN_OR_RETURN(std::string text, ReadFdToString(env, fd.get(), kMaxSuperblockBytes));
   const std::string where = "store " + store_path + ": superblock " + kSuperblockName;
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return Status::Corruption(where + " is not valid JSON");
@@ -202,19 +192,12 @@ Status WriteSuperblock(Env* env, int root_fd, const std::string& backing, const 
   const std::string text = j.dump() + "\n";
   // tmp + fsync + rename + dir fsync: a crash leaves either no superblock
   // (an empty store, initialised again) or a complete one.
-  Result<UniqueFd> fd =
-      env->OpenAt(root_fd, internal::kSuperblockTmpName, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, kPrivateFileMode);
-  if (!fd.ok()) {
-    if (fd.status().code() == EACCES || fd.status().code() == EROFS || fd.status().code() == EPERM) {
-      return fd.status().WithContext("backing directory " + backing + " is not writable");
-    }
-    return fd.status().WithContext("cannot write superblock");
+  Status written = WriteFileAtomically(env, root_fd, internal::kSuperblockName, text, kPrivateFileMode,
+                                       Durability::kDataAndName);
+  if (written.code() == EACCES || written.code() == EROFS || written.code() == EPERM) {
+    return written.WithContext("backing directory " + backing + " is not writable");
   }
-  std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(text.data()), text.size());
-  RETURN_IF_ERROR(env->PWriteAll(fd->get(), bytes, 0));
-  RETURN_IF_ERROR(env->Fsync(fd->get()));
-  RETURN_IF_ERROR(env->RenameAt(root_fd, internal::kSuperblockTmpName, root_fd, internal::kSuperblockName));
-  return env->Fsync(root_fd);
+  return written.WithContext("cannot write superblock");
 }
 
 // One daemon per store: flock on LOCK (released by the kernel when the
@@ -226,7 +209,7 @@ Result<UniqueFd> TakeLock(Env* env, int root_fd, const std::string& backing) {
   if (Status locked = env->Flock(fd.get(), LOCK_EX | LOCK_NB); !locked.ok()) {
     if (locked.code() != EWOULDBLOCK) return locked.WithContext("cannot lock store " + backing);
     std::string pid = "unknown";
-    if (Result<std::string> text = ReadSmallFile(env, fd.get(), 32); text.ok()) {
+    if (Result<std::string> text = ReadFdToString(env, fd.get(), 32); text.ok()) {
       std::string t = *text;
       while (!t.empty() && (t.back() == '\n' || t.back() == ' ')) t.pop_back();
       if (!t.empty()) pid = t;
@@ -426,75 +409,16 @@ void CountSeal(uint64_t logical, uint64_t stored, std::chrono::steady_clock::dur
   m.seal_nanoseconds.Add(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(took).count()));
 }
 
-// Parsed at seal time, not while the file streamed in: writers seek back,
-// pre-extend or write their index last. A file that says nothing of itself
-// (TF data shard, ONNX external data, Orbax data file or legacy zarr chunk)
-// takes its layout from the files around it. Unknown formats get no ranges
-// (generic path).
-FileLayout LayoutForSeal(const ByteSource& file, SiblingSource* siblings) {
-  FileLayout layout = DetectLayout(file);
-  if (layout.format != "unknown" || !siblings) return layout;
-  if (std::optional<FileLayout> tf = TfDataLayoutFromSiblings(file, *siblings)) return std::move(*tf);
-  if (std::optional<FileLayout> onnx = OnnxExternalLayoutFromSiblings(file, *siblings)) return std::move(*onnx);
-  if (std::optional<FileLayout> zarr = ZarrChunkLayoutFromSiblings(file, *siblings)) return std::move(*zarr);
-  // Orbax reads back the node ending a data file before it writes the nodes
-  // that may describe the file's values; under a lossy policy such reads
-  // do not wait for this seal (FileContent::ReadableBeforeLossySeal), so it
-  // may wait for those nodes as a lossless seal does.
-  std::optional<FileLayout> o = OcdbtDataLayoutFromSiblings(file, *siblings, kOcdbtNodeWait);
-  return o ? std::move(*o) : layout;
-}
-
-// How a seal codes a file: its tensor ranges, its chunk size and, under a
-// lossy policy with something in scope, its lossy coder, which reads
-// `tensors` and the file: both outlive it, and a SealCoding is filled in
-// place, never moved.
-struct SealCoding {
-  std::vector<TensorRange> tensors;
-  uint32_t chunk_size = 0;
-  std::optional<LossyCoder> lossy;
-};
-
-// Fills `out` (its chunk_size preset to the store's) from the file's
-// layout; kSealPostponed when the seal should wait for more of its save.
-Status PlanSealCoding(const StoreOptions& opts, const EnvSource& file, const LossyPolicy& policy,
+// Fills `out` (its chunk_size preset to the store's) through the
+// planner; kSealPostponed when the seal should wait for more of its save.
+Status PlanSealCoding(const StoreOptions& opts, const ByteSource& file, const LossyPolicy& policy,
                       SiblingSource* siblings, const std::string& ctx, SealCoding* out) {
   if (!opts.encoder.tensor_codec) return Status::Ok();
-  // A seal that would wait for more of its save gives its slot back (SealWait).
-  auto waits_for_save = [&] { return siblings != nullptr && siblings->Postponed(); };
-  const Status postponed = Status::Error(kSealPostponed, "waiting for more of its save");
-  FileLayout layout = LayoutForSeal(file, siblings);
-  if (waits_for_save()) return postponed;
-  out->chunk_size = PackChunkSizeFor(layout, out->chunk_size);
+  const SealPlanner& planner = opts.planner ? *opts.planner : GenericSealPlanner();
+  RETURN_IF_ERROR(planner.Plan(file, policy, siblings,
+                               TensorChunkOptions{opts.encoder.zstd_level, opts.encoder.planes}, ctx, out));
   // A smaller chunk must not take a file past a pack's chunk count.
   if (pack_layout::ChunkCount(file.size(), out->chunk_size) > kMaxPackChunks) out->chunk_size = opts.chunk_size;
-  // Reads of B+tree nodes did not wait for this seal: what they were
-  // served stays as it is.
-  if (policy.lossy()) {
-    if (const size_t n = KeepOcdbtTailExact(file, &layout); n > 0) {
-      spdlog::info("{}: {} tensor(s) overlapping the page of the file's last B+tree node or after it stay exact", ctx,
-                   n);
-    }
-    ASSIGN_OR_RETURN(const size_t near_nodes, KeepOcdbtNodePagesExact(file, &layout));
-    if (near_nodes > 0) spdlog::info("{}: {} tensor(s) sharing a page with a B+tree node stay exact", ctx, near_nodes);
-  }
-  out->tensors = TensorRangesOf(layout);
-  spdlog::debug("{}: format {}, {} tensor ranges{}{}", ctx, layout.format, out->tensors.size(),
-                layout.note.empty() ? "" : ": ", LogSafe(layout.note));
-  if (!policy.lossy()) return Status::Ok();
-  std::optional<LossyCoder>& lossy = out->lossy;
-  lossy.emplace(file, layout, out->tensors, policy,
-                TensorChunkOptions{opts.encoder.zstd_level, opts.encoder.planes}, siblings);
-  if (waits_for_save()) return postponed;
-  if (!lossy->active()) {
-    spdlog::info("{}: {} under {}: nothing in the lossy scope, sealed losslessly", ctx, layout.format,
-                 FormatLossyPolicy(policy));
-    lossy.reset();
-    return Status::Ok();
-  }
-  spdlog::info("{}: {} under {}: weights weighed by {}{}{}", ctx, layout.format, FormatLossyPolicy(policy),
-               SensitivityRuleName(lossy->info().sensitivity), lossy->sibling_note().empty() ? "" : "; ",
-               LogSafe(lossy->sibling_note()));
   return Status::Ok();
 }
 

@@ -42,6 +42,7 @@
 #include "store/pack_objects.h"
 #include "store/rados_client.h"
 #include "store/same_input.h"
+#include "store/seal_plan.h"
 #include "store/stub.h"
 
 namespace ckptfs {
@@ -56,6 +57,10 @@ struct StoreOptions {
   bool take_lock = true;          // false for read-only tools (stats, fsck)
   uint32_t chunk_size = kDefaultChunkSize;
   ChunkEncoderOptions encoder;
+  // Says how each sealed file is coded (store/seal_plan.h); null seals
+  // every file as generic bytes. A mount, import and recode pass
+  // seal/seal_planner.h's FormatSealPlanner(); it must outlive the store.
+  const SealPlanner* planner = nullptr;
   // Store chunks against live packs: identical chunks as references, and
   // checkpoints as deltas against their predecessor (store/delta_planner.h).
   bool delta = true;
@@ -105,8 +110,6 @@ struct SealWait {
   // When the first try began: the bounds on the waits span the tries.
   std::chrono::steady_clock::time_point since = std::chrono::steady_clock::now();
 };
-// The status code of a postponed seal.
-inline constexpr int kSealPostponed = EINPROGRESS;
 struct ClusterGcReport;
 struct ClusterGcOptions;
 
@@ -350,7 +353,7 @@ class Store : public BaseSource {
   // `still_current` is asked right before the stub is switched; returning
   // false abandons the new pack (the file changed meanwhile).
   // With `wait.may_postpone`, a seal that would wait for more of its save
-  // (an OCDBT tree, a DCP .metadata) fails with kSealPostponed instead,
+  // (the seal planner says so, store/seal_plan.h) fails with kSealPostponed instead,
   // leaving the stub staged, for the caller to try again later.
   // `cancel`, when set and true, stops the seal at its next chunk
   // (ECANCELED), leaving the stub staged: the file was deleted.

@@ -17,7 +17,7 @@
 namespace ckptfs::internal {
 
 inline constexpr char kSuperblockName[] = "CKPTFS";
-inline constexpr char kSuperblockTmpName[] = "CKPTFS.tmp";
+inline constexpr char kSuperblockTmpName[] = "CKPTFS.tmp";  // WriteFileAtomically's NAME.tmp
 inline constexpr char kLockName[] = "LOCK";
 inline constexpr char kPackSuffix[] = ".pack";
 inline constexpr char kStagingSuffix[] = ".stage";

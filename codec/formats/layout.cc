@@ -20,35 +20,6 @@
 
 namespace ckptfs {
 
-Status SpanSource::ReadAt(uint64_t off, std::span<uint8_t> out) const {
-  if (!formats::InRange(off, out.size(), bytes_.size())) return Status::Error(EIO, "read past end of buffer");
-  if (!out.empty()) std::memcpy(out.data(), bytes_.data() + off, out.size());
-  return Status::Ok();
-}
-
-FdSource::FdSource(int fd) : fd_(fd) {
-  struct stat st;
-  if (fstat(fd, &st) == 0 && st.st_size > 0) size_ = static_cast<uint64_t>(st.st_size);
-}
-
-Status FdSource::ReadAt(uint64_t off, std::span<uint8_t> out) const {
-  if (!formats::InRange(off, out.size(), size_)) return Status::Error(EIO, "read past end of file");
-  size_t done = 0;
-  while (done < out.size()) {
-    ssize_t n = pread(fd_, out.data() + done, out.size() - done, static_cast<off_t>(off + done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Status::FromErrno("pread");
-    if (n == 0) return Status::Error(EIO, "file shrank while reading");
-    done += static_cast<size_t>(n);
-  }
-  return Status::Ok();
-}
-
-Status SubSource::ReadAt(uint64_t off, std::span<uint8_t> out) const {
-  if (!formats::InRange(off, out.size(), len_)) return Status::Error(EIO, "read past end of window");
-  return parent_.ReadAt(base_ + off, out);
-}
-
 namespace formats {
 namespace {
 

@@ -9,57 +9,13 @@
 #include <string>
 #include <vector>
 
+#include "base/byte_source.h"
 #include "base/status.h"
 #include "codec/dtype.h"
 
 namespace ckptfs {
 
-// Random-access input, so multi-GiB files never need to be in memory.
-class ByteSource {
- public:
-  virtual ~ByteSource() = default;
-  virtual uint64_t size() const = 0;
-  // Fills `out` exactly from `off`, or fails (past the end, I/O error).
-  virtual Status ReadAt(uint64_t off, std::span<uint8_t> out) const = 0;
-};
-
-// Over memory that outlives the source (tests, fuzzing).
-class SpanSource : public ByteSource {
- public:
-  explicit SpanSource(std::span<const uint8_t> bytes) : bytes_(bytes) {}
-  uint64_t size() const override { return bytes_.size(); }
-  Status ReadAt(uint64_t off, std::span<uint8_t> out) const override;
-
- private:
-  std::span<const uint8_t> bytes_;
-};
-
-// Over an open fd with pread; does not own the fd. The size is taken at
-// construction (fstat), so a file growing meanwhile is read as it was.
-class FdSource : public ByteSource {
- public:
-  explicit FdSource(int fd);
-  uint64_t size() const override { return size_; }
-  Status ReadAt(uint64_t off, std::span<uint8_t> out) const override;
-
- private:
-  int fd_;
-  uint64_t size_ = 0;
-};
-
-// A window [base, base+len) of another source; offsets are window-relative.
-// Lets a parser handle an embedded file (npz member, DCP item) unchanged.
-class SubSource : public ByteSource {
- public:
-  SubSource(const ByteSource& parent, uint64_t base, uint64_t len) : parent_(parent), base_(base), len_(len) {}
-  uint64_t size() const override { return len_; }
-  Status ReadAt(uint64_t off, std::span<uint8_t> out) const override;
-
- private:
-  const ByteSource& parent_;
-  uint64_t base_;
-  uint64_t len_;
-};
+// ByteSource and its adapters (SpanSource, FdSource, SubSource): base/byte_source.h.
 
 struct TensorRegion {
   std::string name;
@@ -94,7 +50,7 @@ struct ZipCrcField {
 struct FileLayout {
   // "torch-zip", "torch-legacy", "safetensors", "npy", "npz", "gguf",
   // "tf-bundle-data", "tf-bundle-index", "dcp", "onnx", "flax-msgpack", "hdf5", "keras",
-  // "onnx-external" (only from a sibling model: store/onnx_external.h),
+  // "onnx-external" (only from a sibling model: seal/onnx_external.h),
   // "unknown"
   std::string format = "unknown";
   std::vector<TensorRegion> tensors;  // sorted by offset, non-overlapping, inside the file

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 
 #include "base/huge_pages.h"
 #include "store/direct_read.h"
@@ -162,6 +163,73 @@ TEST(EnvTest, PWriteAllAbsorbsShortWrites) {
   std::vector<uint8_t> back(1000);
   ASSERT_OK(env.PReadExact(fd->get(), back, 10));
   EXPECT_EQ(back, data);
+}
+
+std::string FileText(const std::string& path) {
+  std::vector<uint8_t> b = test::ReadFileBytes(path);
+  return std::string(b.begin(), b.end());
+}
+
+TEST(EnvFilesTest, ReadFileToStringIsBounded) {
+  TempDir dir;
+  Env* env = Env::Default();
+  test::WriteFileBytes(dir.Sub("f"), {'1', '2', '3', '4'});
+  UniqueFd root = std::move(env->OpenAt(AT_FDCWD, dir.path(), O_RDONLY | O_DIRECTORY)).value();
+  Result<std::string> whole = ReadFileToString(env, root.get(), "f", 4);
+  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+  EXPECT_EQ(*whole, "1234");
+  Result<std::string> over = ReadFileToString(env, root.get(), "f", 3);
+  ASSERT_FALSE(over.ok());
+  EXPECT_EQ(over.status().code(), EFBIG);
+  EXPECT_NE(over.status().ToString().find("larger than the 3 bytes"), std::string::npos) << over.status().ToString();
+  EXPECT_EQ(ReadFileToString(env, root.get(), "missing", 4).status().code(), ENOENT);
+}
+
+// Under power loss, each durability keeps what it promises: kData the
+// bytes (a rename may be lost), kDataAndName the new file under its name.
+TEST(EnvFilesTest, WriteFileAtomicallyKeepsWhatItsDurabilitySays) {
+  for (Durability durability : {Durability::kData, Durability::kDataAndName}) {
+    TempDir dir;
+    test::WriteFileBytes(dir.Sub("rec"), {'o', 'l', 'd'});
+    FaultEnv env;
+    ASSERT_OK(env.EnablePowerLoss(dir.path()));
+    {
+      UniqueFd root = std::move(env.OpenAt(AT_FDCWD, dir.path(), O_RDONLY | O_DIRECTORY)).value();
+      ASSERT_OK(WriteFileAtomically(&env, root.get(), "rec", "new", 0600, durability));
+      EXPECT_EQ(FileText(dir.Sub("rec")), "new");
+    }
+    ASSERT_OK(env.PowerOff());
+    const bool named = durability == Durability::kDataAndName;
+    EXPECT_EQ(FileText(dir.Sub("rec")), named ? "new" : "old");
+    EXPECT_FALSE(std::filesystem::exists(dir.Sub("rec.tmp")));
+  }
+}
+
+TEST(EnvFilesTest, WriteFileAtomicallyFailureLeavesTheOldFile) {
+  TempDir dir;
+  test::WriteFileBytes(dir.Sub("rec"), {'o', 'l', 'd'});
+  FaultEnv env;
+  UniqueFd root = std::move(env.OpenAt(AT_FDCWD, dir.path(), O_RDONLY | O_DIRECTORY)).value();
+  env.FailNth(FaultEnv::kFdatasync, 1, EIO);
+  EXPECT_EQ(WriteFileAtomically(&env, root.get(), "rec", "new", 0600, Durability::kData).code(), EIO);
+  EXPECT_EQ(FileText(dir.Sub("rec")), "old");
+}
+
+TEST(EnvFilesTest, EnsureDirSyncsANewDirectoryIntoItsParentWhenAsked) {
+  for (Durability durability : {Durability::kData, Durability::kDataAndName}) {
+    TempDir dir;
+    FaultEnv env;
+    ASSERT_OK(env.EnablePowerLoss(dir.path()));
+    {
+      UniqueFd root = std::move(env.OpenAt(AT_FDCWD, dir.path(), O_RDONLY | O_DIRECTORY)).value();
+      Result<UniqueFd> made = EnsureDir(&env, root.get(), "sub", 0700, durability);
+      ASSERT_TRUE(made.ok()) << made.status().ToString();
+      Result<UniqueFd> again = EnsureDir(&env, root.get(), "sub", 0700, durability);
+      ASSERT_TRUE(again.ok()) << again.status().ToString();  // EEXIST is success
+    }
+    ASSERT_OK(env.PowerOff());
+    EXPECT_EQ(std::filesystem::is_directory(dir.Sub("sub")), durability == Durability::kDataAndName);
+  }
 }
 
 // Writes 4 windows in pieces that straddle them: each full window is

@@ -18,7 +18,7 @@
 #include "codec/formats/layout.h"
 #include "codec/formats/pickle_scan.h"
 #include "codec/formats/zip.h"
-#include "fuse/torch_read_order.h"
+#include "seal/torch_read_order.h"
 #include "store/store.h"
 #include "tests/unit/test_util.h"
 

@@ -13,7 +13,7 @@
 #include <map>
 #include <random>
 
-#include "store/ocdbt_data.h"
+#include "seal/ocdbt_data.h"
 #include "tests/unit/mem_siblings.h"
 #include "tests/unit/test_util.h"
 

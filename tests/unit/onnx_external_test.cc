@@ -1,8 +1,8 @@
-// ONNX external data files (store/onnx_external.h, formats::OnnxExternalLayout):
+// ONNX external data files (seal/onnx_external.h, formats::OnnxExternalLayout):
 // a headerless file gets its tensors from the sibling model that names it.
 // tests/data/onnx/ext.onnx + ext.onnx.data come from onnx.save(...,
 // save_as_external_data=True); model.onnx holds the same tensors as raw_data.
-#include "store/onnx_external.h"
+#include "seal/onnx_external.h"
 
 #include <gtest/gtest.h>
 

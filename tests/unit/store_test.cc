@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "store/lossy_xattrs.h"
-#include "store/ocdbt_data.h"
+#include "seal/ocdbt_data.h"
 #include "tests/unit/test_util.h"
 
 namespace ckptfs {

@@ -12,6 +12,7 @@
 
 #include "base/log.h"
 #include "store/stub.h"
+#include "seal/seal_planner.h"
 
 namespace ckptfs::test {
 namespace {
@@ -140,6 +141,7 @@ Result<std::vector<uint8_t>> ReadContentAt(Store* store, const std::string& ns_p
 
 StoreOptions SmallChunks(uint32_t chunk_size) {
   StoreOptions o;
+  o.planner = &FormatSealPlanner();
   o.chunk_size = chunk_size;
   return o;
 }

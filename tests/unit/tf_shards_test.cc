@@ -1,7 +1,7 @@
-// The store's side of TF data shards (store/tf_shards.h): the .index is
+// The store's side of TF data shards (seal/tf_shards.h): the .index is
 // found among the file's siblings and tied to it by content; a file named
 // like a shard waits for an index written after it.
-#include "store/tf_shards.h"
+#include "seal/tf_shards.h"
 
 #include <gtest/gtest.h>
 

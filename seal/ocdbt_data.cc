@@ -1,4 +1,4 @@
-#include "store/ocdbt_data.h"
+#include "seal/ocdbt_data.h"
 
 #include <spdlog/spdlog.h>
 

@@ -25,7 +25,7 @@ inline constexpr std::chrono::milliseconds kOnnxModelWait{3000};
 inline constexpr uint64_t kMaxOnnxModelBytes = 2ull << 30;
 
 // A file of unknown format named otherwise is looked up once, and only
-// from this size, as for TF data shards (store/tf_shards.h).
+// from this size, as for TF data shards (seal/tf_shards.h).
 inline constexpr uint64_t kMinUnnamedOnnxDataBytes = 1u << 20;
 
 // Names onnx exporters give external data: "model.onnx.data",

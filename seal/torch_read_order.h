@@ -2,13 +2,14 @@
 // storage by a counter (0, 1, 2, ...) and asks for them in that order, while
 // the records `<archive>/data/<n>` are stored sorted by name as strings, so
 // a restore jumps around the file before it sweeps through it. Decode-ahead
-// follows this order (FileContent) instead of the file's.
+// follows this order (FileContent, through seal/read_hints.h) instead of
+// the file's.
 #pragma once
 
 #include <memory>
 
+#include "base/byte_source.h"
 #include "cache/read_order.h"
-#include "codec/formats/layout.h"
 
 namespace ckptfs {
 

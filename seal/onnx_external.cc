@@ -1,4 +1,4 @@
-#include "store/onnx_external.h"
+#include "seal/onnx_external.h"
 
 #include <array>
 #include <vector>

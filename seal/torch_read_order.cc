@@ -1,4 +1,4 @@
-#include "fuse/torch_read_order.h"
+#include "seal/torch_read_order.h"
 
 #include <algorithm>
 #include <array>

@@ -1,4 +1,4 @@
-#include "store/tf_shards.h"
+#include "seal/tf_shards.h"
 
 #include <thread>
 #include <vector>
