@@ -70,5 +70,7 @@ for rule in "${READ_ONLY[@]}"; do
     fi
   done
 done
+# docs/ARCHITECTURE.md's include table is the code's (scripts/layer-table.sh).
+if ! scripts/layer-table.sh --check; then bad=1; fi
 if ((bad)); then exit 1; fi
-echo "check-layers: ok (no include points up a layer; each folder's library links only the layers below)"
+echo "check-layers: ok (no include points up a layer; each folder's library links only the layers below; docs/ARCHITECTURE.md's include table is current)"
