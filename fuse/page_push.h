@@ -4,7 +4,8 @@
 // them without asking the daemon, instead of the chunk being decoded again.
 //
 // torch.load reads a zip's records in an order that leaves the ends of many
-// chunks for later (bench/README.md, "torch.load's read order"); with a
+// chunks for later (bench/history/2026-12-08-restore.md, "torch.load's read
+// order"); with a
 // 128 MiB cache a 1 GiB checkpoint had half its chunks decoded twice, and a
 // delta's base chunks with them. The page cache is the kernel's: it is not
 // in the daemon's memory, and the kernel may drop it under pressure (the
