@@ -67,10 +67,10 @@ embedded() { awk -v b="$BEGIN" -v e="$END" '$0 == e { on = 0 } on { print } $0 =
 case ${1:-} in
   "") table ;;
   --write)
-    grep -qxF "$BEGIN" "$DOC" && grep -qxF "$END" "$DOC" || {
+    if ! grep -qxF "$BEGIN" "$DOC" || ! grep -qxF "$END" "$DOC"; then
       echo "layer-table: $DOC has no $BEGIN / $END lines" >&2
       exit 1
-    }
+    fi
     new=$(table)
     awk -v b="$BEGIN" -v e="$END" -v t="$new" '
       $0 == b { print; print t; skip = 1; next }
