@@ -86,5 +86,7 @@ while IFS= read -r file; do
     bad=1
   fi
 done < <(grep -rilE "$FORMAT_NAMES" store || true)
+# docs/ARCHITECTURE.md's include table is the code's (scripts/layer-table.sh).
+if ! scripts/layer-table.sh --check; then bad=1; fi
 if ((bad)); then exit 1; fi
-echo "check-layers: ok (no include points up a layer; each folder's library links only the layers below)"
+echo "check-layers: ok (no include points up a layer; each folder's library links only the layers below; docs/ARCHITECTURE.md's include table is current)"

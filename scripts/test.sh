@@ -16,7 +16,7 @@ status=0
 
 echo "=== layering (scripts/check-layers.sh) ==="
 if ! bash scripts/check-layers.sh; then
-  echo "test: an include points up a layer" >&2
+  echo "test: an include points up a layer, or docs/ARCHITECTURE.md's include table is stale" >&2
   status=1
 fi
 

@@ -81,7 +81,8 @@ Result<size_t> KeepOcdbtNodePagesExact(const ByteSource& file, FileLayout* layou
 // writes completed, different at every save, and a chunk is stored against
 // one window of one predecessor: in a chunk that straddles two arrays,
 // the array the window is not aligned to is predicted from the wrong
-// bytes. Smaller chunks straddle less (bench/README.md, the Orbax series).
+// bytes. Smaller chunks straddle less (the Orbax series,
+// bench/history/2026-12-08-codec-table.md).
 // Every pack records its own chunk size, so no format changes.
 inline constexpr uint32_t kOcdbtChunkSize = 1u << 20;
 uint32_t PackChunkSizeFor(const FileLayout& layout, uint32_t configured);

@@ -1,4 +1,4 @@
-"""`ckptfs gc` on a shared store runs cluster GC (docs/ARCHITECTURE.md,
+"""`ckptfs gc` on a shared store runs cluster GC (docs/internals/cluster.md,
 "Cluster mode: GC"): beside mounted daemons, under the GC lease, deleting a
 pack only once it has been unneeded for the grace period, and saying what
 it kept and why. The store here is made shared by its superblock's

@@ -313,7 +313,7 @@ def test_backing_log_symlink_is_refused(mount_factory, tmp_path):
 # ----------------------------------------------------- 3. fair, bounded sealing
 # A seal skips a sparse file's holes (SEEK_DATA) and stores them as zero
 # chunks; rm of a file stops its seal; small files never wait for another
-# user's big seal (docs/ARCHITECTURE.md, "Sealing"). Interleavings are
+# user's big seal (docs/ARCHITECTURE.md, "Seal path"). Interleavings are
 # forced with -o seal_hold, and waits are on the file's state attribute or
 # the daemon's log, never on time.
 
