@@ -56,7 +56,7 @@ class RadosClient {
 using RadosConnector = std::function<Result<std::unique_ptr<RadosClient>>(
     const std::string& ceph_conf, const std::string& pool, const std::string& ns)>;
 
-// The real one, through librados (store/librados_client.cc).
+// The real one, through librados (store/cluster/librados_client.cc).
 Result<std::unique_ptr<RadosClient>> ConnectLibrados(const std::string& ceph_conf, const std::string& pool,
                                                      const std::string& ns);
 

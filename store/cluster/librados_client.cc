@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "store/rados_client.h"
+#include "store/cluster/rados_client.h"
 
 namespace ckptfs {
 namespace {
