@@ -14,10 +14,10 @@
 
 #include "base/log.h"
 #include "store/cluster/gc_lease.h"
-#include "store/live_packs.h"
 #include "store/cluster/membership.h"
-#include "store/private_store.h"
 #include "store/cluster/seal_pin.h"
+#include "store/live_packs.h"
+#include "store/private_store.h"
 #include "store/store.h"
 #include "store/store_internal.h"
 

@@ -17,6 +17,7 @@ constexpr char kLibradosSoname[] = "librados.so.2";
 
 // Every librados function this file calls, resolved with dlsym; the types
 // come from librados.h, so a mismatch is a compile error, not a crash.
+// clang-format off
 #define CKPTFS_LIBRADOS_FUNCTIONS(X)                                                                   \
   X(rados_create) X(rados_conf_read_file) X(rados_connect) X(rados_shutdown) X(rados_ioctx_create)    \
   X(rados_ioctx_destroy) X(rados_ioctx_set_namespace) X(rados_read) X(rados_stat) X(rados_getxattr)   \
@@ -25,6 +26,7 @@ constexpr char kLibradosSoname[] = "librados.so.2";
   X(rados_aio_create_completion2) X(rados_aio_read) X(rados_aio_wait_for_complete)                     \
   X(rados_aio_get_return_value) X(rados_aio_release) X(rados_nobjects_list_open)                       \
   X(rados_nobjects_list_next) X(rados_nobjects_list_close)
+// clang-format on
 
 struct Librados {
 #define CKPTFS_DECLARE(name) decltype(&::name) name = nullptr;
