@@ -2,11 +2,14 @@
 #include <CLI/CLI.hpp>
 #include <iostream>
 #include <optional>
+#include <string>
 
+#include "gpu/cuda_device.h"
 #include "mount-tools/commands.h"
 #include "mount-tools/freeze.h"
 #include "mount-tools/mount_helper.h"
 #include "mount-tools/transfer.h"
+#include "store/cluster/rados_client.h"
 
 namespace ckptfs {
 namespace {
@@ -246,13 +249,20 @@ int ExitForParseError(const CLI::App& app, const CLI::ParseError& e) {
   return rc == 0 ? 0 : 2;
 }
 
+// The version, then what this build can do: optional backends say "+name"
+// when built in, "-name" when not (tests skip what the binary lacks).
+std::string VersionText() {
+  return std::string("ckptfs ") + CKPTFS_VERSION + "\nfeatures: " + (BuiltWithRados() ? "+rados" : "-rados") +
+         (gpu::BuiltWithCuda() ? " +cuda" : " -cuda");
+}
+
 }  // namespace
 }  // namespace ckptfs
 
 int main(int argc, char** argv) {
   CLI::App app{"ckptfs: a FUSE filesystem that stores deep-learning checkpoints compressed and crash-safe"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", std::string("ckptfs ") + CKPTFS_VERSION);
+  app.set_version_flag("--version", ckptfs::VersionText());
   app.footer(ckptfs::kExitStatus);
   ckptfs::Args args;
   const ckptfs::Commands commands{ckptfs::AddMount(app, args), ckptfs::AddUmount(app, args),

@@ -5,6 +5,8 @@
 # a folder it must not include.
 # The layers (docs/ARCHITECTURE.md): mount-tools -> fuse -> seal -> store -> codec -> base,
 # with cache/ beside store/ and gpu/ implementing codec's device interface.
+# store/cluster/ (cluster mode's mechanisms) lies beneath the Store class:
+# the core drives it, it never reaches back up (checked below).
 # Each line: a folder, then the folders it must not include from.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -14,6 +16,7 @@ FORBIDDEN=(
   "codec:store cache seal fuse gpu mount-tools"
   "gpu:store cache seal fuse mount-tools"
   "store:seal fuse gpu mount-tools"
+  "store/cluster:seal fuse gpu mount-tools cache"
   "cache:seal fuse gpu mount-tools"
   "seal:fuse gpu mount-tools"
   "fuse:gpu mount-tools"
@@ -32,7 +35,7 @@ for rule in "${FORBIDDEN[@]}"; do
 done
 
 # The library `$1` is defined by its folder's CMakeLists.txt.
-folder_of() { grep -lE "^[[:space:]]*add_(library|executable)\($1[ )]" -- */CMakeLists.txt | head -1 | xargs -r dirname || true; }
+folder_of() { grep -lE "^[[:space:]]*add_(library|executable)\($1[ )]" -- */CMakeLists.txt */*/CMakeLists.txt | head -1 | xargs -r dirname || true; }
 for rule in "${FORBIDDEN[@]}" "mount-tools:"; do
   from=${rule%%:*}
   cmake=$from/CMakeLists.txt
@@ -88,5 +91,27 @@ while IFS= read -r file; do
 done < <(grep -rilE "$FORMAT_NAMES" store --include="*.h" --include="*.cc" --include=CMakeLists.txt || true)
 # docs/ARCHITECTURE.md's include table is the code's (scripts/layer-table.sh).
 if ! scripts/layer-table.sh --check; then bad=1; fi
+# store/cluster/ lies beneath the Store class: it includes no store/store.h
+# and links no ckptfs_store (the core includes its headers, not the
+# reverse). librados stays in the one file that loads it at run time, so
+# the none-backend (-DCKPTFS_WITH_RADOS=OFF) and the .deb need nothing else.
+while IFS= read -r hit; do
+  echo "check-layers: $hit: store/cluster/ must not include store/store.h (the Store class drives it, not the reverse)" >&2
+  bad=1
+done < <(grep -rnE '^[[:space:]]*#[[:space:]]*include[[:space:]]+"store/store\.h"' store/cluster \
+           --include='*.h' --include='*.cc' || true)
+if tr '\n' ' ' <store/cluster/CMakeLists.txt | grep -oE 'target_link_libraries\([^)]*\)' | grep -qE '[ (]ckptfs_store[ )]'; then
+  echo "check-layers: store/cluster/CMakeLists.txt links ckptfs_store: store/cluster/ must not link the Store above it" >&2
+  bad=1
+fi
+while IFS= read -r hit; do
+  echo "check-layers: $hit: only store/cluster/librados_client.cc may include librados (it loads it at run time)" >&2
+  bad=1
+done < <(grep -rnE '^[[:space:]]*#[[:space:]]*include[[:space:]]+<rados/' base codec cache store gpu fuse mount-tools \
+           --include='*.h' --include='*.cc' | grep -v '^store/cluster/librados_client\.cc:' || true)
+if git ls-files -- '*CMakeLists.txt' | xargs grep -nE 'Ceph::rados|RADOS_LIBRARY' >&2; then
+  echo "check-layers: a CMakeLists.txt links librados: it is loaded at run time (store/cluster/librados_client.cc)" >&2
+  bad=1
+fi
 if ((bad)); then exit 1; fi
 echo "check-layers: ok (no include points up a layer; each folder's library links only the layers below; docs/ARCHITECTURE.md's include table is current)"

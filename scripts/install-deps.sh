@@ -17,6 +17,9 @@ cd "$ROOT"
 
 PKGS=(
   build-essential cmake pkg-config
+  # ccache: the second build of the same sources (-DCKPTFS_WITH_RADOS=OFF,
+  # scripts/test-norados.sh) compiles only what differs
+  ccache
   fuse3 libfuse3-dev
   libzstd-dev zstd libxxhash-dev zlib1g-dev
   libcli11-dev nlohmann-json3-dev libspdlog-dev libfmt-dev

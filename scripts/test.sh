@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Full test run (what CI runs): install deps, build, C++ unit tests, the
-# unit tests again under ThreadSanitizer (scripts/test-tsan.sh), then the
+# unit tests again under ThreadSanitizer (scripts/test-tsan.sh) and built
+# without RADOS (scripts/test-norados.sh), then the
 # Python integration tests against a real FUSE mount (needs root or a user
 # allowed to use /dev/fuse). Extra arguments go to pytest, e.g.
 #   bash scripts/test.sh -k namespace -x
@@ -46,6 +47,16 @@ if ! bash scripts/test-tsan.sh; then
   status=1
 fi
 echo "test: ThreadSanitizer build and run took $((SECONDS - tsan_start)) s"
+
+# A fresh ./build-norados, reusing nothing from ./build: the build without
+# RADOS (-DCKPTFS_WITH_RADOS=OFF) compiles, says -rados, and passes the unit tests.
+echo "=== C++ unit tests built without RADOS (scripts/test-norados.sh) ==="
+norados_start=$SECONDS
+if ! bash scripts/test-norados.sh; then
+  echo "test: the build without RADOS FAILED" >&2
+  status=1
+fi
+echo "test: the build without RADOS and its unit tests took $((SECONDS - norados_start)) s"
 
 echo "=== integration tests (pytest, real FUSE mount) ==="
 # Debian's interpreter via the project venv (sees python3-torch 1.13); never

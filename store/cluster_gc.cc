@@ -13,11 +13,11 @@
 #include <unordered_set>
 
 #include "base/log.h"
-#include "store/gc_lease.h"
+#include "store/cluster/gc_lease.h"
+#include "store/cluster/membership.h"
+#include "store/cluster/seal_pin.h"
 #include "store/live_packs.h"
-#include "store/membership.h"
 #include "store/private_store.h"
-#include "store/seal_pin.h"
 #include "store/store.h"
 #include "store/store_internal.h"
 

@@ -1,9 +1,9 @@
 // Cluster GC (docs/ARCHITECTURE.md, "Cluster mode: GC"): garbage
 // collection of packs on a store that several nodes' daemons serve at once.
 // No daemon deletes a pack itself there; this does, under the GC lease
-// (store/gc_lease.h). A run, in this order:
+// (store/cluster/gc_lease.h). A run, in this order:
 //   1. lists the packs and the gc/doomed/ markers;
-//   2. reads the pins (store/seal_pin.h) of every node; a dead node's are
+//   2. reads the pins (store/cluster/seal_pin.h) of every node; a dead node's are
 //      counted this once, then removed with its nodes/NODE/tmp/ leftovers;
 //   3. reads every stub in ns/;
 //   4. marks live what stubs name, what pins name, packs younger than the

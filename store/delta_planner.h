@@ -19,7 +19,7 @@
 
 namespace ckptfs {
 
-// Cluster mode (store/seal_pin.h): a pack is used as a base only once it is
+// Cluster mode (store/cluster/seal_pin.h): a pack is used as a base only once it is
 // admitted, which pins it for the seal; one that is not admitted is not used.
 class BaseAdmission {
  public:

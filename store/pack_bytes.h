@@ -1,6 +1,6 @@
 // Where a PackReader reads a pack's bytes from: a file through Env (the
 // store directory's packs, so FaultEnv's faults reach them), or an object
-// in a RADOS pool (store/rados_pack_objects.h). The bytes are the same.
+// in a RADOS pool (store/cluster/rados_pack_objects.h). The bytes are the same.
 #pragma once
 
 #include <fcntl.h>

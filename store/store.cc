@@ -16,15 +16,15 @@
 #include "codec/formats/layout.h"
 #include "codec/lossy/file_coder.h"
 #include "codec/tensor_chunk.h"
+#include "store/cluster/membership.h"
+#include "store/cluster/rados_pack_objects.h"
+#include "store/cluster/seal_pin.h"
 #include "store/delta_planner.h"
 #include "store/dir_pack_objects.h"
 #include "store/env_source.h"
 #include "store/lossy_xattrs.h"
-#include "store/membership.h"
 #include "store/private_store.h"
-#include "store/rados_pack_objects.h"
 #include "store/same_input.h"
-#include "store/seal_pin.h"
 #include "store/store_internal.h"
 
 namespace ckptfs {
@@ -140,11 +140,6 @@ Status ReadPackLocation(const nlohmann::json& j, const std::string& where, Super
 }
 
 }  // namespace
-
-std::optional<ObjectId> ParseObjectFileName(const std::string& name, const std::string& suffix) {
-  if (name.size() != 16 + suffix.size() || name.compare(16, suffix.size(), suffix) != 0) return std::nullopt;
-  return ParseObjectIdHex(name.substr(0, 16));
-}
 
 Result<Superblock> ReadSuperblock(Env* env, int root_fd, const std::string& store_path) {
   ASSIGN_OR_RETURN(UniqueFd fd, env->OpenAt(root_fd, kSuperblockName, O_RDONLY | O_NOFOLLOW));

@@ -35,12 +35,12 @@
 #include "codec/lossy/siblings.h"
 #include "store/cluster_options.h"
 #include "base/env.h"
-#include "store/membership.h"
+#include "store/cluster/membership.h"
 #include "store/object_id.h"
 #include "store/pack.h"
 #include "store/pack_index.h"
 #include "store/pack_objects.h"
-#include "store/rados_client.h"
+#include "store/cluster/rados_client.h"
 #include "store/same_input.h"
 #include "store/seal_plan.h"
 #include "store/stub.h"
@@ -223,7 +223,7 @@ class Store : public BaseSource {
   // Encodes [0,size) of src_fd and publishes it as a new pack; under a
   // lossy policy, lossily (codec/lossy/file_coder.h), asking `siblings`
   // for the optimizer file of a file of weights alone.
-  // In cluster mode the seal's pin (store/seal_pin.h) lists the new pack
+  // In cluster mode the seal's pin (store/cluster/seal_pin.h) lists the new pack
   // and its bases; it is handed to `keep_pin` when given (the caller drops
   // it once a stub names the pack), else removed on return.
   // Under a lossy policy, the seal holds the file's input digest

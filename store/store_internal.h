@@ -28,7 +28,10 @@ inline std::string PackDirName(ObjectId id) { return ObjectIdHex(id).substr(0, 2
 inline std::string StagingFileName(ObjectId id) { return ObjectIdHex(id) + kStagingSuffix; }
 
 // "0123456789abcdef.pack" -> id, when `name` is exactly <hex id><suffix>.
-std::optional<ObjectId> ParseObjectFileName(const std::string& name, const std::string& suffix);
+inline std::optional<ObjectId> ParseObjectFileName(const std::string& name, const std::string& suffix) {
+  if (name.size() != 16 + suffix.size() || name.compare(16, suffix.size(), suffix) != 0) return std::nullopt;
+  return ParseObjectIdHex(name.substr(0, 16));
+}
 
 struct Superblock {
   int version = 0;

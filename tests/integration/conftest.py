@@ -462,6 +462,23 @@ def plain_dir(tmp_path) -> Path:
     return d
 
 
+def ckptfs_features() -> set[str]:
+    """What this build can do: the "+name" words of `ckptfs --version`'s
+    features line (optional backends: rados, cuda)."""
+    lines = run_ckptfs("--version", check=True).stdout.splitlines()
+    words = next((l.split()[1:] for l in lines if l.startswith("features:")), [])
+    return {w[1:] for w in words if w.startswith("+")}
+
+
+@pytest.fixture(scope="session")
+def needs_rados():
+    """Skips a test of packs=rados:POOL when this ckptfs was built without
+    RADOS (-DCKPTFS_WITH_RADOS=OFF). Session-scoped, and named before `ceph`,
+    so that the skip comes before the Ceph cluster starts."""
+    if "rados" not in ckptfs_features():
+        pytest.skip("this ckptfs was built without RADOS (ckptfs --version: -rados)")
+
+
 @pytest.fixture(scope="session")
 def ceph():
     """A one-machine Ceph cluster (ceph_cluster.CephCluster: mon, memstore

@@ -162,7 +162,9 @@ def cmake_version() -> str:
 def test_version_comes_from_cmake_and_matches_the_readme():
     p = run_ckptfs("--version")
     assert p.returncode == 0, describe(p)
-    assert p.stdout.strip() == f"ckptfs {cmake_version()}", p.stdout
+    assert p.stdout.splitlines()[0] == f"ckptfs {cmake_version()}", p.stdout
+    # Then what the build has: each optional backend, in or out.
+    assert re.fullmatch(r"features: [+-]rados [+-]cuda", p.stdout.splitlines()[1]), p.stdout
     major_minor = ".".join(cmake_version().split(".")[:2])
     readme = (ROOT / "README.md").read_text()
     stated = set(re.findall(r"Current state \(v(\d+\.\d+)\)", readme))

@@ -257,7 +257,7 @@ def test_dcp_three_nodes_reshard_and_delta(cluster_factory, dcp_client):
     c.fsck()
 
 
-def test_dcp_three_nodes_packs_in_rados(ceph, cluster_factory, dcp_client):
+def test_dcp_three_nodes_packs_in_rados(needs_rados, ceph, cluster_factory, dcp_client):
     objects_before = ceph.pool_bytes(ceph.pool)
     c = cluster_factory(["packs=rados:" + ceph.pool, f"ceph_conf={ceph.conf}"])
     files = dcp_round_trips(c, dcp_client)

@@ -12,9 +12,9 @@
 #include <random>
 #include <thread>
 
-#include "store/gc_lease.h"
-#include "store/membership.h"
-#include "store/seal_pin.h"
+#include "store/cluster/gc_lease.h"
+#include "store/cluster/membership.h"
+#include "store/cluster/seal_pin.h"
 #include "store/store.h"
 #include "tests/unit/fault_env.h"
 #include "tests/unit/test_util.h"

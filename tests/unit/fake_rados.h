@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "store/rados_client.h"
+#include "store/cluster/rados_client.h"
 
 namespace ckptfs::test {
 

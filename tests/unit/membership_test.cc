@@ -1,4 +1,4 @@
-#include "store/membership.h"
+#include "store/cluster/membership.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>

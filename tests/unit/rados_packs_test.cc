@@ -1,4 +1,4 @@
-// Packs in a RADOS pool (store/rados_pack_objects.h), against the in-memory
+// Packs in a RADOS pool (store/cluster/rados_pack_objects.h), against the in-memory
 // pool of fake_rados.h: publishing in pieces, reads and read-ahead, listing,
 // deletion, a publish that fails or is cut short, and a store whose packs
 // live there (superblock, recovery, fsck, gc, deltas through base packs).
@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "store/rados_pack_objects.h"
+#include "store/cluster/rados_pack_objects.h"
 #include "store/store_internal.h"
 #include "tests/unit/fake_rados.h"
 #include "tests/unit/test_util.h"
@@ -436,6 +436,30 @@ TEST_F(RadosStoreTest, FailedPublishFailsTheSealAndLeavesTheFileStaged) {
   OpenStore();  // recovery seals it, the pool works again
   EXPECT_EQ(last_recovery_.staged_resealed, 1u);
   EXPECT_EQ(ObjectCount(), 1u);
+}
+
+// Without a connector of its own, a store reaches RADOS through the build's
+// client: the none-backend refuses, saying how the binary was built; the
+// real one loads librados.so.2 at run time and reports what failed.
+TEST(RadosBackendTest, TheBuildsClientSaysWhyItCannotConnect) {
+  TempDir dir;
+  StoreOptions o = test::SmallChunks(kChunk);
+  o.cluster.packs = "rados:ckpt";
+  o.cluster.ceph_conf = dir.Sub("no-such-ceph.conf");
+  Result<std::unique_ptr<Store>> s = Store::Open(Env::Default(), dir.path(), o);
+  ASSERT_FALSE(s.ok());
+  const std::string msg = s.status().message();
+  if (!BuiltWithRados()) {
+    EXPECT_EQ(s.status().code(), ENOTSUP) << msg;
+    EXPECT_NE(msg.find("built without RADOS support (-DCKPTFS_WITH_RADOS=OFF); packs=rados:ckpt needs"),
+              std::string::npos)
+        << msg;
+    return;
+  }
+  // librados absent: what to install; present: the configuration it could not read.
+  EXPECT_TRUE(msg.find("librados.so.2 cannot be loaded") != std::string::npos ||
+              msg.find("cannot read the Ceph configuration " + o.cluster.ceph_conf) != std::string::npos)
+      << msg;
 }
 
 }  // namespace

@@ -17,7 +17,7 @@
 
 #include "base/env.h"
 #include "store/pack_objects.h"
-#include "store/rados_client.h"
+#include "store/cluster/rados_client.h"
 
 namespace ckptfs {
 

@@ -1,4 +1,4 @@
-#include "store/seal_pin.h"
+#include "store/cluster/seal_pin.h"
 
 #include <fcntl.h>
 

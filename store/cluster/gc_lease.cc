@@ -1,4 +1,4 @@
-#include "store/gc_lease.h"
+#include "store/cluster/gc_lease.h"
 
 #include <fcntl.h>
 

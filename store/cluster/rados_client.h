@@ -56,8 +56,14 @@ class RadosClient {
 using RadosConnector = std::function<Result<std::unique_ptr<RadosClient>>(
     const std::string& ceph_conf, const std::string& pool, const std::string& ns)>;
 
-// The real one, through librados (store/librados_client.cc).
+// The real one, through librados (store/cluster/librados_client.cc), which
+// loads librados.so.2 on first use and fails with what to install when it
+// is absent. Built with -DCKPTFS_WITH_RADOS=OFF (librados_client_none.cc),
+// it always fails, saying so.
 Result<std::unique_ptr<RadosClient>> ConnectLibrados(const std::string& ceph_conf, const std::string& pool,
                                                      const std::string& ns);
+
+// Whether this build has the RADOS client (ckptfs --version lists "rados").
+bool BuiltWithRados();
 
 }  // namespace ckptfs

@@ -1,4 +1,4 @@
-#include "store/rados_pack_objects.h"
+#include "store/cluster/rados_pack_objects.h"
 
 #include <algorithm>
 #include <atomic>

@@ -1,4 +1,4 @@
-#include "store/membership.h"
+#include "store/cluster/membership.h"
 
 #include <dirent.h>
 #include <fcntl.h>
