@@ -39,14 +39,23 @@ Result<std::string> ReadFileToString(Env* env, int dir_fd, const std::string& na
   return ReadFdToString(env, fd.get(), max_bytes);
 }
 
-Status WriteFileAtomically(Env* env, int dir_fd, const std::string& name, std::string_view data, mode_t mode,
-                           Durability durability) {
-  const std::string tmp = name + ".tmp";
+Status WriteNewFile(Env* env, int dir_fd, const std::string& name, std::string_view data, mode_t mode,
+                    Durability durability) {
   {
-    ASSIGN_OR_RETURN(UniqueFd fd, env->OpenAt(dir_fd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, mode));
+    ASSIGN_OR_RETURN(UniqueFd fd, env->OpenAt(dir_fd, name, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, mode));
     RETURN_IF_ERROR(env->PWriteAll(fd.get(), Bytes(data), 0));
     if (durability != Durability::kNone) RETURN_IF_ERROR(env->Fdatasync(fd.get()));
   }
+  if (durability == Durability::kDataAndName) return env->Fsync(dir_fd);
+  return Status::Ok();
+}
+
+Status WriteFileAtomically(Env* env, int dir_fd, const std::string& name, std::string_view data, mode_t mode,
+                           Durability durability, const std::string& tmp_name) {
+  const std::string tmp = tmp_name.empty() ? name + ".tmp" : tmp_name;
+  // The directory is synced once, after the rename.
+  const Durability file_durability = durability == Durability::kNone ? Durability::kNone : Durability::kData;
+  RETURN_IF_ERROR(WriteNewFile(env, dir_fd, tmp, data, mode, file_durability));
   RETURN_IF_ERROR(env->RenameAt(dir_fd, tmp, dir_fd, name));
   if (durability == Durability::kDataAndName) return env->Fsync(dir_fd);
   return Status::Ok();

@@ -134,11 +134,19 @@ enum class Durability {
 Result<std::string> ReadFileToString(Env* env, int dir_fd, const std::string& name, size_t max_bytes);
 Result<std::string> ReadFdToString(Env* env, int fd, size_t max_bytes);
 
+// Creates (or truncates) `name` under `dir_fd` and writes `data`, synced
+// as `durability` says (with kDataAndName the directory is synced after).
+// A reader may see it partly written: for files published some other way
+// (link(2) into place, a later rename).
+Status WriteNewFile(Env* env, int dir_fd, const std::string& name, std::string_view data, mode_t mode,
+                    Durability durability);
+
 // Replaces `name` under `dir_fd` so that a reader sees the old file or the
-// new one whole: NAME.tmp is written, synced as `durability` says, and
-// renamed over NAME (with kDataAndName the directory is synced after).
+// new one whole: `tmp_name` (NAME.tmp when empty; writers on several nodes
+// give each their own) is written, synced as `durability` says, and renamed
+// over NAME (with kDataAndName the directory is synced after).
 Status WriteFileAtomically(Env* env, int dir_fd, const std::string& name, std::string_view data, mode_t mode,
-                           Durability durability);
+                           Durability durability, const std::string& tmp_name = {});
 
 // Opens directory `name` under `parent`, making it first when missing.
 // With kDataAndName a directory made here has its entry synced into

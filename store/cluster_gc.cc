@@ -28,19 +28,17 @@ constexpr uint64_t kNsPerSecond = 1000000000ull;
 
 std::string PackPath(ObjectId id) { return "packs/" + internal::PackDirName(id) + "/" + internal::PackFileName(id); }
 
+// gc/, gc/doomed/ and nodes/ are synced into their parents when made: a
+// marker made durable in a directory that was not would be lost with it.
 Result<UniqueFd> OpenOrMakeDir(Env* env, int parent, const std::string& name) {
-  Status mk = env->MkdirAt(parent, name, kPrivateDirMode);
-  if (!mk.ok() && mk.code() != EEXIST) return mk.WithContext("creating " + name + "/");
-  return env->OpenAt(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  return EnsureDir(env, parent, name, kPrivateDirMode, Durability::kDataAndName);
 }
 
+// Doomed markers hold a time and pins a pack id: anything larger is damage.
+constexpr size_t kMaxMarkerBytes = 4096;
+
 Result<std::string> ReadText(Env* env, int dir_fd, const std::string& name) {
-  ASSIGN_OR_RETURN(UniqueFd fd, env->OpenAt(dir_fd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
-  ASSIGN_OR_RETURN(struct stat st, env->Fstat(fd.get()));
-  std::string text(static_cast<size_t>(st.st_size), '\0');
-  ASSIGN_OR_RETURN(size_t n, env->PRead(fd.get(), std::span(reinterpret_cast<uint8_t*>(text.data()), text.size()), 0));
-  text.resize(n);
-  return text;
+  return ReadFileToString(env, dir_fd, name, kMaxMarkerBytes);
 }
 
 // What a dead node left: pin files and unpublished packs, by name.

@@ -29,19 +29,16 @@ std::optional<GcLeaseRecord> Decode(const std::string& text) {
   }
 }
 
+// A lease larger than any lease reads as empty text: unparseable, so
+// treated as torn (below), not as an error that would stop every GC.
 Result<std::string> ReadText(Env* env, int dir_fd, const std::string& name) {
-  ASSIGN_OR_RETURN(UniqueFd fd, env->OpenAt(dir_fd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
-  std::string text(kMaxLeaseBytes, '\0');
-  ASSIGN_OR_RETURN(size_t n, env->PRead(fd.get(), std::span(reinterpret_cast<uint8_t*>(text.data()), text.size()), 0));
-  text.resize(n);
+  Result<std::string> text = ReadFileToString(env, dir_fd, name, kMaxLeaseBytes);
+  if (!text.ok() && text.status().code() == EFBIG) return std::string();
   return text;
 }
 
 Status WriteFile(Env* env, int dir_fd, const std::string& name, const std::string& text) {
-  ASSIGN_OR_RETURN(UniqueFd fd,
-                   env->OpenAt(dir_fd, name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, kPrivateFileMode));
-  RETURN_IF_ERROR(env->PWriteAll(fd.get(), std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size()), 0));
-  return env->Fdatasync(fd.get());
+  return WriteNewFile(env, dir_fd, name, text, kPrivateFileMode, Durability::kData);
 }
 
 // A lease that cannot be parsed (torn by a crash mid-write: it is written
@@ -157,8 +154,9 @@ Status GcLease::Renew() {
   GcLeaseRecord next = mine_;
   next.expires_ns = env_->WallTimeNs() + term_ns_;
   const std::string tmp = std::string(kGcLeaseName) + "." + mine_.token + ".tmp";
-  RETURN_IF_ERROR(WriteFile(env_, dir_.get(), tmp, Encode(next)).WithContext("renewing the GC lease"));
-  RETURN_IF_ERROR(env_->RenameAt(dir_.get(), tmp, dir_.get(), kGcLeaseName).WithContext("renewing the GC lease"));
+  RETURN_IF_ERROR(WriteFileAtomically(env_, dir_.get(), kGcLeaseName, Encode(next), kPrivateFileMode,
+                                      Durability::kDataAndName, tmp)
+                      .WithContext("renewing the GC lease"));
   mine_ = next;
   return Status::Ok();
 }

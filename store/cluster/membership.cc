@@ -46,29 +46,18 @@ std::optional<MemberRecord> Decode(const std::string& node, const std::string& t
 }
 
 Result<std::string> ReadAll(Env* env, int dir_fd, const std::string& name) {
-  ASSIGN_OR_RETURN(UniqueFd fd, env->OpenAt(dir_fd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
-  std::string text(kMaxMemberBytes, '\0');
-  ASSIGN_OR_RETURN(size_t n, env->PRead(fd.get(), std::span(reinterpret_cast<uint8_t*>(text.data()), text.size()), 0));
-  text.resize(n);
-  return text;
+  return ReadFileToString(env, dir_fd, name, kMaxMemberBytes);
 }
 
 Result<UniqueFd> OpenOrMakeDir(Env* env, int parent, const std::string& name) {
-  Status mk = env->MkdirAt(parent, name, kPrivateDirMode);
-  if (!mk.ok() && mk.code() != EEXIST) return mk.WithContext("creating " + name + "/");
-  if (mk.ok()) RETURN_IF_ERROR(env->Fsync(parent));
-  return env->OpenAt(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  return EnsureDir(env, parent, name, kPrivateDirMode, Durability::kDataAndName);
 }
 
 // tmp + rename: a reader on any node sees the old record or the new one.
+// Not synced into the directory: a record lost with its node's power is an
+// older lease, which only makes the node look dead sooner; it joins again.
 Status WriteRecord(Env* env, int node_dir, const MemberRecord& r) {
-  const std::string tmp = std::string(kMemberFileName) + ".tmp";
-  const std::string text = Encode(r);
-  ASSIGN_OR_RETURN(UniqueFd fd,
-                   env->OpenAt(node_dir, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, kPrivateFileMode));
-  RETURN_IF_ERROR(env->PWriteAll(fd.get(), std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size()), 0));
-  RETURN_IF_ERROR(env->Fdatasync(fd.get()));
-  return env->RenameAt(node_dir, tmp, node_dir, kMemberFileName);
+  return WriteFileAtomically(env, node_dir, kMemberFileName, Encode(r), kPrivateFileMode, Durability::kData);
 }
 
 }  // namespace
