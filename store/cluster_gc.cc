@@ -13,6 +13,7 @@
 #include <unordered_set>
 
 #include "base/log.h"
+#include "base/sync_point.h"
 #include "store/gc_lease.h"
 #include "store/live_packs.h"
 #include "store/membership.h"
@@ -430,6 +431,7 @@ void PeriodicClusterGc::Loop() {
                    rep->deleted.size(), rep->bytes_deleted, rep->kept_referenced, rep->kept_pinned, rep->kept_young,
                    rep->kept_doomed, rep->swept() ? "" : "; stopped early or changed nothing (see above)");
     }
+    CKPTFS_SYNC_POINT("PeriodicClusterGc::Loop:AfterRun");
     lk.lock();
   }
 }
