@@ -13,6 +13,7 @@
 #include <unordered_set>
 
 #include "base/log.h"
+#include "base/sync_point.h"
 #include "store/cluster/gc_lease.h"
 #include "store/cluster/membership.h"
 #include "store/cluster/seal_pin.h"
@@ -428,6 +429,7 @@ void PeriodicClusterGc::Loop() {
                    rep->deleted.size(), rep->bytes_deleted, rep->kept_referenced, rep->kept_pinned, rep->kept_young,
                    rep->kept_doomed, rep->swept() ? "" : "; stopped early or changed nothing (see above)");
     }
+    CKPTFS_SYNC_POINT("PeriodicClusterGc::Loop:AfterRun");
     lk.lock();
   }
 }

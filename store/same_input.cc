@@ -4,6 +4,7 @@
 #include <chrono>
 #include <vector>
 
+#include "base/sync_point.h"
 #include "codec/chunk_codec.h"
 #include "codec/delta_chunk.h"
 #include "store/delta_planner.h"
@@ -47,6 +48,8 @@ Result<std::unique_ptr<SameInputSeals::Hold>> SameInputSeals::Acquire(const Dige
   std::unique_lock lk(mu_);
   while (std::find(busy_.begin(), busy_.end(), digest) != busy_.end()) {
     if (cancel != nullptr && cancel->load()) return Status::Error(ECANCELED, "pack write cancelled");
+    // Under mu_: a test may make it a predecessor, never wait or call back here.
+    CKPTFS_SYNC_POINT("SameInputSeals::Acquire:Waiting");
     // A cancel sets no condition: look again now and then.
     cv_.wait_for(lk, std::chrono::milliseconds(100));
   }

@@ -11,6 +11,7 @@
 
 #include "base/log.h"
 #include "base/metrics.h"
+#include "base/sync_point.h"
 #include "cache/chunk_buffers.h"
 #include "cache/chunk_cache.h"
 #include "codec/formats/layout.h"
@@ -522,6 +523,8 @@ Result<ObjectId> Store::PublishPack(int src_fd, uint64_t size, const std::atomic
                                       PackWorkers{workers, planner_ptrs});
   if (!stats.ok()) return fail(stats.status());
   WaitWhileExists(env_, opts_.seal_hold, cancel);
+  // Bases pinned, pack coded, not yet published: where tests run GC against a seal in flight.
+  CKPTFS_SYNC_POINT("Store::PublishPack:BeforePublish");
   if (cancel != nullptr && cancel->load()) return fail(Status::Error(ECANCELED, "pack write cancelled"));
   if (Status s = pack_objects_->Publish(id, tmp_.get(), tmpname, tmp->get()); !s.ok()) return fail(s);
   if (index_loaded_) index_.Add(id, stats->meta, size, chunk_size, stats->stored_size);

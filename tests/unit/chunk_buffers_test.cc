@@ -1,7 +1,9 @@
 #include "cache/chunk_buffers.h"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <memory>
 
@@ -41,14 +43,28 @@ TEST(ChunkBuffersTest, SmallAndTooLargeRequestsAreFreshBuffers) {
   EXPECT_EQ(pool.free_bytes(), kChunk);
 }
 
+// Whether [p, p + n) is mapped: msync fails with ENOMEM on an unmapped page.
+bool Mapped(const uint8_t* p, size_t n) {
+  return ::msync(const_cast<uint8_t*>(p), n, MS_ASYNC) == 0 || errno != ENOMEM;
+}
+
+// A buffer still referenced when its pool goes returns, on its last
+// release, to the shelf it holds (not to the destroyed pool), and the shelf,
+// owned by nothing else then, frees it: a 2 MiB buffer is a mapping of its
+// own, so freed means unmapped.
 TEST(ChunkBuffersTest, ABufferOutlivingItsPoolIsFreed) {
+  constexpr size_t kMapped = size_t{2} << 20;
   std::shared_ptr<ChunkBuffer> kept;
   {
-    ChunkBuffers pool(4 * kChunk);
-    kept = pool.Acquire(kChunk);
+    ChunkBuffers pool(4 * kMapped);
+    kept = pool.Acquire(kMapped);
   }
   (*kept)[0] = 1;
-  kept.reset();  // returns to the shelf the buffer holds, not a dangling pool
+  (*kept)[kMapped - 1] = 2;
+  const uint8_t* data = kept->data();
+  ASSERT_TRUE(Mapped(data, kMapped));
+  kept.reset();
+  EXPECT_FALSE(Mapped(data, kMapped));
 }
 
 // Buffers of 2 MiB and more are a mapping of their own, aligned for huge

@@ -593,7 +593,14 @@ TEST(FormatsTest, SafetensorsHugeHeaderHasBoundedMemoryAndRoundTrips) {
     EXPECT_EQ(l.format, "unknown");
     EXPECT_NE(l.note.find("MiB of tensor metadata"), std::string::npos) << l.note;
     ASSERT_GT(peak_kb, 0u);
-    EXPECT_LT(peak_kb - before_kb, 96u << 10) << "the parse took " << (peak_kb - before_kb) / 1024 << " MiB";
+#if defined(__SANITIZE_ADDRESS__)
+    // ASan's redzones and quarantine about double what the parse holds
+    // (188 MiB under scripts/asan.sh): the bound is the plain build's.
+    constexpr uint64_t kBoundKb = 256u << 10;
+#else
+    constexpr uint64_t kBoundKb = 96u << 10;
+#endif
+    EXPECT_LT(peak_kb - before_kb, kBoundKb) << "the parse took " << (peak_kb - before_kb) / 1024 << " MiB";
   }
 
   auto store = Store::Open(Env::Default(), dir.Sub("store"), test::SmallChunks(1 << 20));

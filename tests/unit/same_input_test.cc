@@ -12,6 +12,7 @@
 
 #include "base/hash.h"
 #include "base/le.h"
+#include "base/sync_point.h"
 #include "store/pack_index.h"
 #include "store/pack_meta.h"
 #include "store/same_input.h"
@@ -128,6 +129,7 @@ TEST(SameInputIndex, APackNoFileOrPackHoldsIsNotFound) {
 }
 
 TEST(SameInputSeals, ASecondSealOfTheSameInputWaitsForTheFirst) {
+  if (!SyncPoint::kCompiledIn) GTEST_SKIP() << "built with -DCKPTFS_SYNC_POINTS=OFF";
   SameInputSeals seals;
   auto first = seals.Acquire({1, 2}, nullptr);
   ASSERT_TRUE(first.ok());
@@ -135,15 +137,21 @@ TEST(SameInputSeals, ASecondSealOfTheSameInputWaitsForTheFirst) {
   ASSERT_TRUE(other.ok());
   std::atomic<bool> second_held{false};
   std::atomic<bool> released{false};
-  std::thread t([&] {
-    auto second = seals.Acquire({1, 2}, nullptr);
-    EXPECT_TRUE(second.ok());
-    EXPECT_TRUE(released.load()) << "held while the first seal still held it";
-    second_held = true;
-  });
-  released = true;  // the waiter may only see it from here on
-  first->reset();
-  t.join();
+  {
+    // The first is released only once the second is waiting for it.
+    ScopedSyncPoints points({{"SameInputSeals::Acquire:Waiting", "SameInputSealsTest:Release"}});
+    std::thread t([&] {
+      auto second = seals.Acquire({1, 2}, nullptr);
+      EXPECT_TRUE(second.ok());
+      EXPECT_TRUE(released.load()) << "held while the first seal still held it";
+      second_held = true;
+    });
+    CKPTFS_SYNC_POINT("SameInputSealsTest:Release");
+    EXPECT_FALSE(second_held.load());
+    released = true;  // the waiter may only see it from here on
+    first->reset();
+    t.join();
+  }
   EXPECT_TRUE(second_held.load());
   // A waiter whose seal is cancelled stops waiting.
   auto held = seals.Acquire({5, 6}, nullptr);
