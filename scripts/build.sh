@@ -3,6 +3,9 @@
 # Extra arguments are passed to the cmake configure step.
 # JOBS=N overrides the job count.
 set -euo pipefail
+# ccache hashes the build directory into objects with debug info unless told
+# not to; without this, ./build's objects never serve ./build-norados.
+export CCACHE_NOHASHDIR=1
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"

@@ -10,6 +10,9 @@
 # to ctest, e.g. -R 'Store|Cluster|Membership|GcLease|PinFile|Rados' for the
 # suites that reach cluster mode (15 s instead of 100 s).
 set -euo pipefail
+# ccache hashes the build directory into objects with debug info unless told
+# not to; without this, ./build's objects never serve ./build-norados.
+export CCACHE_NOHASHDIR=1
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
