@@ -29,12 +29,6 @@ constexpr uint64_t kNsPerSecond = 1000000000ull;
 
 std::string PackPath(ObjectId id) { return "packs/" + internal::PackDirName(id) + "/" + internal::PackFileName(id); }
 
-// gc/, gc/doomed/ and nodes/ are synced into their parents when made: a
-// marker made durable in a directory that was not would be lost with it.
-Result<UniqueFd> OpenOrMakeDir(Env* env, int parent, const std::string& name) {
-  return EnsureDir(env, parent, name, kPrivateDirMode, Durability::kDataAndName);
-}
-
 // Doomed markers hold a time and pins a pack id: anything larger is damage.
 constexpr size_t kMaxMarkerBytes = 4096;
 
@@ -103,9 +97,9 @@ class ClusterGc {
 
 Status ClusterGc::Run() {
   const int root = store_->root_fd();
-  ASSIGN_OR_RETURN(gc_dir_, OpenOrMakeDir(env_, root, kGcDirName));
-  ASSIGN_OR_RETURN(doomed_dir_, OpenOrMakeDir(env_, gc_dir_.get(), kGcDoomedDirName));
-  ASSIGN_OR_RETURN(nodes_dir_, OpenOrMakeDir(env_, root, kNodesDirName));
+  ASSIGN_OR_RETURN(gc_dir_, EnsurePrivateDir(env_, root, kGcDirName));
+  ASSIGN_OR_RETURN(doomed_dir_, EnsurePrivateDir(env_, gc_dir_.get(), kGcDoomedDirName));
+  ASSIGN_OR_RETURN(nodes_dir_, EnsurePrivateDir(env_, root, kNodesDirName));
   const std::string holder =
       opts_.holder.empty() ? "gc@" + ThisHostName() + ":" + std::to_string(::getpid()) : opts_.holder;
   ASSIGN_OR_RETURN(lease_, GcLease::Acquire(env_, gc_dir_.get(), holder, opts_.lease_seconds * kNsPerSecond));

@@ -27,6 +27,13 @@ inline constexpr mode_t kPrivateFileMode = 0600;
 // The 0700 store root is what keeps other users out of all of them.
 inline constexpr mode_t kNamespaceRootMode = 0755;
 
+// Opens the private directory `name` under `parent`, making it first when
+// missing and syncing a new one into `parent`: something made durable
+// inside a directory that was not would be lost with it.
+inline Result<UniqueFd> EnsurePrivateDir(Env* env, int parent, const std::string& name) {
+  return EnsureDir(env, parent, name, kPrivateDirMode, Durability::kDataAndName);
+}
+
 // Refuses a store root that someone other than the daemon's user could
 // have written into (group/other write permission, or another owner): its
 // contents could already be forged. The message says how to fix it.

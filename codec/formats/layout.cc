@@ -1,8 +1,5 @@
 #include "codec/formats/layout.h"
 
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <array>
 #include <cstring>

@@ -49,10 +49,6 @@ Result<std::string> ReadAll(Env* env, int dir_fd, const std::string& name) {
   return ReadFileToString(env, dir_fd, name, kMaxMemberBytes);
 }
 
-Result<UniqueFd> OpenOrMakeDir(Env* env, int parent, const std::string& name) {
-  return EnsureDir(env, parent, name, kPrivateDirMode, Durability::kDataAndName);
-}
-
 // tmp + rename: a reader on any node sees the old record or the new one.
 // Not synced into the directory: a record lost with its node's power is an
 // older lease, which only makes the node look dead sooner; it joins again.
@@ -115,10 +111,10 @@ Result<std::unique_ptr<Membership>> Membership::Join(Env* env, int root_fd, Memb
     }
   }
   std::unique_ptr<Membership> m(new Membership(env, std::move(self)));
-  ASSIGN_OR_RETURN(UniqueFd nodes, OpenOrMakeDir(env, root_fd, kNodesDirName));
-  ASSIGN_OR_RETURN(m->node_dir_, OpenOrMakeDir(env, nodes.get(), m->self_.node));
-  ASSIGN_OR_RETURN(m->tmp_dir_, OpenOrMakeDir(env, m->node_dir_.get(), kNodeTmpDirName));
-  ASSIGN_OR_RETURN(m->pins_dir_, OpenOrMakeDir(env, m->node_dir_.get(), kNodePinsDirName));
+  ASSIGN_OR_RETURN(UniqueFd nodes, EnsurePrivateDir(env, root_fd, kNodesDirName));
+  ASSIGN_OR_RETURN(m->node_dir_, EnsurePrivateDir(env, nodes.get(), m->self_.node));
+  ASSIGN_OR_RETURN(m->tmp_dir_, EnsurePrivateDir(env, m->node_dir_.get(), kNodeTmpDirName));
+  ASSIGN_OR_RETURN(m->pins_dir_, EnsurePrivateDir(env, m->node_dir_.get(), kNodePinsDirName));
   RETURN_IF_ERROR(m->Renew().WithContext("joining the cluster as node " + m->self_.node));
   return m;
 }
